@@ -1,0 +1,84 @@
+"""The dpsql error hierarchy.
+
+Every error dpsql raises on purpose derives from :class:`Error`, so callers can
+catch one class. Messages are built only from public inputs (SQL text, schema,
+workload shapes, budgets) and never from the private data.
+"""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every dpsql error."""
+
+
+class WorkloadError(Error):
+    """A workload or strategy is malformed: shapes that do not line up, a
+    strategy that cannot answer the workload, an unknown operator."""
+
+
+class PrivacyError(Error):
+    """Invalid privacy parameters (epsilon, delta, rho) or noise settings."""
+
+
+class CacheError(Error):
+    """The strategy cache could not be read or written."""
+
+
+class SchemaError(Error):
+    """A schema file or dict is invalid. ``problems`` lists every mistake as
+    ``(path, message)`` pairs, e.g. ``("columns.age.max", "must be >= min")``,
+    so a user can fix them all in one pass."""
+
+    def __init__(self, problems: "list[tuple[str, str]]", source: "str | None" = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        count = len(self.problems)
+        lines = [f"{head}{count} schema problem{'s' if count != 1 else ''}:"]
+        lines += [f"  {path or '<root>'}: {message}" for path, message in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class SQLError(Error):
+    """A SQL statement cannot be compiled. ``construct`` names the offending
+    piece of SQL (``"JOIN"``, ``"column 'foo'"``), ``line`` and ``column`` are
+    1-based positions in the text that was compiled (a whole batch file, when
+    compiling a file), or None when no position is known."""
+
+    def __init__(self, message: str, construct: "str | None" = None,
+                 line: "int | None" = None, column: "int | None" = None) -> None:
+        self.reason = message
+        self.construct = construct
+        self.line = line
+        self.column = column
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"{message}{where}")
+
+
+class ParseError(SQLError):
+    """The text is not valid SQL at all (a syntax error)."""
+
+
+class UnsupportedSQLError(SQLError):
+    """Valid SQL, but outside dpsql's grammar (see ``grammar/dpsql.ebnf``):
+    JOIN, subquery, window function, a second table, an unsupported function."""
+
+
+class UnknownColumnError(SQLError):
+    """A column or table that the schema does not declare."""
+
+
+class DomainError(SQLError):
+    """A literal outside the declared domain of its column, a literal of the
+    wrong type, or a predicate that the public domain cannot express exactly
+    (e.g. a cut inside a numeric bin)."""
+
+
+class BoundsError(SQLError):
+    """A column is summed or averaged but has no declared ``bounds``."""
+
+
+class GroupingError(SQLError):
+    """A non-aggregate select item that is not a GROUP BY key, or a bad
+    GROUP BY / ORDER BY reference."""

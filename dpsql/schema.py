@@ -1,0 +1,569 @@
+"""Schemas: the public domain of a table.
+
+A schema declares, for one table, every column that queries may mention and
+the finite set of values it can take (its *domain*). Domains are public: the
+compiler turns SQL into matrices over them and GROUP BY output covers them
+whatever the private data holds. A schema is loaded from YAML, JSON or a dict::
+
+    table: adult
+    privacy_unit: row                 # or {column: person_id, max_rows: 5}
+    merge:                            # optional: columns measured as one attribute
+      race: [white, black]
+    columns:
+      age:   {type: integer, min: 17, max: 90, bounds: [17, 90]}
+      sex:   {type: categorical, values: [Female, Male], nullable: true}
+      hours: {type: numeric, bins: [0, 20, 40, 60, 100]}
+      white: {type: boolean}
+      black: {type: boolean}
+
+Column kinds:
+
+* ``categorical``: ``values`` is an explicit list, all strings or all numbers.
+* ``integer``: every integer from ``min`` to ``max`` inclusive.
+* ``numeric``: ``bins`` are increasing edges; value v falls in bin i when
+  ``bins[i] <= v < bins[i+1]``, and the last bin also holds ``bins[-1]``.
+  Optional ``labels`` name the bins (default ``"[lo, hi)"``).
+* ``boolean``: False, True.
+
+``nullable: true`` makes NULL one more value of the domain (always the last
+index). ``bounds: [lo, hi]`` allows ``SUM``/``AVG`` of a column whose values
+are numbers; the values are clamped into the bounds before summing.
+
+Value ``v`` of a column has index ``column.index_of(v)``; a data vector over
+several columns is indexed in C order (the first column varies slowest).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import SchemaError
+
+__all__ = [
+    "Column",
+    "Categorical",
+    "IntegerRange",
+    "Binned",
+    "Boolean",
+    "PrivacyUnit",
+    "Schema",
+    "load_schema",
+]
+
+#: Largest domain accepted for one column (keeps matrices implicit-friendly).
+MAX_COLUMN_DOMAIN = 1_000_000
+
+
+def _is_null(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN, pandas NA-like
+    except Exception:  # pragma: no cover - exotic NA types
+        return False
+
+
+@dataclass(frozen=True)
+class Column:
+    """Base class of column kinds. ``values`` are the non-NULL domain values
+    in index order; NULL, when ``nullable``, has index ``len(values)``."""
+
+    name: str
+    nullable: bool = False
+    bounds: tuple[float, float] | None = None
+
+    kind = "column"
+
+    @property
+    def values(self) -> tuple:
+        raise NotImplementedError
+
+    @property
+    def size(self) -> int:
+        """Number of domain values, NULL included when nullable."""
+        return len(self.values) + (1 if self.nullable else 0)
+
+    @property
+    def labels(self) -> tuple:
+        """Values as they appear as GROUP BY keys, in index order (None = NULL)."""
+        return tuple(self.values) + ((None,) if self.nullable else ())
+
+    @property
+    def is_numeric(self) -> bool:
+        """Whether each domain value is a number (so SUM can be exact)."""
+        return False
+
+    def index_of(self, value: Any) -> int:
+        """Index of ``value`` in the domain; raises ``KeyError`` if outside."""
+        if _is_null(value):
+            if self.nullable:
+                return len(self.values)
+            raise KeyError(f"NULL is not a value of column {self.name!r}")
+        return self._index(value)
+
+    def _index(self, value: Any) -> int:
+        raise NotImplementedError
+
+    def encode(self, values: Sequence[Any]) -> np.ndarray:
+        """Indices of many values at once; -1 marks a value outside the domain."""
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            try:
+                out[i] = self.index_of(v)
+            except (KeyError, TypeError, ValueError):
+                out[i] = -1
+        return out
+
+    def sum_weights(self) -> np.ndarray:
+        """The clamped value of each domain index (NULL counts 0), used for SUM."""
+        if self.bounds is None or not self.is_numeric:
+            raise ValueError(f"column {self.name!r} cannot be summed")
+        lo, hi = self.bounds
+        vals = np.clip(np.asarray(self.values, dtype=float), lo, hi)
+        if self.nullable:
+            vals = np.append(vals, 0.0)
+        return vals
+
+
+@dataclass(frozen=True)
+class Categorical(Column):
+    """An explicit list of values (strings, or numbers)."""
+
+    choices: tuple = ()
+    kind = "categorical"
+
+    @property
+    def values(self) -> tuple:
+        return self.choices
+
+    @property
+    def is_numeric(self) -> bool:
+        return bool(self.choices) and not isinstance(self.choices[0], str)
+
+    def _index(self, value: Any) -> int:
+        lookup = self.__dict__.get("_lookup")
+        if lookup is None:
+            lookup = {v: i for i, v in enumerate(self.choices)}
+            object.__setattr__(self, "_lookup", lookup)
+        if isinstance(value, bool):
+            raise KeyError(value)
+        if isinstance(value, (np.generic,)):
+            value = value.item()
+        return lookup[value]
+
+
+@dataclass(frozen=True)
+class IntegerRange(Column):
+    """Every integer from ``min`` to ``max`` inclusive."""
+
+    min: int = 0
+    max: int = 0
+    kind = "integer"
+
+    @property
+    def values(self) -> tuple:
+        return tuple(range(self.min, self.max + 1))
+
+    @property
+    def size(self) -> int:
+        return self.max - self.min + 1 + (1 if self.nullable else 0)
+
+    @property
+    def is_numeric(self) -> bool:
+        return True
+
+    def _index(self, value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
+            raise KeyError(value)
+        if float(value) != int(value) or not self.min <= value <= self.max:
+            raise KeyError(value)
+        return int(value) - self.min
+
+
+@dataclass(frozen=True)
+class Binned(Column):
+    """Numeric values mapped to bins by increasing ``edges``."""
+
+    edges: tuple[float, ...] = ()
+    bin_labels: tuple | None = None
+    kind = "numeric"
+
+    @property
+    def values(self) -> tuple:
+        if self.bin_labels is not None:
+            return tuple(self.bin_labels)
+        n = len(self.edges) - 1
+        return tuple(
+            f"[{_fmt(self.edges[i])}, {_fmt(self.edges[i + 1])}{']' if i == n - 1 else ')'}"
+            for i in range(n)
+        )
+
+    def intervals(self) -> list[tuple[float, float, bool]]:
+        """Each bin as ``(lo, hi, hi_included)``."""
+        n = len(self.edges) - 1
+        return [(self.edges[i], self.edges[i + 1], i == n - 1) for i in range(n)]
+
+    def _index(self, value: Any) -> int:
+        if isinstance(value, (str, bool, np.bool_)):
+            raise KeyError(value)
+        v = float(value)
+        if not self.edges[0] <= v <= self.edges[-1]:
+            raise KeyError(value)
+        i = int(np.searchsorted(self.edges, v, side="right")) - 1
+        return min(i, len(self.edges) - 2)
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class Boolean(Column):
+    """False, True."""
+
+    kind = "boolean"
+
+    @property
+    def values(self) -> tuple:
+        return (False, True)
+
+    def _index(self, value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)):
+            return int(bool(value))
+        raise KeyError(value)
+
+
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """Who is protected: each row (``column is None``), or all rows sharing a
+    value of ``column``, of which at most ``max_rows`` are kept per unit."""
+
+    column: str | None = None
+    max_rows: int = 1
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A table's public domain. ``columns`` keep their declaration order, which
+    is the order of the data vector's axes. ``merge`` maps an attribute name to
+    columns that are always measured together as one attribute."""
+
+    table: str
+    columns: tuple[Column, ...]
+    privacy_unit: PrivacyUnit = field(default_factory=PrivacyUnit)
+    merge: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {c.name.lower(): c for c in self.columns})
+        object.__setattr__(self, "_position", {c.name: i for i, c in enumerate(self.columns)})
+
+    def column(self, name: str) -> Column | None:
+        """The column called ``name`` (case-insensitive, as unquoted SQL), or None."""
+        return self._by_name.get(name.lower())  # type: ignore[attr-defined]
+
+    def position(self, name: str) -> int:
+        """Position of a column in declaration order."""
+        return self._position[name]  # type: ignore[attr-defined]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        """Domain size of every column, in declaration order."""
+        return tuple(c.size for c in self.columns)
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any], source: str | None = None) -> "Schema":
+        """Validate ``spec`` and build a Schema (see :func:`load_schema`)."""
+        return _build(spec, source)
+
+
+def load_schema(spec: "str | os.PathLike | Mapping[str, Any] | Schema") -> Schema:
+    """Load a schema from a YAML or JSON file path, a YAML/JSON string, or a dict.
+
+    Every mistake is reported at once, each with its path in the document:
+
+    >>> load_schema({"table": "t", "columns": {"a": {"type": "integer", "min": 5, "max": 1}}})
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.SchemaError: 1 schema problem:
+      columns.a.max: must be >= min (5)
+    """
+    if isinstance(spec, Schema):
+        return spec
+    source = None
+    if isinstance(spec, Mapping):
+        return _build(spec, None)
+    text = None
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and "\n" not in spec
+                                          and os.path.exists(spec)):
+        source = os.fspath(spec)
+        with open(source, encoding="utf-8") as fh:
+            text = fh.read()
+    elif isinstance(spec, str):
+        text = spec
+    else:
+        raise SchemaError([("", f"expected a path, a YAML/JSON string or a dict, got {type(spec).__name__}")])
+    data = _parse_text(text, source)
+    return _build(data, source)
+
+
+def _parse_text(text: str, source: str | None) -> Any:
+    if source and source.endswith(".json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError([(f"line {exc.lineno}", f"invalid JSON: {exc.msg}")], source) from None
+    import yaml  # JSON is a subset of YAML
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SchemaError([(where, f"invalid YAML: {problem}")], source) from None
+
+
+_COMMON_KEYS = {"type", "nullable", "bounds", "description"}
+_KIND_KEYS = {
+    "categorical": {"values"},
+    "integer": {"min", "max"},
+    "numeric": {"bins", "labels"},
+    "boolean": set(),
+}
+_KIND_ALIASES = {"categorical": "categorical", "category": "categorical", "enum": "categorical",
+                 "integer": "integer", "int": "integer", "numeric": "numeric", "binned": "numeric",
+                 "boolean": "boolean", "bool": "boolean"}
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _build(spec: Any, source: str | None) -> Schema:
+    problems: list[tuple[str, str]] = []
+
+    def bad(path: str, msg: str) -> None:
+        problems.append((path, msg))
+
+    if not isinstance(spec, Mapping):
+        raise SchemaError([("", f"must be a mapping with 'table' and 'columns', got {type(spec).__name__}")], source)
+    for key in spec:
+        if key not in {"table", "columns", "privacy_unit", "merge", "description"}:
+            bad(str(key), "unknown key (expected table, columns, privacy_unit, merge)")
+    table = spec.get("table")
+    if table is None:
+        bad("table", "is required")
+    elif not isinstance(table, str) or not table.strip():
+        bad("table", "must be a non-empty string")
+
+    columns: list[Column] = []
+    raw_cols = spec.get("columns")
+    if raw_cols is None:
+        bad("columns", "is required")
+        raw_cols = {}
+    elif isinstance(raw_cols, list):  # also accept [{name: ..., type: ...}, ...]
+        as_map: dict[str, Any] = {}
+        for i, item in enumerate(raw_cols):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                bad(f"columns[{i}]", "must be a mapping with a 'name'")
+                continue
+            as_map[item["name"]] = {k: v for k, v in item.items() if k != "name"}
+        raw_cols = as_map
+    elif not isinstance(raw_cols, Mapping):
+        bad("columns", "must be a mapping of column name to column spec")
+        raw_cols = {}
+    elif not raw_cols:
+        bad("columns", "must declare at least one column")
+    seen: set[str] = set()
+    for name, cspec in raw_cols.items():
+        path = f"columns.{name}"
+        if not isinstance(name, str) or not name:
+            bad(path, "column name must be a non-empty string")
+            continue
+        if name.lower() in seen:
+            bad(path, "duplicate column name (names are case-insensitive)")
+            continue
+        seen.add(name.lower())
+        col = _build_column(name, cspec, path, bad)
+        if col is not None:
+            columns.append(col)
+
+    unit = PrivacyUnit()
+    raw_unit = spec.get("privacy_unit", "row")
+    if raw_unit in ("row", None):
+        pass
+    elif isinstance(raw_unit, Mapping):
+        for key in raw_unit:
+            if key not in {"column", "max_rows"}:
+                bad(f"privacy_unit.{key}", "unknown key (expected column, max_rows)")
+        ucol = raw_unit.get("column")
+        mrows = raw_unit.get("max_rows", 1)
+        if not isinstance(ucol, str) or not ucol:
+            bad("privacy_unit.column", "must name the column that identifies a privacy unit")
+            ucol = None
+        elif ucol.lower() in seen:
+            bad("privacy_unit.column", f"{ucol!r} is a domain column; the unit identifier must not be queryable")
+        if not _is_int(mrows) or mrows < 1:
+            bad("privacy_unit.max_rows", "must be an integer >= 1")
+            mrows = 1
+        unit = PrivacyUnit(ucol, mrows)
+    else:
+        bad("privacy_unit", "must be 'row' or a mapping {column: <name>, max_rows: <int>}")
+
+    merge: list[tuple[str, tuple[str, ...]]] = []
+    raw_merge = spec.get("merge") or {}
+    if not isinstance(raw_merge, Mapping):
+        bad("merge", "must be a mapping of attribute name to a list of columns")
+        raw_merge = {}
+    used: dict[str, str] = {}
+    by_lower = {c.name.lower(): c.name for c in columns}
+    for mname, mcols in raw_merge.items():
+        mpath = f"merge.{mname}"
+        if not isinstance(mcols, list) or len(mcols) < 2:
+            bad(mpath, "must be a list of at least two columns")
+            continue
+        names = []
+        for i, c in enumerate(mcols):
+            if not isinstance(c, str) or c.lower() not in seen:
+                bad(f"{mpath}[{i}]", f"unknown column {c!r}")
+            elif c.lower() in used:
+                bad(f"{mpath}[{i}]", f"column {c!r} is already merged into {used[c.lower()]!r}")
+            else:
+                used[c.lower()] = str(mname)
+                if c.lower() in by_lower:
+                    names.append(by_lower[c.lower()])
+        merge.append((str(mname), tuple(names)))
+
+    if problems:
+        raise SchemaError(problems, source)
+    return Schema(table=table, columns=tuple(columns), privacy_unit=unit, merge=tuple(merge))
+
+
+def _build_column(name: str, cspec: Any, path: str, bad) -> Column | None:
+    if not isinstance(cspec, Mapping):
+        bad(path, "must be a mapping with a 'type'")
+        return None
+    raw_kind = cspec.get("type")
+    if raw_kind is None:
+        bad(f"{path}.type", "is required (categorical, integer, numeric or boolean)")
+        return None
+    kind = _KIND_ALIASES.get(str(raw_kind).lower()) if isinstance(raw_kind, str) else None
+    if kind is None:
+        bad(f"{path}.type", f"unknown type {raw_kind!r} (expected categorical, integer, numeric or boolean)")
+        return None
+    ok = True
+    for key in cspec:
+        if key not in _COMMON_KEYS | _KIND_KEYS[kind]:
+            bad(f"{path}.{key}", f"unknown key for a {kind} column")
+            ok = False
+    nullable = cspec.get("nullable", False)
+    if not isinstance(nullable, bool):
+        bad(f"{path}.nullable", "must be true or false")
+        ok, nullable = False, False
+
+    bounds = None
+    if "bounds" in cspec:
+        b = cspec["bounds"]
+        if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(_is_number(x) for x in b)):
+            bad(f"{path}.bounds", "must be a list [lo, hi] of two numbers")
+            ok = False
+        elif b[0] > b[1]:
+            bad(f"{path}.bounds", f"lo ({b[0]}) must be <= hi ({b[1]})")
+            ok = False
+        else:
+            bounds = (b[0], b[1])
+
+    col: Column | None = None
+    if kind == "categorical":
+        vals = cspec.get("values")
+        if not isinstance(vals, list) or not vals:
+            bad(f"{path}.values", "must be a non-empty list")
+            return None
+        strings = [isinstance(v, str) for v in vals]
+        numbers = [_is_number(v) for v in vals]
+        for i, v in enumerate(vals):
+            if not (isinstance(v, str) or _is_number(v)):
+                bad(f"{path}.values[{i}]", f"must be a string or a number, got {v!r}")
+                ok = False
+        if ok and not (all(strings) or all(numbers)):
+            bad(f"{path}.values", "must be all strings or all numbers")
+            ok = False
+        seen_vals: set = set()
+        for i, v in enumerate(vals):
+            if v in seen_vals:
+                bad(f"{path}.values[{i}]", f"duplicate value {v!r}")
+                ok = False
+            seen_vals.add(v)
+        if bounds is not None and not all(numbers):
+            bad(f"{path}.bounds", "only columns with numeric values can be summed")
+            ok = False
+        if ok:
+            col = Categorical(name=name, nullable=nullable, bounds=bounds, choices=tuple(vals))
+    elif kind == "integer":
+        lo, hi = cspec.get("min"), cspec.get("max")
+        if lo is None:
+            bad(f"{path}.min", "is required")
+        elif not _is_int(lo):
+            bad(f"{path}.min", "must be an integer")
+            lo = None
+        if hi is None:
+            bad(f"{path}.max", "is required")
+        elif not _is_int(hi):
+            bad(f"{path}.max", "must be an integer")
+            hi = None
+        if lo is not None and hi is not None:
+            if hi < lo:
+                bad(f"{path}.max", f"must be >= min ({lo})")
+            elif hi - lo + 1 > MAX_COLUMN_DOMAIN:
+                bad(path, f"domain of {hi - lo + 1} values is too large (at most {MAX_COLUMN_DOMAIN}); use numeric bins")
+            elif ok:
+                col = IntegerRange(name=name, nullable=nullable, bounds=bounds, min=lo, max=hi)
+    elif kind == "numeric":
+        edges = cspec.get("bins")
+        if not isinstance(edges, list) or len(edges) < 2:
+            bad(f"{path}.bins", "must be a list of at least two increasing edges")
+            return None
+        good = True
+        for i, e in enumerate(edges):
+            if not _is_number(e):
+                bad(f"{path}.bins[{i}]", f"must be a finite number, got {e!r}")
+                good = False
+        if good:
+            for i in range(1, len(edges)):
+                if edges[i] <= edges[i - 1]:
+                    bad(f"{path}.bins[{i}]", f"must be greater than the previous edge ({edges[i - 1]})")
+                    good = False
+        labels = cspec.get("labels")
+        if labels is not None:
+            if not isinstance(labels, list) or len(labels) != len(edges) - 1:
+                bad(f"{path}.labels", f"must be a list of {len(edges) - 1} labels, one per bin")
+                good = False
+            elif len(set(map(repr, labels))) != len(labels):
+                bad(f"{path}.labels", "labels must be distinct")
+                good = False
+        if bounds is not None:
+            bad(f"{path}.bounds", "a binned column cannot be summed exactly; declare it as integer or categorical")
+            good = False
+        if good and ok:
+            col = Binned(name=name, nullable=nullable, edges=tuple(float(e) for e in edges),
+                         bin_labels=tuple(labels) if labels is not None else None)
+    else:
+        if bounds is not None:
+            bad(f"{path}.bounds", "a boolean column cannot be summed")
+        elif ok:
+            col = Boolean(name=name, nullable=nullable)
+    return col

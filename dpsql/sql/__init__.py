@@ -1,0 +1,21 @@
+"""The SQL front end: statements to query plans to one workload.
+
+* :func:`plan_statement` — one statement to a :class:`QueryPlan` (grammar and
+  schema checks, errors with line and column);
+* :func:`compile_batch` — statements (a list, a ``;``-separated text or a
+  ``.sql`` file) to a :class:`CompiledBatch`: a
+  :class:`dpsql.workload.Workload` plus which rows answer which statement,
+  aggregate and group.
+
+The grammar is written down in ``grammar/dpsql.ebnf``.
+"""
+
+from .analyze import plan_statement
+from .compile import (Attribute, Block, CompiledBatch, CompiledStatement, compile_batch, compile_sql,
+                      conjuncts)
+from .parse import parse_statements
+from .plan import Aggregate, GroupKey, QueryPlan
+
+__all__ = ["plan_statement", "compile_batch", "compile_sql", "parse_statements", "conjuncts",
+           "QueryPlan", "GroupKey", "Aggregate", "CompiledBatch", "CompiledStatement", "Block",
+           "Attribute"]

@@ -1,0 +1,548 @@
+"""Analysis: one parsed statement to a :class:`~dpsql.sql.plan.QueryPlan`.
+
+The public function is :func:`plan_statement`. It checks the statement
+against the grammar (``grammar/dpsql.ebnf``) and the schema, resolves column
+names, matches select items to GROUP BY keys, and rewrites HAVING and ORDER BY
+over output column names. Anything outside the grammar raises a
+:class:`dpsql.errors.SQLError` subclass naming the construct, its line and
+its column. Nothing here looks at data.
+
+>>> from dpsql.schema import load_schema
+>>> s = load_schema({"table": "t", "columns": {"sex": {"type": "categorical", "values": ["F", "M"]},
+...                                          "age": {"type": "integer", "min": 0, "max": 99}}})
+>>> p = plan_statement("SELECT sex, COUNT(*) AS n FROM t WHERE age >= 18 GROUP BY sex", s)
+>>> [k.name for k in p.keys], [(a.name, a.func) for a in p.aggregates], p.where.sql()
+(['sex'], [('n', 'count')], 'age >= 18')
+>>> plan_statement("SELECT sex, COUNT(*) FROM t JOIN u ON t.a = u.a GROUP BY sex", s)
+Traceback (most recent call last):
+...
+dpsql.errors.UnsupportedSQLError: JOIN is not supported: a statement reads one table at line 1, column 29
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot import exp
+
+from ..errors import (BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError,
+                      UnsupportedSQLError)
+from ..schema import Binned, Schema
+from .evaluate import Grid, _construct_name, column_refs, literal_value
+from .parse import Statement, parse_statements
+from .plan import Aggregate, GroupKey, QueryPlan
+
+__all__ = ["plan_statement", "analyze"]
+
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit",
+                        "offset", "kind", "hint"}
+_SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "WITH (common table expression)",
+                     "qualify": "QUALIFY", "windows": "WINDOW clause", "laterals": "LATERAL",
+                     "sample": "TABLESAMPLE", "pivots": "PIVOT", "into": "SELECT INTO",
+                     "locks": "FOR UPDATE", "connect": "CONNECT BY", "prewhere": "PREWHERE",
+                     "settings": "SETTINGS", "format": "FORMAT", "match": "MATCH_RECOGNIZE",
+                     "cluster": "CLUSTER BY", "distribute": "DISTRIBUTE BY", "sort": "SORT BY",
+                     "operation_modifiers": "operation modifier", "exclude": "EXCLUDE"}
+_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+
+
+class _Context:
+    """Builds errors with positions for one statement."""
+
+    def __init__(self, stmt: Statement) -> None:
+        self.stmt = stmt
+
+    def error(self, cls, message: str, construct: str | None = None,
+              node: exp.Expression | None = None) -> SQLError:
+        line, col = self.stmt.position(node)
+        return cls(message, construct, line, col)
+
+    def fail(self, cls, message: str, construct: str | None = None, node: exp.Expression | None = None):
+        raise self.error(cls, message, construct, node)
+
+
+def plan_statement(sql: "str | Statement", schema: Schema) -> QueryPlan:
+    """Analyze exactly one SQL statement into a :class:`QueryPlan`."""
+    if isinstance(sql, Statement):
+        return analyze(sql, schema)
+    stmts = parse_statements(sql)
+    if len(stmts) != 1:
+        if not stmts:
+            raise UnsupportedSQLError("no SQL statement to compile", "empty statement", 1, 1)
+        line, col = stmts[1].position(None)
+        raise UnsupportedSQLError("expected one statement; use compile_batch for several",
+                                  "second statement", line, col)
+    return analyze(stmts[0], schema)
+
+
+def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
+    """Check one parsed statement and build its plan."""
+    ctx = _Context(stmt)
+    tree = stmt.tree
+    if not isinstance(tree, exp.Select):
+        name = _statement_kind(tree)
+        ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
+    _check_select_args(tree, ctx)
+    _check_nodes(tree, ctx)
+    table, alias = _check_from(tree, schema, ctx)
+    _resolve_columns(tree, schema, table, alias, ctx)
+
+    items = list(tree.expressions)
+    if not items:  # pragma: no cover - sqlglot rejects an empty select list
+        ctx.fail(UnsupportedSQLError, "empty select list", "SELECT", tree)
+
+    # -- select items: aggregates and key candidates ------------------------------
+    select_aliases: dict[str, exp.Expression] = {}
+    parsed_items: list[tuple[str | None, exp.Expression, bool]] = []  # (alias, expr, is_agg)
+    for item in items:
+        alias = item.alias if isinstance(item, exp.Alias) else None
+        body = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(body, exp.Star):
+            ctx.fail(UnsupportedSQLError, "SELECT * is not supported: name the group keys and aggregates",
+                     "*", body)
+        is_agg = _contains_aggregate(body)
+        if is_agg and not _is_aggregate_call(body):
+            ctx.fail(UnsupportedSQLError, "an expression over an aggregate is not supported; "
+                     "select the aggregate itself", _construct_name(body), body)
+        parsed_items.append((alias, body, is_agg))
+        if alias:
+            select_aliases[alias.lower()] = body
+
+    # -- WHERE -----------------------------------------------------------------------
+    where_node = tree.args.get("where")
+    where = where_node.this if where_node is not None else None
+    if where is not None:
+        agg = _first_aggregate(where)
+        if agg is not None:
+            ctx.fail(GroupingError, "aggregates are not allowed in WHERE; use HAVING", _construct_name(agg), agg)
+        _validate_expression(where, schema, ctx, predicate=True)
+
+    # -- GROUP BY keys -----------------------------------------------------------------
+    keys: list[GroupKey] = []
+    key_exprs: list[exp.Expression] = []
+    group = tree.args.get("group")
+    if group is not None:
+        for extra in ("grouping_sets", "cube", "rollup", "all", "totals"):
+            if group.args.get(extra):
+                name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
+                        "all": "GROUP BY ALL", "totals": "WITH TOTALS"}[extra]
+                ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
+                         name, group)
+        for g in group.expressions:
+            expr, name, visible_item = _resolve_group_item(g, parsed_items, select_aliases, schema, ctx)
+            if _first_aggregate(expr) is not None:
+                ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
+            if any(_same(expr, e) for e in key_exprs):
+                continue  # GROUP BY a, a
+            _validate_expression(expr, schema, ctx, predicate=False)
+            key_exprs.append(expr)
+            keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),
+                                 visible=False))
+
+    # -- outputs: match non-aggregates to keys, collect aggregates ----------------------
+    outputs: list[str] = []
+    aggregates: list[Aggregate] = []
+    used_names: set[str] = set()
+    key_of_item: dict[int, int] = {}
+    for i, (alias, body, is_agg) in enumerate(parsed_items):
+        if is_agg:
+            continue
+        match = next((k for k, e in enumerate(key_exprs) if _same(body, e)), None)
+        if match is None:
+            construct = f"column {body.name!r}" if isinstance(body, exp.Column) else _construct_name(body)
+            if group is None and _first_aggregate_in_items(parsed_items):
+                msg = "a non-aggregate select item needs GROUP BY"
+            else:
+                msg = "this select item is not a GROUP BY key and not inside an aggregate"
+            ld = _literal_item(body)
+            if ld:
+                msg = "a constant select item is not supported; select group keys and aggregates"
+                ctx.fail(UnsupportedSQLError, msg, construct, body)
+            ctx.fail(GroupingError, msg, construct, body)
+        key_of_item[i] = match
+    for i, (alias, body, is_agg) in enumerate(parsed_items):
+        if is_agg:
+            agg = _make_aggregate(body, alias, schema, ctx, used_names)
+            aggregates.append(agg)
+            outputs.append(agg.name)
+        else:
+            k = key_of_item[i]
+            key = keys[k]
+            name = alias or key.name
+            if key.visible:
+                if name in outputs:
+                    ctx.fail(GroupingError, f"group key {name!r} is selected twice", name, body)
+                # selected twice under different aliases: not supported (ambiguous)
+                ctx.fail(UnsupportedSQLError, "a group key may be selected only once", name, body)
+            name = _unique(name, used_names)
+            keys[k] = GroupKey(name=name, expr=key.expr, columns=key.columns, visible=True)
+            outputs.append(name)
+    for k, key in enumerate(keys):
+        if not key.visible:
+            keys[k] = GroupKey(name=_unique(key.name, used_names), expr=key.expr, columns=key.columns,
+                               visible=False)
+    if not aggregates:
+        ctx.fail(UnsupportedSQLError, "a statement must compute COUNT, SUM or AVG", "SELECT", tree)
+
+    # -- HAVING, ORDER BY, LIMIT, OFFSET (post-processing) ------------------------------
+    rewrite = _Rewriter(keys, key_exprs, aggregates, parsed_items, outputs, schema, ctx, used_names)
+    having = None
+    having_node = tree.args.get("having")
+    if having_node is not None:
+        having = rewrite(having_node.this, "HAVING")
+    order: list[tuple[str, bool]] = []
+    order_node = tree.args.get("order")
+    if order_node is not None:
+        for o in order_node.expressions:
+            target = o.this
+            ok, lit = literal_value(target)
+            if ok and isinstance(lit, int) and not isinstance(lit, bool):
+                if not 1 <= lit <= len(outputs):
+                    ctx.fail(GroupingError, f"ORDER BY position {lit} is not in the select list "
+                             f"(1..{len(outputs)})", f"ORDER BY {lit}", target)
+                name = outputs[lit - 1]
+            else:
+                r = rewrite(target, "ORDER BY")
+                if not isinstance(r, exp.Column):
+                    ctx.fail(UnsupportedSQLError, "ORDER BY takes an output column, a group key or an "
+                             "aggregate", _construct_name(target), target)
+                name = r.name
+            order.append((name, bool(o.args.get("desc"))))
+    limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
+    offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
+    aggregates = rewrite.aggregates
+    line, _ = stmt.position(None)
+    return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(aggregates),
+                     where=_strip(where) if where is not None else None, outputs=tuple(outputs),
+                     having=having, order_by=tuple(order), limit=limit, offset=offset,
+                     options=dict(stmt.options), line=line)
+
+
+# -- structural checks -------------------------------------------------------------------
+
+def _statement_kind(tree: exp.Expression) -> str:
+    if isinstance(tree, exp.Union):
+        return "UNION"
+    if isinstance(tree, exp.Intersect):
+        return "INTERSECT"
+    if isinstance(tree, exp.Except):
+        return "EXCEPT"
+    key = tree.key.upper()
+    return {"COMMAND": (str(tree.this).upper() if tree.this else "command")}.get(key, key)
+
+
+def _check_select_args(tree: exp.Select, ctx: _Context) -> None:
+    for key, value in tree.args.items():
+        if key in _ALLOWED_SELECT_ARGS or not value:
+            continue
+        if key == "joins":
+            join = value[0]
+            if not join.args.get("kind") and not join.args.get("side") and not join.args.get("on") \
+                    and not join.args.get("using") and join.args.get("method") is None \
+                    and _is_comma_join(join, ctx):
+                ctx.fail(UnsupportedSQLError, f"a second table ({join.this.sql()}) is not supported: "
+                         "a statement reads one table", "second table", join.this)
+            ctx.fail(UnsupportedSQLError, "JOIN is not supported: a statement reads one table", "JOIN", join)
+        name = _SELECT_ARG_NAMES.get(key, key.upper())
+        node = value if isinstance(value, exp.Expression) else (value[0] if isinstance(value, list) else tree)
+        if key == "distinct":
+            node = tree.expressions[0] if tree.expressions else tree
+        ctx.fail(UnsupportedSQLError, f"{name} is not supported", name, node)
+
+
+def _is_comma_join(join: exp.Join, ctx: _Context) -> bool:
+    from sqlglot.tokens import TokenType
+
+    off = ctx.stmt.offset_of(join)
+    if off is None:
+        return False
+    kw = ctx.stmt.source.token_before(off, {TokenType.COMMA, TokenType.JOIN, TokenType.FROM})
+    for tok in ctx.stmt.source.tokens:
+        if tok.start == kw:
+            return tok.token_type == TokenType.COMMA
+    return False
+
+
+def _check_nodes(tree: exp.Select, ctx: _Context) -> None:
+    for node in tree.walk():
+        if node is tree:
+            continue
+        if isinstance(node, (exp.Select, exp.Subquery)) or (isinstance(node, exp.Union)):
+            ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", node)
+        if isinstance(node, exp.Exists):
+            ctx.fail(UnsupportedSQLError, "EXISTS (a subquery) is not supported", "EXISTS", node)
+        if isinstance(node, exp.Window):
+            ctx.fail(UnsupportedSQLError, "window functions (OVER) are not supported",
+                     "window function", node)
+        if isinstance(node, exp.Filter):
+            ctx.fail(UnsupportedSQLError, "aggregate FILTER is not supported; use WHERE", "FILTER", node)
+        if isinstance(node, exp.Placeholder) or isinstance(node, exp.Parameter):
+            ctx.fail(UnsupportedSQLError, "query parameters are not supported; write literals",
+                     "parameter", node)
+
+
+def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, str | None]:
+    frm = tree.args.get("from_")
+    if frm is None:
+        ctx.fail(UnsupportedSQLError, f"a statement must read FROM {schema.table}", "missing FROM", tree)
+    src = frm.this
+    if not isinstance(src, exp.Table) or not isinstance(src.this, exp.Identifier):
+        ctx.fail(UnsupportedSQLError, f"FROM must name the table {schema.table!r}",
+                 _construct_name(src), src)
+    if src.name.lower() != schema.table.lower():
+        ctx.fail(UnknownColumnError, f"unknown table {src.name!r}; the schema declares {schema.table!r}",
+                 f"table {src.name!r}", src)
+    if src.args.get("joins") or src.args.get("pivots") or src.args.get("laterals"):
+        ctx.fail(UnsupportedSQLError, "JOIN is not supported: a statement reads one table", "JOIN", src)
+    alias = src.alias or None
+    return src.name, alias
+
+
+def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | None,
+                     ctx: _Context) -> None:
+    """Qualifiers must be the table (or its alias); names become schema names.
+    Unknown names are left alone here, as they may be output aliases in
+    GROUP BY / HAVING / ORDER BY; they are reported where they are used."""
+    ok_tables = {table.lower()} | ({alias.lower()} if alias else set())
+    for col in list(tree.find_all(exp.Column)):
+        if isinstance(col.this, exp.Star):
+            ctx.fail(UnsupportedSQLError, "SELECT t.* is not supported", "*", col)
+        qual = col.table
+        if qual and qual.lower() not in ok_tables:
+            ctx.fail(UnknownColumnError, f"unknown table {qual!r} in {col.sql()}", f"table {qual!r}", col)
+        if col.args.get("db") or col.args.get("catalog"):
+            ctx.fail(UnsupportedSQLError, "qualified names with a schema are not supported", col.sql(), col)
+        c = schema.column(col.name)
+        if c is not None:
+            col.set("table", None)
+            col.set("this", exp.to_identifier(c.name))
+        elif schema.privacy_unit.column and col.name.lower() == schema.privacy_unit.column.lower():
+            ctx.fail(UnknownColumnError, f"column {col.name!r} identifies the privacy unit and cannot be "
+                     "queried", f"column {col.name!r}", col)
+
+
+def _check_known(expr: exp.Expression, schema: Schema, ctx: _Context) -> None:
+    for col in expr.find_all(exp.Column):
+        if schema.column(col.name) is None:
+            ctx.fail(UnknownColumnError, f"unknown column {col.name!r}; the schema of {schema.table!r} "
+                     f"declares {', '.join(schema.names)}", f"column {col.name!r}", col)
+
+
+def _validate_expression(expr: exp.Expression, schema: Schema, ctx: _Context, predicate: bool) -> None:
+    """Type- and domain-check by evaluating on the domain of the columns involved."""
+    _check_known(expr, schema, ctx)
+    cols = [schema.column(n) for n in column_refs(expr)]
+    cols.sort(key=lambda c: schema.position(c.name))
+    size = 1
+    for c in cols:
+        size *= c.size
+    if size > 50_000_000:
+        ctx.fail(UnsupportedSQLError, f"this expression couples columns {', '.join(c.name for c in cols)} "
+                 f"whose joint domain has {size} cells (too many)", _construct_name(expr), expr)
+    grid = Grid(cols, fail=ctx.error)
+    if predicate:
+        grid.predicate(expr)
+    else:
+        v = grid.value(expr)
+        if v.kind == "bin" and not isinstance(expr, exp.Column):  # pragma: no cover
+            ctx.fail(DomainError, "binned columns can be grouped on directly only", _construct_name(expr), expr)
+
+
+# -- GROUP BY ---------------------------------------------------------------------------
+
+def _resolve_group_item(g: exp.Expression, items, select_aliases, schema: Schema, ctx: _Context):
+    ok, lit = literal_value(g)
+    if ok:
+        if not isinstance(lit, int) or isinstance(lit, bool):
+            ctx.fail(GroupingError, "GROUP BY takes a column, an alias, an expression or a position",
+                     "GROUP BY", g)
+        if not 1 <= lit <= len(items):
+            ctx.fail(GroupingError, f"GROUP BY position {lit} is not in the select list (1..{len(items)})",
+                     f"GROUP BY {lit}", g)
+        alias, body, is_agg = items[lit - 1]
+        if is_agg:
+            ctx.fail(GroupingError, f"GROUP BY position {lit} is an aggregate", f"GROUP BY {lit}", g)
+        return body, alias or _default_name(body), True
+    if isinstance(g, exp.Column):
+        if schema.column(g.name) is not None:
+            for alias, body, is_agg in items:
+                if _same(body, g) and alias:
+                    return g, alias, True
+            return g, g.name, False
+        alias_body = select_aliases.get(g.name.lower())
+        if alias_body is not None:
+            if _contains_aggregate(alias_body):
+                ctx.fail(GroupingError, f"GROUP BY {g.name} names an aggregate", f"GROUP BY {g.name}", g)
+            return alias_body, g.name, True
+        _check_known(g, schema, ctx)
+    return g, _default_name(g), False
+
+
+def _default_name(expr: exp.Expression) -> str:
+    if isinstance(expr, exp.Column):
+        return expr.name
+    return expr.sql(dialect="duckdb")
+
+
+def _same(a: exp.Expression, b: exp.Expression) -> bool:
+    return _strip(a) == _strip(b)
+
+
+def _strip(e: exp.Expression) -> exp.Expression:
+    """A copy without parentheses around the whole expression or aliases."""
+    while isinstance(e, (exp.Paren, exp.Alias)):
+        e = e.this
+    return e.copy()
+
+
+def _literal_item(body: exp.Expression) -> bool:
+    ok, _ = literal_value(body)
+    return ok
+
+
+def _first_aggregate_in_items(items) -> bool:
+    return any(is_agg for _, _, is_agg in items)
+
+
+# -- aggregates ---------------------------------------------------------------------------
+
+def _is_agg_node(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc)
+
+
+def _contains_aggregate(expr: exp.Expression) -> bool:
+    return _first_aggregate(expr) is not None
+
+
+def _first_aggregate(expr: exp.Expression) -> exp.Expression | None:
+    for node in expr.walk():
+        if _is_agg_node(node):
+            return node
+    return None
+
+
+def _is_aggregate_call(body: exp.Expression) -> bool:
+    return _is_agg_node(body)
+
+
+def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx: _Context,
+                    used: set[str], visible: bool = True) -> Aggregate:
+    func = _AGGREGATES.get(type(body))
+    if func is None:
+        name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
+        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported (COUNT, SUM and AVG are)",
+                 f"aggregate {name}", body)
+    arg = body.this
+    if isinstance(arg, exp.Distinct):
+        ctx.fail(UnsupportedSQLError, f"{func.upper()}(DISTINCT ...) is not supported", f"{func.upper()}(DISTINCT)",
+                 body)
+    if body.expressions:
+        ctx.fail(UnsupportedSQLError, f"{func.upper()} takes one argument", func.upper(), body)
+    name = alias
+    if func == "count" and isinstance(arg, exp.Star):
+        column = None
+    else:
+        if not isinstance(arg, exp.Column):
+            ok, _ = literal_value(arg)
+            if func == "count" and ok:
+                ctx.fail(UnsupportedSQLError, "COUNT of a constant is not supported; use COUNT(*)",
+                         "COUNT(constant)", body)
+            ctx.fail(UnsupportedSQLError, f"{func.upper()} takes a column name "
+                     f"{'or *' if func == 'count' else ''}".strip(), f"{func.upper()} argument", arg)
+        col = schema.column(arg.name)
+        if col is None:
+            _check_known(arg, schema, ctx)
+        column = col.name
+        if func in ("sum", "avg"):
+            if not col.is_numeric:
+                what = "binned" if isinstance(col, Binned) else col.kind
+                extra = (" (a bin holds many values, so its sum is not known exactly)"
+                         if isinstance(col, Binned) else "")
+                ctx.fail(DomainError, f"cannot {func.upper()} the {what} column {col.name!r}{extra}",
+                         f"{func.upper()}({col.name})", body)
+            if col.bounds is None:
+                ctx.fail(BoundsError, f"column {col.name!r} is summed but the schema declares no bounds "
+                         f"for it; add bounds: [lo, hi]", f"{func.upper()}({col.name})", body)
+    bounds = schema.column(column).bounds if (column and func != "count") else None
+    if name is None:
+        name = f"{func.upper()}({column or '*'})" if func != "count" or column else "COUNT(*)"
+    return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible)
+
+
+def _unique(name: str, used: set[str]) -> str:
+    base, n = name, 2
+    while name.lower() in used:
+        name = f"{base}_{n}"
+        n += 1
+    used.add(name.lower())
+    return name
+
+
+class _Rewriter:
+    """Rewrites HAVING / ORDER BY expressions over output column names,
+    adding hidden aggregates for those not selected."""
+
+    def __init__(self, keys, key_exprs, aggregates, items, outputs, schema, ctx, used) -> None:
+        self.keys, self.key_exprs = keys, key_exprs
+        self.aggregates = list(aggregates)
+        self.items, self.outputs = items, outputs
+        self.schema, self.ctx, self.used = schema, ctx, used
+        self.alias_names = {o.lower(): o for o in outputs}
+
+    def __call__(self, expr: exp.Expression, clause: str) -> exp.Expression:
+        expr = expr.copy()
+        for node in list(expr.walk()):
+            if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover
+                self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} in {clause}",
+                              _construct_name(node), node)
+        return self._rewrite(expr, clause)
+
+    def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
+        if _is_agg_node(node):
+            return exp.column(self._aggregate_name(node), quoted=True)
+        for k, e in enumerate(self.key_exprs):
+            if _same(node, e):
+                return exp.column(self.keys[k].name, quoted=True)
+        if isinstance(node, exp.Column):
+            name = self.alias_names.get(node.name.lower())
+            if name is not None:
+                return exp.column(name, quoted=True)
+            for key in self.keys:
+                if key.name.lower() == node.name.lower():
+                    return exp.column(key.name, quoted=True)
+            if self.schema.column(node.name) is not None:
+                self.ctx.fail(GroupingError, f"{clause} uses column {node.name!r}, which is not a group key",
+                              f"column {node.name!r}", node)
+            self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}",
+                          f"column {node.name!r}", node)
+        if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Case, exp.Cast, exp.Abs,
+                                                                 exp.Round, exp.Coalesce, exp.If)):
+            self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} is not supported in {clause}",
+                          _construct_name(node), node)
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expression):
+                node.set(key, self._rewrite(value, clause))
+            elif isinstance(value, list):
+                node.set(key, [self._rewrite(v, clause) if isinstance(v, exp.Expression) else v for v in value])
+        return node
+
+    def _aggregate_name(self, node: exp.Expression) -> str:
+        if _first_aggregate(node.this) is not None if node.this is not None else False:
+            self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", _construct_name(node), node)
+        probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
+        for a in self.aggregates:
+            if a.func == probe.func and a.column == probe.column:
+                return a.name
+        agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)
+        self.aggregates.append(agg)
+        return agg.name
+
+
+def _count_clause(node: exp.Expression | None, name: str, ctx: _Context) -> int | None:
+    if node is None:
+        return None
+    value = node.args.get("expression") or node.this
+    ok, lit = literal_value(value) if value is not None else (False, None)
+    if not ok or not isinstance(lit, int) or isinstance(lit, bool) or lit < 0:
+        ctx.fail(UnsupportedSQLError, f"{name} takes a non-negative integer literal", name, value or node)
+    return lit

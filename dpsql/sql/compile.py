@@ -1,0 +1,481 @@
+"""Compiling query plans into one workload, with row bookkeeping.
+
+The public function is :func:`compile_batch` (and :func:`compile_sql` for one
+statement). Every statement of a batch becomes a few terms of one
+:class:`dpsql.workload.Workload`: one Kronecker product per measured
+aggregate (COUNT, SUM; AVG is a SUM term and a COUNT term). The workload's
+domain is a tuple of *attributes*; an attribute is one schema column, or
+several columns merged into one (their joint domain in C order).
+
+Why merging. A Kronecker product can only express a conjunction of
+per-attribute conditions. A condition that couples columns (``white OR
+black``, ``a < b``, a CASE over several columns) is exact on the merged
+attribute of those columns, where it is just a 0/1 vector over the joint
+domain (HDMM §2.3 merges the six race flags this way). Columns are merged
+when (i) the schema's ``merge`` section says so, or (ii) some statement of the
+batch has a top-level conjunct of its WHERE clause, or a GROUP BY key, that
+mentions several columns. Top-level conjuncts are found after pushing NOT
+through AND/OR (De Morgan holds in SQL's three-valued logic), so ``NOT (a = 1
+OR b = 2)`` does not merge. Because every condition is evaluated on every cell
+of the public domain, under SQL's three-valued logic, the compiled rows are
+exact: ``workload @ x`` equals the SQL answers on any table whose histogram is
+``x``.
+
+The data vector ``x`` is the histogram of the table over the attributes, in
+attribute order (first attribute slowest); an attribute's index is the C-order
+index of its columns' value indices (``Column.index_of``, NULL last). When the
+merged columns are adjacent in the schema (as the race flags are) this is the
+same vector as the histogram over the columns.
+
+>>> from dpsql.schema import load_schema
+>>> s = load_schema({"table": "t", "columns": {
+...     "a": {"type": "boolean"}, "b": {"type": "boolean"}, "age": {"type": "integer", "min": 0, "max": 9}}})
+>>> batch = compile_batch(["SELECT COUNT(*) FROM t WHERE a OR b", "SELECT age, COUNT(*) FROM t GROUP BY age"], s)
+>>> [a.name for a in batch.attributes], batch.domain, batch.workload.shape
+(['a+b', 'age'], (4, 10), (11, 40))
+>>> batch.statements[1].rows("COUNT(*)")
+slice(1, 11, None)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from sqlglot import exp
+
+from ..errors import UnsupportedSQLError
+from ..schema import Column, Schema, load_schema
+from .analyze import analyze
+from .evaluate import Grid, column_refs
+from .parse import Statement, parse_statements
+from .plan import QueryPlan
+
+__all__ = ["Attribute", "Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
+           "conjuncts", "MAX_ATTRIBUTE_SIZE"]
+
+#: Largest joint domain a merge may create.
+MAX_ATTRIBUTE_SIZE = 5_000_000
+#: Factors with more entries than this are stored sparse.
+_DENSE_ENTRIES = 200_000
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One axis of the workload's domain: one column, or merged columns."""
+
+    name: str
+    columns: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.sizes)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Workload rows ``start:stop`` measuring one aggregate of one statement.
+    ``measure`` is 'count' or 'sum'; for 'sum', ``column`` is summed with
+    its values clamped to ``bounds``. Row ``i`` of the block is group ``i``
+    of the statement."""
+
+    statement: int
+    aggregate: str
+    measure: str
+    column: str | None
+    bounds: tuple[float, float] | None
+    start: int
+    stop: int
+    term: int
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledStatement:
+    """One statement's place in the batch. ``groups[i]`` holds the key labels
+    (in ``plan.keys`` order; None is NULL) of the statement's ``i``-th group;
+    groups cover the keys' whole declared domain."""
+
+    index: int
+    plan: QueryPlan
+    groups: tuple[tuple, ...]
+    blocks: tuple[Block, ...]
+
+    def block(self, aggregate: str, measure: str | None = None) -> Block:
+        """The block of an aggregate (for AVG, give ``measure`` 'sum' or 'count')."""
+        agg = next(a for a in self.plan.aggregates if a.name == aggregate)
+        if measure is None:
+            measure = "sum" if agg.func in ("sum", "avg") else "count"
+        return next(b for b in self.blocks if b.aggregate == aggregate and b.measure == measure)
+
+    def rows(self, aggregate: str, measure: str | None = None) -> slice:
+        """Workload rows of an aggregate's block."""
+        return self.block(aggregate, measure).rows
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledBatch:
+    """A batch compiled to one workload (see the module docstring)."""
+
+    schema: Schema
+    attributes: tuple[Attribute, ...]
+    statements: tuple[CompiledStatement, ...]
+    terms: tuple[tuple[float, tuple[Any, ...]], ...]
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self.attributes)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(math.prod(f.shape[0] for f in factors) for _, factors in self.terms)
+
+    @cached_property
+    def workload(self):
+        """The :class:`dpsql.workload.Workload` (built on first use)."""
+        from ..workload import Workload
+
+        return Workload(self.domain, list(self.terms))
+
+    def attribute_of(self, column: str) -> Attribute:
+        return next(a for a in self.attributes if column in a.columns)
+
+    def tables(self, y: np.ndarray) -> list:
+        """Per statement, a pandas DataFrame with one row per group: every key
+        and aggregate (hidden ones too), from workload answers ``y`` (noisy
+        ones, normally). AVG is SUM / COUNT."""
+        import pandas as pd
+
+        y = np.asarray(y, dtype=float)
+        out = []
+        for st in self.statements:
+            data: dict[str, Any] = {}
+            for i, key in enumerate(st.plan.keys):
+                data[key.name] = [g[i] for g in st.groups]
+            for agg in st.plan.aggregates:
+                if agg.func == "avg":
+                    s = y[st.rows(agg.name, "sum")]
+                    c = y[st.rows(agg.name, "count")]
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        data[agg.name] = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
+                else:
+                    data[agg.name] = y[st.rows(agg.name)]
+            if not st.plan.keys:
+                data = {k: np.atleast_1d(v) for k, v in data.items()}
+            out.append(pd.DataFrame(data))
+        return out
+
+    def results(self, y: np.ndarray) -> list:
+        """:meth:`tables` with each statement's HAVING, ORDER BY, LIMIT and
+        OFFSET applied (post-processing of ``y``), in SELECT column order."""
+        import duckdb
+
+        out = []
+        con = duckdb.connect()
+        try:
+            for st, df in zip(self.statements, self.tables(y)):
+                if not st.plan.has_postprocessing:
+                    out.append(df[list(st.plan.outputs)])
+                    continue
+                con.register("answers", df)
+                out.append(con.sql(st.plan.postprocess_sql("answers")).df())
+                con.unregister("answers")
+        finally:
+            con.close()
+        return out
+
+
+def conjuncts(expr: exp.Expression | None) -> list[exp.Expression]:
+    """Top-level conjuncts of a predicate, NOT pushed through AND/OR.
+
+    >>> import sqlglot
+    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("a = 1 AND NOT (b = 2 OR c = 3) AND (d = 1 OR e = 2)"))]
+    ['a = 1', 'NOT b = 2', 'NOT c = 3', 'd = 1 OR e = 2']
+    """
+    out: list[exp.Expression] = []
+
+    def walk(e: exp.Expression, negated: bool) -> None:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.Not):
+            walk(e.this, not negated)
+        elif isinstance(e, exp.And) and not negated:
+            walk(e.this, False)
+            walk(e.expression, False)
+        elif isinstance(e, exp.Or) and negated:
+            walk(e.this, True)
+            walk(e.expression, True)
+        else:
+            out.append(exp.Not(this=e.copy()) if negated else e)
+
+    if expr is not None:
+        walk(expr, False)
+    return out
+
+
+def compile_sql(sql: str, schema: "Schema | dict | str", **kwargs) -> CompiledBatch:
+    """Compile one statement (or a ``;``-separated text) to a batch."""
+    return compile_batch(sql, schema, **kwargs)
+
+
+def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
+                  merge: Iterable[Sequence[str]] = ()) -> CompiledBatch:
+    """Compile statements (a text of ``;``-separated statements, a list of
+    texts, or a path ending in ``.sql``) into one workload.
+
+    ``merge`` adds groups of columns to measure as one attribute, on top of the
+    schema's ``merge`` section and the merges the statements need.
+    """
+    schema = load_schema(schema)
+    statements: list[Statement] = []
+    if isinstance(sql, str):
+        texts = [_read_if_path(sql)]
+    else:
+        texts = [_read_if_path(s) for s in sql]
+    for text in texts:
+        statements.extend(parse_statements(text))
+    if not statements:
+        raise UnsupportedSQLError("no SQL statement to compile", "empty batch", 1, 1)
+    plans = [analyze(st, schema) for st in statements]
+    attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
+    return _compile(schema, plans, attributes)
+
+
+def _read_if_path(s: str) -> str:
+    if s.rstrip().lower().endswith(".sql") and "\n" not in s and " " not in s.strip():
+        with open(s, encoding="utf-8") as fh:
+            return fh.read()
+    return s
+
+
+# -- attributes --------------------------------------------------------------------------
+
+def _attributes(schema: Schema, plans: list[QueryPlan], statements: list[Statement],
+                extra: list[tuple[str, ...]]) -> tuple[Attribute, ...]:
+    parent = {c.name: c.name for c in schema.columns}
+
+    def find(c: str) -> str:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    def union(cols: Sequence[str]) -> None:
+        roots = [find(c) for c in cols]
+        for r in roots[1:]:
+            parent[find(r)] = find(roots[0])
+
+    names: dict[frozenset, str] = {}
+    for mname, cols in schema.merge:
+        union(cols)
+        names[frozenset(cols)] = mname
+    for cols in extra:
+        resolved = []
+        for c in cols:
+            col = schema.column(c)
+            if col is None:
+                raise UnsupportedSQLError(f"merge names unknown column {c!r}", f"column {c!r}")
+            resolved.append(col.name)
+        union(resolved)
+    for plan, st in zip(plans, statements):
+        for part in conjuncts(plan.where) + [k.expr for k in plan.keys]:
+            cols = column_refs(part)
+            if len(cols) > 1:
+                union(cols)
+                size = math.prod(schema.column(c).size for c in
+                                 {d for d in parent if find(d) == find(cols[0])})
+                if size > MAX_ATTRIBUTE_SIZE:
+                    line, col = st.position(part)
+                    raise UnsupportedSQLError(
+                        f"this condition couples columns {', '.join(cols)}; measuring them as one attribute "
+                        f"needs {size} cells (at most {MAX_ATTRIBUTE_SIZE})", "condition across columns",
+                        line, col)
+    groups: dict[str, list[str]] = {}
+    for c in schema.columns:
+        groups.setdefault(find(c.name), []).append(c.name)
+    attrs = []
+    for cols in sorted(groups.values(), key=lambda cs: schema.position(cs[0])):
+        name = names.get(frozenset(cols), "+".join(cols))
+        attrs.append(Attribute(name=name, columns=tuple(cols),
+                               sizes=tuple(schema.column(c).size for c in cols)))
+    return tuple(attrs)
+
+
+# -- terms -------------------------------------------------------------------------------
+
+class _KeyDomain:
+    """A GROUP BY key on its attribute's grid: its labels and each cell's group."""
+
+    def __init__(self, grid: Grid, key_expr: exp.Expression) -> None:
+        v = grid.value(key_expr)
+        if v.column is not None and isinstance(key_expr, exp.Column):
+            col = v.column
+            self.labels = list(col.labels)
+            idx = grid.axis_array(col.name, np.arange(col.size))
+            self.index = grid.full(idx).ravel()
+            return
+        null = grid.full(v.null).ravel()
+        values = grid.full(v.values).ravel()
+        if v.labels is not None:
+            labels = list(v.labels)
+            lookup = {lab: i for i, lab in enumerate(labels)}
+            index = np.array([lookup.get(x.item() if hasattr(x, "item") else x, -1) for x in values]
+                             if values.size <= 100_000 else _label_index(values, labels), dtype=np.int64)
+        else:
+            present = np.unique(values[~null]) if (~null).any() else np.array([])
+            labels = [x.item() if hasattr(x, "item") else x for x in present]
+            if v.kind == "bool":
+                labels = [bool(x) for x in labels]
+            index = np.searchsorted(present, values) if present.size else np.zeros(values.size, np.int64)
+        if null.any():
+            labels.append(None)
+            index = np.where(null, len(labels) - 1, index)
+        self.labels = labels
+        self.index = np.asarray(index, dtype=np.int64)
+
+
+def _label_index(values: np.ndarray, labels: list) -> np.ndarray:
+    out = np.full(values.size, -1, dtype=np.int64)
+    for i, lab in enumerate(labels):
+        out[values == lab] = i
+    return out
+
+
+def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute, ...]) -> CompiledBatch:
+    grids = [Grid([schema.column(c) for c in a.columns]) for a in attributes]
+    attr_of = {c: i for i, a in enumerate(attributes) for c in a.columns}
+    terms: list[tuple[float, tuple[Any, ...]]] = []
+    compiled: list[CompiledStatement] = []
+    row = 0
+    from ..matrix import Dense, Identity, Ones, Sparse
+
+    for s_index, plan in enumerate(plans):
+        # predicate mask per attribute (flat boolean), None = no condition
+        masks: list[np.ndarray | None] = [None] * len(attributes)
+        empty = False
+        for part in conjuncts(plan.where):
+            cols = column_refs(part)
+            if not cols:
+                t, _ = Grid([]).predicate(part)
+                empty = empty or not bool(t)
+                continue
+            a = attr_of[cols[0]]
+            t, _ = grids[a].predicate(part)
+            t = grids[a].full(t).ravel()
+            masks[a] = t if masks[a] is None else (masks[a] & t)
+        if empty:
+            masks[0] = np.zeros(attributes[0].size, dtype=bool)
+
+        # keys hosted by each attribute, in plan order
+        hosted: list[list[int]] = [[] for _ in attributes]
+        key_domains: list[_KeyDomain] = []
+        for k, key in enumerate(plan.keys):
+            a = attr_of[key.columns[0]]
+            hosted[a].append(k)
+            key_domains.append(_KeyDomain(grids[a], key.expr))
+
+        # group labels: product over attributes (attribute order), reordered to key order
+        per_attr_labels = []
+        for a in range(len(attributes)):
+            if hosted[a]:
+                per_attr_labels.append([tuple(zip(hosted[a], combo)) for combo in
+                                        itertools.product(*[key_domains[k].labels for k in hosted[a]])])
+        groups = []
+        for combo in itertools.product(*per_attr_labels):
+            labels = [None] * len(plan.keys)
+            for part in combo:
+                for k, lab in part:
+                    labels[k] = lab
+            groups.append(tuple(labels))
+
+        blocks: list[Block] = []
+        made: dict[tuple, Block] = {}
+        for agg in plan.aggregates:
+            needs = [("count", agg.column)] if agg.func == "count" else [("sum", agg.column)]
+            if agg.func == "avg":
+                needs.append(("count", agg.column))
+            for measure, column in needs:
+                col = schema.column(column) if column else None
+                # COUNT(col) of a non-nullable column is COUNT(*)
+                sig = (measure, column if (measure == "sum" or (col is not None and col.nullable)) else None)
+                if sig in made:
+                    prev = made[sig]
+                    blocks.append(Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
+                                        prev.start, prev.stop, prev.term))
+                    continue
+                factors = []
+                for a, attr in enumerate(attributes):
+                    mask = masks[a]
+                    weights = None
+                    if col is not None and attr_of[col.name] == a:
+                        if measure == "count":
+                            nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
+                            mask = nn if mask is None else (mask & nn)
+                        else:
+                            w = _sum_weights(col, agg.bounds)
+                            weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
+                    factors.append(_factor(attr, grids[a], mask, weights,
+                                           [key_domains[k] for k in hosted[a]],
+                                           [plan.keys[k] for k in hosted[a]], Dense, Sparse, Identity, Ones))
+                nrows = math.prod(f.shape[0] for f in factors)
+                blk = Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
+                            row, row + nrows, len(terms))
+                terms.append((1.0, tuple(factors)))
+                row += nrows
+                made[sig] = blk
+                blocks.append(blk)
+        compiled.append(CompiledStatement(index=s_index, plan=plan, groups=tuple(groups), blocks=tuple(blocks)))
+    return CompiledBatch(schema=schema, attributes=attributes, statements=tuple(compiled), terms=tuple(terms))
+
+
+def _not_null(col: Column) -> np.ndarray:
+    v = np.ones(col.size, dtype=bool)
+    if col.nullable:
+        v[-1] = False
+    return v
+
+
+def _sum_weights(col: Column, bounds) -> np.ndarray:
+    lo, hi = bounds
+    vals = np.clip(np.asarray(col.values, dtype=float), lo, hi)
+    if col.nullable:
+        vals = np.append(vals, 0.0)
+    return vals
+
+
+def _factor(attr: Attribute, grid: Grid, mask, weights, keys: list[_KeyDomain], key_plans,
+            Dense, Sparse, Identity, Ones):
+    n = attr.size
+    if mask is not None and mask.all():
+        mask = None
+    if not keys:
+        if mask is None and weights is None:
+            return Ones(1, n)
+        row = np.ones(n) if weights is None else weights.astype(float)
+        if mask is not None:
+            row = row * mask
+        return Dense(row[None, :])
+    if (len(keys) == 1 and mask is None and weights is None and len(attr.columns) == 1
+            and isinstance(key_plans[0].expr, exp.Column)):
+        return Identity(n)
+    sizes = [len(k.labels) for k in keys]
+    rows = math.prod(sizes)
+    group = np.ravel_multi_index([k.index for k in keys], sizes) if len(keys) > 1 else keys[0].index
+    vals = np.ones(n) if weights is None else weights.astype(float)
+    if mask is not None:
+        vals = vals * mask
+    keep = vals != 0
+    cols = np.nonzero(keep)[0]
+    M = sp.csr_matrix((vals[keep], (group[keep], cols)), shape=(rows, n))
+    if rows * n <= _DENSE_ENTRIES:
+        return Dense(M.toarray())
+    return Sparse(M)

@@ -1,0 +1,120 @@
+"""Query plans: what one statement asks for, independent of matrices.
+
+A :class:`QueryPlan` says which groups (GROUP BY keys over the public domain),
+which rows (the WHERE predicate), which aggregates (COUNT, SUM with bounds,
+AVG as SUM/COUNT), and what happens after noise (HAVING, ORDER BY, LIMIT,
+OFFSET, run on the noisy answers by :meth:`QueryPlan.postprocess_sql`).
+Expressions are sqlglot trees whose column references are resolved to the
+schema's column names (unqualified).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+__all__ = ["GroupKey", "Aggregate", "QueryPlan"]
+
+
+@dataclass(frozen=True, eq=False)
+class GroupKey:
+    """One GROUP BY key. ``expr`` is a column or an expression (a ``CASE``
+    bucketing, a boolean condition, integer arithmetic) over ``columns``;
+    ``name`` is its output column; ``visible`` is False for a key that is
+    grouped on but not selected."""
+
+    name: str
+    expr: exp.Expression
+    columns: tuple[str, ...]
+    visible: bool = True
+
+    @property
+    def sql(self) -> str:
+        return self.expr.sql(dialect="duckdb")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate. ``func`` is 'count', 'sum' or 'avg'; ``column`` is None
+    for COUNT(*); ``bounds`` are the summed column's declared (lo, hi): each
+    row contributes its value clamped to them, so one row changes a SUM by at
+    most max(|lo|, |hi|). ``visible`` is False for an aggregate that only
+    HAVING or ORDER BY mention."""
+
+    name: str
+    func: str
+    column: str | None = None
+    bounds: tuple[float, float] | None = None
+    visible: bool = True
+
+    @property
+    def sensitivity(self) -> float:
+        """Most one row can change this aggregate's SUM part (1 for COUNT)."""
+        if self.func == "count" or self.bounds is None:
+            return 1.0
+        return float(max(abs(self.bounds[0]), abs(self.bounds[1])))
+
+
+@dataclass(frozen=True, eq=False)
+class QueryPlan:
+    """A compiled-to-plan statement (see the module docstring)."""
+
+    sql: str
+    table: str
+    keys: tuple[GroupKey, ...]
+    aggregates: tuple[Aggregate, ...]
+    where: exp.Expression | None
+    outputs: tuple[str, ...]
+    having: exp.Expression | None = None
+    order_by: tuple[tuple[str, bool], ...] = ()
+    limit: int | None = None
+    offset: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    line: int | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column the statement reads (keys, WHERE, aggregates)."""
+        seen: list[str] = []
+        parts = [k.expr for k in self.keys] + ([self.where] if self.where is not None else [])
+        for part in parts:
+            for c in part.find_all(exp.Column):
+                if c.name not in seen:
+                    seen.append(c.name)
+        for a in self.aggregates:
+            if a.column and a.column not in seen:
+                seen.append(a.column)
+        return tuple(seen)
+
+    @property
+    def has_postprocessing(self) -> bool:
+        return (self.having is not None or bool(self.order_by) or self.limit is not None
+                or self.offset is not None or any(not k.visible for k in self.keys)
+                or any(not a.visible for a in self.aggregates))
+
+    def postprocess_sql(self, relation: str = "answers") -> str:
+        """SQL that turns the table of noisy answers (one column per key and
+        aggregate, named as in :attr:`keys` and :attr:`aggregates`) into the
+        statement's result: HAVING, ORDER BY, LIMIT and OFFSET applied, hidden
+        columns dropped, columns in SELECT order.
+
+        >>> from dpsql.schema import load_schema
+        >>> from dpsql.sql.analyze import plan_statement
+        >>> s = load_schema({"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 3}}})
+        >>> plan_statement("SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING n > 5 ORDER BY n DESC LIMIT 2", s).postprocess_sql()
+        'SELECT "a", "n" FROM "answers" WHERE "n" > 5 ORDER BY "n" DESC LIMIT 2'
+        """
+        select = exp.select(*[exp.column(name, quoted=True) for name in self.outputs]).from_(
+            exp.Table(this=exp.to_identifier(relation, quoted=True)))
+        if self.having is not None:
+            select = select.where(self.having.copy())
+        if self.order_by:
+            select = select.order_by(*[exp.Ordered(this=exp.column(n, quoted=True), desc=d)
+                                       for n, d in self.order_by])
+        if self.limit is not None:
+            select = select.limit(self.limit)
+        if self.offset is not None:
+            select = select.offset(self.offset)
+        return select.sql(dialect="duckdb")

@@ -1,0 +1,263 @@
+"""Test-only oracle: a random table in DuckDB, its exact histogram, and a
+seeded generator of statements with the DuckDB SQL that answers them exactly.
+
+The public API never returns exact answers; this module exists only so the
+tests can check ``workload @ x`` against DuckDB.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from dpsql.schema import load_schema
+from dpsql.sql import compile_batch
+
+SCHEMA = {
+    "table": "people",
+    "columns": {
+        "sex": {"type": "categorical", "values": ["F", "M"], "nullable": True},
+        "age": {"type": "integer", "min": 0, "max": 20, "nullable": True, "bounds": [0, 20]},
+        "hours": {"type": "numeric", "bins": [0, 10, 20, 40], "nullable": True},
+        "white": {"type": "boolean"},
+        "black": {"type": "boolean", "nullable": True},
+        "region": {"type": "categorical", "values": ["E", "N", "S", "W"]},
+        "score": {"type": "categorical", "values": [1, 2, 5, 10], "nullable": True, "bounds": [0, 8]},
+    },
+}
+HOURS_EDGES = [0, 10, 20, 40]
+HOURS_BIN_SQL = ("CASE WHEN hours < 10 THEN '[0, 10)' WHEN hours < 20 THEN '[10, 20)' "
+                 "WHEN hours <= 40 THEN '[20, 40]' END")
+SCORE_CLAMPED = "(CASE WHEN score > 8 THEN 8 WHEN score < 0 THEN 0 ELSE score END)"
+
+
+def schema():
+    return load_schema(SCHEMA)
+
+
+def make_table(n: int = 400, seed: int = 0) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection holding a random ``people`` table with NULLs."""
+    rng = np.random.default_rng(seed)
+
+    def maybe_null(values, p=0.12):
+        return [None if rng.random() < p else v for v in values]
+
+    hours = rng.uniform(0, 40, n)
+    edge_rows = rng.random(n) < 0.2
+    hours[edge_rows] = rng.choice(HOURS_EDGES, edge_rows.sum())
+    df = pd.DataFrame({
+        "sex": maybe_null(rng.choice(["F", "M"], n).tolist()),
+        "age": pd.array(maybe_null(rng.integers(0, 21, n).tolist()), dtype="Int64"),
+        "hours": pd.array(maybe_null(hours.tolist()), dtype="Float64"),
+        "white": rng.random(n) < 0.6,
+        "black": pd.array(maybe_null((rng.random(n) < 0.3).tolist()), dtype="boolean"),
+        "region": rng.choice(["E", "N", "S", "W"], n).tolist(),
+        "score": pd.array(maybe_null(rng.choice([1, 2, 5, 10], n).tolist()), dtype="Int64"),
+    })
+    con = duckdb.connect()
+    con.register("df", df)
+    con.execute("CREATE TABLE people AS SELECT sex::VARCHAR AS sex, age::INTEGER AS age, "
+                "hours::DOUBLE AS hours, white::BOOLEAN AS white, black::BOOLEAN AS black, "
+                "region::VARCHAR AS region, score::INTEGER AS score FROM df")
+    con.unregister("df")
+    return con
+
+
+def histogram(con: duckdb.DuckDBPyConnection, batch, table: str = "people") -> np.ndarray:
+    """The exact data vector over ``batch.attributes`` (test-only)."""
+    df = con.sql(f"SELECT * FROM {table}").df()
+    sch = batch.schema
+    idx = {}
+    for c in sch.columns:
+        vals = [None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in df[c.name]]
+        enc = c.encode(vals)
+        assert (enc >= 0).all(), f"value outside the domain of {c.name}"
+        idx[c.name] = enc
+    attr_idx = []
+    for a in batch.attributes:
+        if len(a.columns) == 1:
+            attr_idx.append(idx[a.columns[0]])
+        else:
+            attr_idx.append(np.ravel_multi_index([idx[c] for c in a.columns], a.sizes))
+    flat = np.ravel_multi_index(attr_idx, batch.domain) if attr_idx else np.zeros(len(df), np.int64)
+    return np.bincount(flat, minlength=math.prod(batch.domain)).astype(float)
+
+
+def _py(v):
+    if v is None:
+        return None
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        pass
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) -> None:
+    """Assert that the batch's answers for one statement equal DuckDB's
+    exact answers to ``oracle_sql`` (same select list), group by group; groups
+    DuckDB does not return are 0 (COUNT, SUM) or undefined (AVG)."""
+    st = batch.statements[statement_index]
+    plan = st.plan
+    table = batch.tables(y)[statement_index]
+    rows = con.sql(oracle_sql).fetchall()
+    names = list(plan.outputs)
+    key_pos = {k.name: names.index(k.name) for k in plan.keys}
+    exact = {}
+    for r in rows:
+        key = tuple(_py(r[key_pos[k.name]]) for k in plan.keys)
+        assert key not in exact, f"duplicate group {key}"
+        exact[key] = r
+    ours_keys = [tuple(_py(v) for v in g) for g in st.groups]
+    assert len(set(ours_keys)) == len(ours_keys), "groups must be distinct"
+    missing = set(exact) - set(ours_keys)
+    assert not missing, f"DuckDB groups {missing} are not in the compiled domain"
+    for i, key in enumerate(ours_keys):
+        r = exact.get(key)
+        for agg in plan.aggregates:
+            got = table[agg.name].iloc[i]
+            want = None if r is None else r[names.index(agg.name)]
+            if agg.func == "avg":
+                if want is None:
+                    assert np.isnan(got), (plan.sql, key, agg.name, got)
+                else:
+                    assert math.isclose(got, float(want), rel_tol=1e-9, abs_tol=1e-9), (plan.sql, key, got, want)
+            else:
+                want = 0.0 if want is None else float(want)
+                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (plan.sql, key, agg.name, got, want)
+
+
+# -- the statement generator ----------------------------------------------------------------
+
+@dataclass
+class Generated:
+    sql: str      # for dpsql
+    oracle: str   # for DuckDB (binned GROUP BY and clamped SUM spelled out)
+
+
+class StatementGenerator:
+    """Seeded random statements over :data:`SCHEMA` with their oracle SQL."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def leaf(self) -> str:
+        r = self.rng
+        col = r.choice(["sex", "age", "age", "hours", "white", "black", "region", "score", "cross"])
+        if col == "sex":
+            return r.choice(["sex = 'F'", "sex <> 'M'", "sex IN ('F')", "sex NOT IN ('M')", "sex IS NULL",
+                             "sex IS NOT NULL", "sex < 'M'", "sex IN ('F', 'M')"])
+        if col == "age":
+            op = r.choice(["<", "<=", ">", ">=", "=", "<>", "IN", "NOT IN", "BETWEEN", "IS NULL"])
+            if op in ("<", "<=", ">", ">="):
+                return f"age {op} {r.randint(-1, 21)}"
+            if op in ("=", "<>"):
+                return f"age {op} {r.randint(0, 20)}"
+            if op in ("IN", "NOT IN"):
+                vals = sorted(r.sample(range(21), r.randint(1, 4)))
+                return f"age {op} ({', '.join(map(str, vals))})"
+            if op == "BETWEEN":
+                a, b = sorted(r.sample(range(-2, 23), 2))
+                return f"age {r.choice(['', 'NOT '])}BETWEEN {a} AND {b}"
+            return r.choice(["age IS NULL", "age IS NOT NULL"])
+        if col == "hours":
+            # bins are [lo, hi) with the last one closed: these cuts are exact
+            e = r.choice([0, 10, 20, -5, 50])
+            op = r.choice(["<", ">="])
+            if r.random() < 0.2:
+                a, b = sorted(r.sample([0, 10, 20, 40], 2))
+                return f"(hours >= {a} AND hours {'<=' if b == 40 else '<'} {b})"
+            if r.random() < 0.15:
+                return r.choice(["hours <= 40", "hours > 40", "hours BETWEEN 0 AND 40", "hours <> 55"])
+            if r.random() < 0.1:
+                return r.choice(["hours IS NULL", "hours IS NOT NULL"])
+            return f"hours {op} {e}"
+        if col == "white":
+            return r.choice(["white", "NOT white", "white = TRUE", "white <> FALSE", "white IS NOT NULL"])
+        if col == "black":
+            return r.choice(["black", "NOT black", "black = FALSE", "black IS NULL", "black IS NOT NULL",
+                             "black IS TRUE", "black IS NOT TRUE"])
+        if col == "region":
+            vals = r.sample(["E", "N", "S", "W"], r.randint(1, 3))
+            return r.choice([f"region = '{vals[0]}'", f"region IN ({', '.join(repr(v) for v in vals)})",
+                             f"region NOT IN ({', '.join(repr(v) for v in vals)})", f"region >= '{vals[0]}'"])
+        if col == "score":
+            return r.choice([f"score = {r.choice([1, 2, 5, 10])}", f"score > {r.randint(0, 11)}",
+                             "score IS NULL", f"score IN (1, {r.choice([2, 5, 10])})", "score <= 4.5"])
+        return r.choice(["CAST(white AS INTEGER) + CAST(black AS INTEGER) >= 1", "age < score",
+                         "age + score = 7", "(sex = 'F') = black", "age - 2 * score > 0"])
+
+    def predicate(self, depth: int) -> str:
+        r = self.rng
+        if depth <= 0 or r.random() < 0.35:
+            return self.leaf()
+        kind = r.choice(["AND", "OR", "OR", "NOT"])
+        if kind == "NOT":
+            return f"NOT ({self.predicate(depth - 1)})"
+        return f"({self.predicate(depth - 1)} {kind} {self.predicate(depth - 1)})"
+
+    KEYS = [
+        ("sex", "sex"), ("age", "age"), ("white", "white"), ("black", "black"), ("region", "region"),
+        ("score", "score"),
+        ("hours", None),
+        ("CASE WHEN age < 5 THEN 'young' WHEN age < 15 THEN 'mid' ELSE 'old' END AS ageg", "ageg"),
+        ("CASE WHEN age BETWEEN 0 AND 9 THEN 1 WHEN age >= 18 THEN 3 END AS agec", "agec"),
+        ("CASE region WHEN 'N' THEN 'north' WHEN 'S' THEN 'south' ELSE 'other' END AS reg2", "reg2"),
+        ("CASE WHEN hours < 20 THEN 'part' WHEN hours >= 20 THEN 'full' END AS hbin", "hbin"),
+        ("CASE WHEN white AND black THEN 'both' WHEN white OR black THEN 'one' ELSE 'none' END AS wb", "wb"),
+        ("CAST(white AS INTEGER) + CAST(black AS INTEGER) AS nflags", "nflags"),
+        ("age >= 18 AS adult", "adult"),
+    ]
+    AGGS = [("COUNT(*)", "COUNT(*)"), ("COUNT(black)", "COUNT(black)"), ("COUNT(age)", "COUNT(age)"),
+            ("SUM(age)", "SUM(age)"), ("AVG(age)", "AVG(age)"),
+            ("SUM(score)", f"SUM({SCORE_CLAMPED})"), ("AVG(score)", f"AVG({SCORE_CLAMPED})")]
+
+    def statement(self) -> Generated:
+        r = self.rng
+        nkeys = r.choice([0, 1, 1, 2])
+        keys = r.sample(self.KEYS, nkeys)
+        aggs = r.sample(self.AGGS, r.choice([1, 1, 2]))
+        sel, osel, group, ogroup = [], [], [], []
+        for i, (expr, alias) in enumerate(keys):
+            if alias is None:  # binned column
+                sel.append("hours")
+                osel.append(f"{HOURS_BIN_SQL} AS hours")
+                group.append("hours" if r.random() < 0.5 else str(i + 1))
+                ogroup.append(str(i + 1))
+            else:
+                sel.append(expr)
+                osel.append(expr)
+                g = alias if r.random() < 0.6 else str(i + 1)
+                group.append(g)
+                ogroup.append(str(i + 1))
+        for j, (a, oa) in enumerate(aggs):
+            sel.append(f"{a} AS agg{j}")
+            osel.append(f"{oa} AS agg{j}")
+        where = ""
+        if r.random() < 0.85:
+            where = f" WHERE {self.predicate(r.choice([1, 2, 3]))}"
+        sql = f"SELECT {', '.join(sel)} FROM people{where}"
+        osql = f"SELECT {', '.join(osel)} FROM people{where}"
+        if keys:
+            sql += f" GROUP BY {', '.join(group)}"
+            osql += f" GROUP BY {', '.join(ogroup)}"
+        return Generated(sql, osql)
+
+
+def check_statements(gens: list[Generated], con) -> None:
+    """Compile ``gens`` as one batch and check every statement against DuckDB."""
+    batch = compile_batch([g.sql for g in gens], SCHEMA)
+    x = histogram(con, batch)
+    y = batch.workload.matvec(x)
+    for i, g in enumerate(gens):
+        compare(batch, i, y, con, g.oracle)
