@@ -129,6 +129,10 @@ def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                 ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
                          name, group)
         for g in group.expressions:
+            if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
+                name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
+                ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
+                         "statements", name, g)
             expr, name, visible_item = _resolve_group_item(g, parsed_items, select_aliases, schema, ctx)
             if _first_aggregate(expr) is not None:
                 ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
@@ -315,7 +319,9 @@ def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | 
         c = schema.column(col.name)
         if c is not None:
             col.set("table", None)
-            col.set("this", exp.to_identifier(c.name))
+            ident = col.this
+            ident.set("this", c.name)  # keep the identifier node: it carries the position
+            ident.set("quoted", False)
         elif schema.privacy_unit.column and col.name.lower() == schema.privacy_unit.column.lower():
             ctx.fail(UnknownColumnError, f"column {col.name!r} identifies the privacy unit and cannot be "
                      "queried", f"column {col.name!r}", col)

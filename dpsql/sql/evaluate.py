@@ -215,24 +215,52 @@ class Grid:
 
     def _case(self, node: exp.Case) -> Value:
         subject = node.args.get("this")
-        labels: list = []
         conds = []
-        results = []
+        result_nodes = []
         for branch in node.args.get("ifs") or []:
             if subject is not None:
                 t, _ = self._compare(subject, branch.this, "=", branch)
             else:
                 t, _ = self.predicate(branch.this)
             conds.append(t)
-            results.append(self._label(branch.args.get("true")))
+            result_nodes.append(branch.args.get("true"))
         default = node.args.get("default")
         has_else = default is not None
         if has_else:
-            results.append(self._label(default))
+            result_nodes.append(default)
+        if all(literal_value(r)[0] for r in result_nodes):
+            return self._case_labels(node, conds, [literal_value(r)[1] for r in result_nodes], has_else)
+        # results are value expressions: the key's domain is the set of values taken
+        results = [self.value(r) for r in result_nodes]
+        kinds = {r.kind for r in results if r.kind != "null"}
+        if len(kinds) > 1 or kinds & {"bin"}:
+            self._raise(DomainError, "CASE results must all be numbers, all strings or all booleans",
+                        "CASE", node)
+        kind = kinds.pop() if kinds else "null"
+        values = None
+        null = np.ones(self.shape, dtype=bool)
+        decided = np.zeros(self.shape, dtype=bool)
+        branches = list(zip(conds, results))
+        if has_else:
+            branches.append((np.asarray(True), results[-1]))
+        for t, r in branches:
+            hit = np.logical_and(np.broadcast_to(t, self.shape), ~decided)
+            rv = self.full(r.values)
+            if values is None:
+                values = np.zeros(self.shape, dtype=rv.dtype if kind != "null" else float)
+            if kind == "num":
+                values = values.astype(np.result_type(values.dtype, rv.dtype))
+            values[hit] = rv[hit]
+            null[hit] = self.full(r.null)[hit]
+            decided |= hit
+        return Value(values, null, kind)
+
+    def _case_labels(self, node, conds, results, has_else) -> Value:
         kinds = {_label_kind(r) for r in results if r is not None}
         if len(kinds) > 1:
             self._raise(DomainError, "CASE results must all be strings, all numbers or all booleans",
                         "CASE", node)
+        labels: list = []
         for r in results:
             if r is not None and r not in labels:
                 labels.append(r)
@@ -255,15 +283,6 @@ class Grid:
         else:
             table = np.array(list(labels) + [0])
         return Value(table[idx], null, kind, labels=tuple(labels))
-
-    def _label(self, node: exp.Expression | None):
-        if node is None:
-            return None
-        ok, lit = literal_value(node)
-        if not ok:
-            self._raise(UnsupportedSQLError, "a CASE result must be a literal (a bucket label)",
-                        "CASE result", node)
-        return lit
 
     # -- predicates -------------------------------------------------------------
     def predicate(self, node: exp.Expression) -> tuple[np.ndarray, np.ndarray]:

@@ -109,6 +109,22 @@ class Statement:
         elif isinstance(node, (exp.Subquery, exp.Select)) and node is not self.tree:
             kw = self.source.token_before(off if off is not None else 10**12, {TokenType.L_PAREN})
             off = kw if kw is not None else off
+        elif isinstance(node, exp.Func) and not getattr(node, "_meta", None) and off is not None:
+            # function nodes carry no position: use the last token spelling the name
+            name = node.sql_name().upper() if not isinstance(node, exp.Anonymous) else str(node.this).upper()
+            found = None
+            for tok in self.source.tokens:
+                if tok.start > off:
+                    break
+                if tok.start >= self.offset and tok.text.upper() == name:
+                    found = tok.start
+            off = found if found is not None else off
+        elif isinstance(node, exp.Case) and off is not None:
+            kw = self.source.token_before(off + 1, {TokenType.CASE})
+            off = kw if kw is not None else off
+        elif isinstance(node, exp.Placeholder):
+            kw = self.source.token_after(self.offset, {TokenType.PLACEHOLDER})
+            off = kw if kw is not None else off
         if off is None:
             off = self.offset
         return self.source.position(off)

@@ -1,0 +1,81 @@
+-- One example per production of grammar/dpsql.ebnf, each tagged with the
+-- rules it illustrates. Every example compiles against grammar/schema.yaml
+-- (tests/test_grammar.py). An example is the SQL up to its ';'.
+
+-- rule: statement, select_item, aggregate, table
+SELECT COUNT(*) FROM adult;
+
+-- rule: batch
+SELECT COUNT(*) FROM adult; SELECT sex, COUNT(*) FROM adult GROUP BY sex;
+
+-- rule: dp_options, dp_option, number
+SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5, delta = 1e-6) sex, COUNT(*) FROM adult GROUP BY sex;
+
+-- rule: table, column, identifier
+SELECT a.sex, COUNT(*) AS n FROM adult AS a GROUP BY a.sex;
+
+-- rule: aggregate
+SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS mean_age FROM adult;
+
+-- rule: key_expression, group_by_clause, group_item
+SELECT sex, education, COUNT(*) FROM adult GROUP BY sex, education;
+
+-- rule: group_item, case, when_clause, string
+SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'older' END AS age_group,
+       COUNT(*)
+FROM adult
+GROUP BY age_group;
+
+-- rule: group_item, integer
+SELECT education, AVG(income) FROM adult GROUP BY 1;
+
+-- rule: case, literal
+SELECT CASE education WHEN 'HS' THEN 'school' WHEN 'College' THEN 'degree' WHEN 'Graduate' THEN 'degree' END AS level,
+       COUNT(*)
+FROM adult
+GROUP BY level;
+
+-- rule: key_expression, value, term, factor, cast, numeric_type
+SELECT CAST(married AS INTEGER) + veteran::INTEGER AS flags, COUNT(*) FROM adult GROUP BY flags;
+
+-- rule: key_expression, condition
+SELECT age >= 65 AS retired, COUNT(*) FROM adult GROUP BY retired;
+
+-- rule: group_item
+SELECT hours, COUNT(*) FROM adult GROUP BY hours;
+
+-- rule: where_clause, comparison, comparison_op
+SELECT COUNT(*) FROM adult WHERE age >= 18 AND age <> 40 AND sex = 'Female' AND income != 3;
+
+-- rule: between
+SELECT COUNT(*) FROM adult WHERE age BETWEEN 25 AND 34 OR age NOT BETWEEN 18 AND 80;
+
+-- rule: in_list
+SELECT COUNT(*) FROM adult WHERE education IN ('College', 'Graduate') AND income NOT IN (0, 1);
+
+-- rule: null_test
+SELECT COUNT(*) FROM adult WHERE education IS NULL OR income IS NOT NULL;
+
+-- rule: truth_test, boolean_value
+SELECT COUNT(*) FROM adult WHERE married IS NOT TRUE AND veteran AND TRUE;
+
+-- rule: condition, disjunction, conjunction, negation, primary_condition
+SELECT sex, COUNT(*) FROM adult WHERE NOT (married OR veteran) AND (age < 30 OR (education = 'HS' AND NOT income > 5)) GROUP BY sex;
+
+-- rule: disjunction
+SELECT COUNT(*) FROM adult WHERE sex = 'Male' OR age > 60 OR hours >= 60;
+
+-- rule: comparison, value, term, factor
+SELECT COUNT(*) FROM adult WHERE income * 10 - 3 > age - 40 AND -income < 0;
+
+-- rule: comparison
+SELECT COUNT(*) FROM adult WHERE hours < 40 AND hours >= 20;
+
+-- rule: having_clause, output_condition
+SELECT education, COUNT(*) AS n, AVG(income) AS mean_income FROM adult GROUP BY education HAVING n > 100 AND AVG(income) < 5;
+
+-- rule: order_by_clause, order_item, limit_clause
+SELECT age, COUNT(*) AS n FROM adult GROUP BY age ORDER BY n DESC, age LIMIT 10;
+
+-- rule: order_item, offset_clause
+SELECT sex, SUM(income) FROM adult GROUP BY sex ORDER BY SUM(income) ASC, 1 LIMIT 1 OFFSET 1;

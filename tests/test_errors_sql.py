@@ -1,0 +1,177 @@
+"""Malformed and unsupported statements: each raises the right dpsql error,
+naming the construct, with its line and column (never a raw traceback)."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpsql.errors as E
+from dpsql.schema import load_schema
+from dpsql.sql import compile_batch, plan_statement
+
+SCHEMA = load_schema({
+    "table": "t",
+    "privacy_unit": {"column": "uid", "max_rows": 3},
+    "columns": {
+        "age": {"type": "integer", "min": 0, "max": 99, "bounds": [0, 99]},
+        "sex": {"type": "categorical", "values": ["F", "M"], "nullable": True},
+        "hours": {"type": "numeric", "bins": [0, 20, 40, 60]},
+        "income": {"type": "integer", "min": 0, "max": 9},
+        "flag": {"type": "boolean"},
+        "code": {"type": "categorical", "values": [1, 2, 3]},
+    },
+})
+
+# (sql, error class, words the message must contain, text at the reported position or None)
+CASES = [
+    # -- syntax errors
+    ("SELEC COUNT(*) FROM t", E.ParseError, "syntax error", "(*)"),
+    ("SELECT COUNT(*) FROM t WHERE (age = 1", E.ParseError, "Expecting )", None),
+    ("SELECT COUNT(*) FROM t WHERE age = = 1", E.ParseError, "syntax error", "= 1"),
+    ("SELECT COUNT(*) FROM t WHERE sex = 'F", E.ParseError, "unterminated", "'F"),
+    ("SELECT COUNT(*) FROM WHERE age > 1", E.ParseError, "syntax error", "WHERE"),
+    ("SELECT COUNT(*) FROM t GROUP age", E.ParseError, "syntax error", None),
+    # -- more than one table
+    ("SELECT COUNT(*) FROM t JOIN u ON t.age = u.age", E.UnsupportedSQLError, "JOIN", "JOIN"),
+    ("SELECT COUNT(*) FROM t\nLEFT JOIN u USING (age)", E.UnsupportedSQLError, "JOIN", "JOIN"),
+    ("SELECT COUNT(*) FROM t CROSS JOIN u", E.UnsupportedSQLError, "JOIN", "JOIN"),
+    ("SELECT COUNT(*) FROM t, u", E.UnsupportedSQLError, "second table", "u"),
+    ("SELECT COUNT(*) FROM u", E.UnknownColumnError, "unknown table 'u'", "u"),
+    ("SELECT COUNT(*) FROM t WHERE u.age > 3", E.UnknownColumnError, "unknown table 'u'", "u.age"),
+    # -- subqueries, CTEs, set operations
+    ("SELECT COUNT(*) FROM (SELECT * FROM t) AS s", E.UnsupportedSQLError, "subqueries", "(SELECT"),
+    ("SELECT COUNT(*) FROM t WHERE age IN (SELECT age FROM t)", E.UnsupportedSQLError, "subqueries", "(SELECT"),
+    ("SELECT COUNT(*) FROM t WHERE EXISTS (SELECT 1 FROM t)", E.UnsupportedSQLError, "subquer", None),
+    ("SELECT COUNT(*) FROM t WHERE age > (SELECT 3)", E.UnsupportedSQLError, "subqueries", "(SELECT"),
+    ("WITH s AS (SELECT * FROM t) SELECT COUNT(*) FROM s", E.UnsupportedSQLError, "WITH", None),
+    ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", E.UnsupportedSQLError, "UNION", None),
+    # -- windows and other aggregates / functions
+    ("SELECT COUNT(*) OVER () FROM t", E.UnsupportedSQLError, "window", "COUNT"),
+    ("SELECT sex, SUM(age) OVER (PARTITION BY sex) FROM t", E.UnsupportedSQLError, "window", "SUM"),
+    ("SELECT MAX(age) FROM t", E.UnsupportedSQLError, "aggregate MAX", "MAX"),
+    ("SELECT MIN(age) FROM t", E.UnsupportedSQLError, "aggregate MIN", "MIN"),
+    ("SELECT MEDIAN(age) FROM t", E.UnsupportedSQLError, "aggregate MEDIAN", "MEDIAN"),
+    ("SELECT STDDEV(age) FROM t", E.UnsupportedSQLError, "is not supported", "STDDEV"),
+    ("SELECT COUNT(DISTINCT age) FROM t", E.UnsupportedSQLError, "DISTINCT", "COUNT"),
+    ("SELECT DISTINCT sex, COUNT(*) FROM t GROUP BY sex", E.UnsupportedSQLError, "SELECT DISTINCT", "sex"),
+    ("SELECT COUNT(*) FILTER (WHERE age > 3) FROM t", E.UnsupportedSQLError, "FILTER", None),
+    ("SELECT COUNT(*) + 1 FROM t", E.UnsupportedSQLError, "expression over an aggregate", None),
+    ("SELECT SUM(age + 1) FROM t", E.UnsupportedSQLError, "takes a column", "age + 1"),
+    ("SELECT COUNT(1) FROM t", E.UnsupportedSQLError, "COUNT(*)", "COUNT"),
+    ("SELECT COUNT(*) FROM t WHERE lower(sex) = 'f'", E.UnsupportedSQLError, "LOWER", "lower"),
+    ("SELECT COUNT(*) FROM t WHERE sex LIKE 'F%'", E.UnsupportedSQLError, "LIKE", "sex LIKE"),
+    ("SELECT COUNT(*) FROM t WHERE age / 2 > 3", E.UnsupportedSQLError, "division", "age / 2"),
+    ("SELECT COUNT(*) FROM t WHERE COUNT(*) > 3", E.GroupingError, "aggregates are not allowed in WHERE", "COUNT(*) > 3"),
+    ("SELECT * FROM t", E.UnsupportedSQLError, "SELECT *", "*"),
+    ("SELECT sex FROM t GROUP BY sex", E.UnsupportedSQLError, "must compute COUNT, SUM or AVG", None),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY GROUPING SETS ((sex), ())", E.UnsupportedSQLError, "GROUPING SETS", None),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY ROLLUP (sex)", E.UnsupportedSQLError, "ROLLUP", None),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY sex QUALIFY COUNT(*) > 1", E.UnsupportedSQLError, "QUALIFY", None),
+    ("SELECT COUNT(*) FROM t WHERE age > ?", E.UnsupportedSQLError, "parameter", "?"),
+    ("SELECT COUNT(*) FROM t WHERE age IN (1, age)", E.UnsupportedSQLError, "literals", "age)"),
+    ("SELECT COUNT(*) FROM t WHERE CAST(sex AS VARCHAR) = 'F'", E.UnsupportedSQLError, "CAST", None),
+    ("SELECT COUNT(*) FROM t LIMIT age", E.UnsupportedSQLError, "LIMIT", "age"),
+    # -- not SELECT
+    ("INSERT INTO t VALUES (1)", E.UnsupportedSQLError, "only SELECT", None),
+    ("DELETE FROM t", E.UnsupportedSQLError, "only SELECT", None),
+    ("CREATE TABLE u AS SELECT * FROM t", E.UnsupportedSQLError, "only SELECT", None),
+    ("SELECT 1", E.UnsupportedSQLError, "FROM t", None),
+    # -- unknown columns
+    ("SELECT COUNT(*) FROM t WHERE agee > 3", E.UnknownColumnError, "unknown column 'agee'", "agee"),
+    ("SELECT zip, COUNT(*) FROM t GROUP BY zip", E.UnknownColumnError, "unknown column 'zip'", "$zip"),
+    ("SELECT SUM(salary) FROM t", E.UnknownColumnError, "unknown column 'salary'", "salary"),
+    ("SELECT COUNT(*) FROM t WHERE uid = 3", E.UnknownColumnError, "privacy unit", "uid"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY sex HAVING foo > 3", E.UnknownColumnError, "unknown column 'foo'", "foo"),
+    # -- literals outside the domain or of the wrong type
+    ("SELECT COUNT(*) FROM t WHERE sex = 'X'", E.DomainError, "outside the declared domain of column 'sex'", "'X'"),
+    ("SELECT COUNT(*) FROM t\nWHERE age = 150", E.DomainError, "integers 0..99", "150"),
+    ("SELECT COUNT(*) FROM t WHERE age IN (1, 2, 300)", E.DomainError, "300 is outside", "300"),
+    ("SELECT COUNT(*) FROM t WHERE code = 4", E.DomainError, "outside the declared domain of column 'code'", "4"),
+    ("SELECT COUNT(*) FROM t WHERE age = 2.5", E.DomainError, "2.5 is outside", "2.5"),
+    ("SELECT COUNT(*) FROM t WHERE sex = 1", E.DomainError, "holds strings", "1"),
+    ("SELECT COUNT(*) FROM t WHERE age = 'old'", E.DomainError, "holds numbers", "'old'"),
+    ("SELECT COUNT(*) FROM t WHERE flag = 1", E.DomainError, "holds booleans", "1"),
+    ("SELECT COUNT(*) FROM t WHERE hours < 30", E.DomainError, "cuts a bin", "hours < 30"),
+    ("SELECT COUNT(*) FROM t WHERE hours = 20", E.DomainError, "cuts a bin", "hours = 20"),
+    ("SELECT COUNT(*) FROM t WHERE age", E.DomainError, "used as a condition", "age"),
+    ("SELECT COUNT(*) FROM t WHERE flag < TRUE", E.DomainError, "booleans are compared only", None),
+    ("SELECT CASE WHEN age < 5 THEN 'a' ELSE 1 END AS k, COUNT(*) FROM t GROUP BY k", E.DomainError, "CASE results", "CASE"),
+    ("SELECT COUNT(*) FROM t WHERE sex + 1 > 2", E.DomainError, "needs numbers", None),
+    # -- SUM / AVG
+    ("SELECT SUM(income) FROM t", E.BoundsError, "no bounds", "SUM"),
+    ("SELECT sex, AVG(income) FROM t GROUP BY sex", E.BoundsError, "no bounds", "AVG"),
+    ("SELECT SUM(sex) FROM t", E.DomainError, "cannot SUM the categorical column 'sex'", "SUM"),
+    ("SELECT AVG(hours) FROM t", E.DomainError, "binned", "AVG"),
+    ("SELECT SUM(flag) FROM t", E.DomainError, "boolean", "SUM"),
+    # -- grouping
+    ("SELECT sex, COUNT(*) FROM t", E.GroupingError, "needs GROUP BY", "sex"),
+    ("SELECT sex, age, COUNT(*) FROM t GROUP BY sex", E.GroupingError, "not a GROUP BY key", "age,"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY 3", E.GroupingError, "position 3", "3"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY 2", E.GroupingError, "is an aggregate", "2"),
+    ("SELECT sex, COUNT(*) AS n FROM t GROUP BY n", E.GroupingError, "names an aggregate", "$n"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY sex HAVING age > 3", E.GroupingError, "not a group key", "age"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY sex ORDER BY 5", E.GroupingError, "ORDER BY position 5", "5"),
+    ("SELECT 1, COUNT(*) FROM t", E.UnsupportedSQLError, "constant select item", "1"),
+    # -- BigQuery options
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, max_groups=3) COUNT(*) FROM t",
+     E.UnsupportedSQLError, "unknown DIFFERENTIAL_PRIVACY option", None),
+]
+
+
+def _position(sql: str, marker: str) -> tuple[int, int]:
+    off = sql.rindex(marker[1:]) if marker.startswith("$") else sql.index(marker)
+    line = sql.count("\n", 0, off) + 1
+    col = off - (sql.rfind("\n", 0, off) + 1) + 1
+    return line, col
+
+
+def test_there_are_at_least_fifty_cases():
+    assert len(CASES) >= 50
+
+
+@pytest.mark.parametrize("sql,cls,words,at", CASES, ids=[c[0][:60] for c in CASES])
+def test_bad_statement(sql, cls, words, at):
+    with pytest.raises(E.Error) as info:
+        plan_statement(sql, SCHEMA)
+    err = info.value
+    assert type(err) is cls, f"{type(err).__name__}: {err}"
+    assert isinstance(err, E.SQLError)
+    assert words.lower() in str(err).lower(), str(err)
+    assert err.construct, "the error names the construct"
+    assert err.line is not None and err.column is not None, str(err)
+    assert f"line {err.line}, column {err.column}" in str(err)
+    if at is not None:
+        assert (err.line, err.column) == _position(sql, at), str(err)
+
+
+def test_positions_are_in_the_batch_file():
+    text = "SELECT COUNT(*) FROM t;\n\n-- second\nSELECT sex, COUNT(*)\nFROM t\nWHERE sex = 'X'\nGROUP BY sex;"
+    with pytest.raises(E.DomainError) as info:
+        compile_batch(text, SCHEMA)
+    assert (info.value.line, info.value.column) == (6, 13)
+
+
+def test_one_statement_expected():
+    with pytest.raises(E.UnsupportedSQLError, match="one statement"):
+        plan_statement("SELECT COUNT(*) FROM t; SELECT COUNT(*) FROM t", SCHEMA)
+    with pytest.raises(E.UnsupportedSQLError, match="no SQL statement"):
+        plan_statement("  -- nothing\n", SCHEMA)
+
+
+def test_merge_too_large():
+    big = load_schema({"table": "t", "columns": {
+        "a": {"type": "integer", "min": 0, "max": 9999}, "b": {"type": "integer", "min": 0, "max": 9999}}})
+    with pytest.raises(E.UnsupportedSQLError, match="couples columns a, b") as info:
+        compile_batch("SELECT COUNT(*) FROM t WHERE a = 1 OR b = 2", big)
+    assert info.value.line == 1
+
+
+def test_errors_do_not_depend_on_data():
+    """Errors come from the text and schema only: compiling takes no data at all,
+    and the same statement gives the same message every time."""
+    msgs = set()
+    for _ in range(3):
+        with pytest.raises(E.DomainError) as info:
+            plan_statement("SELECT COUNT(*) FROM t WHERE sex = 'X'", SCHEMA)
+        msgs.add(str(info.value))
+    assert len(msgs) == 1
