@@ -382,6 +382,8 @@ def _build(spec: Any, source: str | None) -> Schema:
                 bad(f"columns[{i}]", "must be a mapping with a 'name'")
                 continue
             as_map[item["name"]] = {k: v for k, v in item.items() if k != "name"}
+        if not raw_cols:
+            bad("columns", "must declare at least one column")
         raw_cols = as_map
     elif not isinstance(raw_cols, Mapping):
         bad("columns", "must be a mapping of column name to column spec")

@@ -160,7 +160,8 @@ class CompiledBatch:
         for st in self.statements:
             data: dict[str, Any] = {}
             for i, key in enumerate(st.plan.keys):
-                data[key.name] = [g[i] for g in st.groups]
+                # object dtype keeps None as SQL NULL (pandas would turn it into NaN)
+                data[key.name] = pd.Series([g[i] for g in st.groups], dtype=object)
             for agg in st.plan.aggregates:
                 if agg.func == "avg":
                     s = y[st.rows(agg.name, "sum")]

@@ -1,0 +1,209 @@
+"""Exactness: the compiled workload times the exact data vector equals
+DuckDB's exact answer to the same SQL, group by group (tests/sql_oracle.py)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from dpsql.sql import compile_batch, plan_statement
+from dpsql.schema import load_schema
+
+from sql_oracle import SCHEMA, Generated, StatementGenerator, check_statements, compare, histogram, make_table
+
+SEEDS = range(40)   # 40 batches of 10 generated statements = 400 statements
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = make_table(n=600, seed=11)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_generated_statements_match_duckdb(con, seed):
+    gen = StatementGenerator(seed)
+    check_statements([gen.statement() for _ in range(10)], con)
+
+
+def test_generator_covers_the_constructs():
+    text = " ".join(StatementGenerator(s).statement().sql for s in SEEDS for _ in range(10))
+    for construct in [" OR ", "NOT (", "IS NULL", "IS NOT NULL", "CASE WHEN", "CASE region", "SUM(", "AVG(",
+                      "COUNT(black)", " IN (", "NOT IN", "BETWEEN", "GROUP BY 1", "CAST(", "age < score",
+                      "hours"]:
+        assert construct in text, construct
+
+
+HAND_WRITTEN = [
+    # cross-column disjunctions, NOT, NULLs
+    "SELECT COUNT(*) AS n FROM people WHERE sex = 'F' OR age < 5",
+    "SELECT region, COUNT(*) AS n FROM people WHERE NOT (white OR black) GROUP BY region",
+    "SELECT sex, COUNT(*) AS n FROM people WHERE (white AND NOT black) OR (black IS NULL AND age > 10) GROUP BY sex",
+    "SELECT COUNT(*) AS n FROM people WHERE NOT (sex = 'F' AND age IS NULL)",
+    "SELECT COUNT(*) AS n FROM people WHERE sex IS NULL OR hours IS NULL OR score IS NULL",
+    "SELECT COUNT(*) AS n FROM people WHERE NOT (sex <> 'F')",
+    "SELECT COUNT(*) AS n FROM people WHERE age NOT IN (1, 2, 3) AND NOT age BETWEEN 10 AND 12",
+    "SELECT COUNT(*) AS n FROM people WHERE sex IN ('F', NULL)",
+    "SELECT COUNT(*) AS n FROM people WHERE sex NOT IN ('F', NULL)",
+    "SELECT COUNT(*) AS n FROM people WHERE age = NULL",
+    "SELECT COUNT(*) AS n FROM people WHERE TRUE AND age > 3",
+    "SELECT COUNT(*) AS n FROM people WHERE FALSE OR age > 3",
+    # CASE buckets, with and without ELSE, over one and several columns
+    "SELECT CASE WHEN age < 10 THEN 'child' WHEN age < 18 THEN 'teen' END AS g, COUNT(*) AS n FROM people GROUP BY g",
+    "SELECT CASE WHEN age IS NULL THEN 'unknown' ELSE 'known' END AS g, COUNT(*) AS n FROM people GROUP BY 1",
+    "SELECT CASE WHEN sex = 'F' AND age >= 18 THEN 'woman' WHEN sex = 'F' THEN 'girl' ELSE 'other' END AS g, "
+    "COUNT(*) AS n FROM people GROUP BY g",
+    "SELECT CASE score WHEN 1 THEN 'low' WHEN 2 THEN 'low' WHEN 5 THEN 'mid' END AS g, AVG(age) AS a "
+    "FROM people GROUP BY g",
+    # SUM and AVG
+    "SELECT sex, SUM(age) AS s, AVG(age) AS a, COUNT(age) AS c FROM people GROUP BY sex",
+    "SELECT region, white, SUM(age) AS s FROM people WHERE black OR age > 15 GROUP BY region, white",
+    "SELECT COUNT(*) AS n, COUNT(sex) AS c FROM people",
+    # keys: several in one attribute, position, expressions
+    "SELECT white, black, COUNT(*) AS n FROM people WHERE white OR black GROUP BY white, black",
+    "SELECT black, region, sex, COUNT(*) AS n FROM people GROUP BY 3, 2, 1",
+    "SELECT age - score AS d, COUNT(*) AS n FROM people GROUP BY d",
+]
+
+
+def test_hand_written_statements_match_duckdb(con):
+    check_statements([Generated(s, s) for s in HAND_WRITTEN], con)
+
+
+def test_each_statement_alone_matches_duckdb(con):
+    for s in HAND_WRITTEN[:8]:
+        check_statements([Generated(s, s)], con)
+
+
+def test_clamped_sum(con):
+    """score's bounds [0, 8] clamp the value 10 to 8."""
+    sql = "SELECT region, SUM(score) AS s, AVG(score) AS a FROM people GROUP BY region"
+    clamp = "(CASE WHEN score > 8 THEN 8 ELSE score END)"
+    check_statements([Generated(sql, f"SELECT region, SUM({clamp}) AS s, AVG({clamp}) AS a FROM people GROUP BY region")], con)
+    agg = plan_statement(sql, load_schema(SCHEMA)).aggregates[0]
+    assert agg.bounds == (0, 8) and agg.sensitivity == 8.0
+
+
+def test_group_by_binned_column(con):
+    from sql_oracle import HOURS_BIN_SQL
+    check_statements([Generated("SELECT hours, COUNT(*) AS n FROM people WHERE hours >= 10 GROUP BY hours",
+                                f"SELECT {HOURS_BIN_SQL} AS hours, COUNT(*) AS n FROM people WHERE hours >= 10 GROUP BY 1")], con)
+
+
+def test_groups_cover_the_declared_domain(con):
+    batch = compile_batch("SELECT sex, age, COUNT(*) AS n FROM people WHERE age = 3 GROUP BY sex, age", SCHEMA)
+    st = batch.statements[0]
+    assert len(st.groups) == 3 * 22        # sex: F, M, NULL; age: 0..20, NULL
+    assert st.groups[0] == ("F", 0) and st.groups[-1] == (None, None)
+    y = batch.workload.matvec(histogram(con, batch))
+    assert np.count_nonzero(y[st.rows("n")]) <= 3   # only age = 3 can be nonzero
+
+
+def test_hidden_group_key(con):
+    batch = compile_batch("SELECT COUNT(*) AS n FROM people GROUP BY sex", SCHEMA)
+    y = batch.workload.matvec(histogram(con, batch))
+    want = dict(con.sql("SELECT sex, COUNT(*) FROM people GROUP BY sex").fetchall())
+    table = batch.tables(y)[0]
+    assert list(table.columns) == ["sex", "n"]
+    for sex, n in zip(table["sex"], table["n"]):
+        assert n == want.get(sex, 0)
+    assert list(batch.results(y)[0].columns) == ["n"]
+
+
+def test_postprocessing_matches_duckdb(con):
+    sql = ("SELECT sex, region, COUNT(*) AS n, AVG(age) AS a FROM people GROUP BY sex, region "
+           "HAVING n > 0 AND AVG(age) > 5 ORDER BY n DESC, sex, region LIMIT 5 OFFSET 1")
+    batch = compile_batch(sql, SCHEMA)
+    y = batch.workload.matvec(histogram(con, batch))
+    ours = batch.results(y)[0]
+    want = con.sql(sql.replace("ORDER BY n DESC, sex, region", "ORDER BY n DESC, sex NULLS LAST, region")).fetchall()
+    assert list(ours.columns) == ["sex", "region", "n", "a"]
+    assert len(ours) == len(want)
+    for row, w in zip(ours.itertuples(index=False), want):
+        assert (None if row.sex is None or row.sex != row.sex else row.sex) == w[0]
+        assert row.region == w[1] and row.n == w[2] and math.isclose(row.a, w[3])
+
+
+def test_having_on_hidden_aggregate(con):
+    sql = "SELECT region, AVG(age) AS a FROM people GROUP BY region HAVING COUNT(*) >= 1 ORDER BY region"
+    plan = plan_statement(sql, load_schema(SCHEMA))
+    assert [a.name for a in plan.aggregates] == ["a", "COUNT(*)"]
+    assert [a.visible for a in plan.aggregates] == [True, False]
+    batch = compile_batch(sql, SCHEMA)
+    y = batch.workload.matvec(histogram(con, batch))
+    ours = batch.results(y)[0]
+    want = con.sql(sql).fetchall()
+    assert [tuple(r) for r in ours.itertuples(index=False)] == pytest.approx(want) or \
+        [(r[0], pytest.approx(r[1])) for r in want] == [tuple(r) for r in ours.itertuples(index=False)]
+
+
+def test_row_bookkeeping():
+    batch = compile_batch([
+        "SELECT sex, COUNT(*) AS n, AVG(age) AS a FROM people GROUP BY sex",
+        "SELECT COUNT(*) FROM people WHERE white OR black",
+        "SELECT region, SUM(age) AS s FROM people GROUP BY region",
+    ], SCHEMA)
+    rows = []
+    for st in batch.statements:
+        for b in st.blocks:
+            assert b.stop - b.start == len(st.groups)
+            rows.append((b.start, b.stop))
+    covered = sorted(set(rows))
+    assert covered[0][0] == 0 and covered[-1][1] == batch.workload.shape[0]
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    first = batch.statements[0]
+    assert first.rows("a", "sum") != first.rows("a", "count")
+    assert first.rows("n") != first.rows("a", "count")  # age is nullable: COUNT(age) is not COUNT(*)
+    assert batch.workload.shape[1] == math.prod(batch.domain)
+    # COUNT of a non-nullable column is COUNT(*): measured once
+    shared = compile_batch("SELECT COUNT(*) AS n, COUNT(white) AS w FROM people", SCHEMA).statements[0]
+    assert shared.rows("n") == shared.rows("w")
+
+
+def test_merging_only_when_needed():
+    s = load_schema(SCHEMA)
+    b = compile_batch("SELECT COUNT(*) FROM people WHERE NOT (white OR black) AND (age < 3 OR age > 9)", s)
+    assert [a.name for a in b.attributes] == list(s.names)
+    b = compile_batch("SELECT COUNT(*) FROM people WHERE white OR black", s)
+    assert [a.name for a in b.attributes] == ["sex", "age", "hours", "white+black", "region", "score"]
+    b = compile_batch("SELECT COUNT(*) FROM people WHERE sex = 'F' OR score = 1", s, merge=[("age", "hours")])
+    assert [a.columns for a in b.attributes] == [("sex", "score"), ("age", "hours"), ("white",), ("black",),
+                                                  ("region",)]
+
+
+def test_adjacent_merge_keeps_the_column_histogram(con):
+    """Merging adjacent columns does not change the data vector."""
+    plain = compile_batch("SELECT COUNT(*) FROM people", SCHEMA)
+    merged = compile_batch("SELECT COUNT(*) FROM people WHERE white OR black", SCHEMA)
+    assert np.array_equal(histogram(con, plain), histogram(con, merged))
+
+
+def test_bigquery_options_inline():
+    p = plan_statement("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.5, delta=1e-6)\n"
+                       "  sex, COUNT(*) FROM people GROUP BY sex", load_schema(SCHEMA))
+    assert p.options == {"epsilon": 0.5, "delta": 1e-6}
+    assert [k.name for k in p.keys] == ["sex"]
+
+
+def test_forty_statement_batch_compiles_fast():
+    gen = StatementGenerator(1234)
+    texts = [gen.statement().sql for _ in range(40)]
+    start = time.perf_counter()
+    batch = compile_batch(texts, SCHEMA)
+    _ = batch.workload
+    elapsed = time.perf_counter() - start
+    assert len(batch.statements) == 40
+    assert elapsed < 2.0, elapsed
+
+
+def test_sql_file_batch(tmp_path, con):
+    path = tmp_path / "batch.sql"
+    path.write_text("-- two statements\nSELECT COUNT(*) AS n FROM people;\n\nSELECT sex, COUNT(*) AS n FROM people GROUP BY sex;\n")
+    batch = compile_batch(str(path), SCHEMA)
+    assert len(batch.statements) == 2
+    y = batch.workload.matvec(histogram(con, batch))
+    assert y[0] == con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0]

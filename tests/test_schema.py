@@ -1,0 +1,152 @@
+"""Schemas: loading from YAML, JSON and dicts; value <-> index; validation
+that reports every mistake with its path."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpsql.errors import Error, SchemaError
+from dpsql.schema import Binned, Boolean, Categorical, IntegerRange, load_schema
+
+MINIMUM = """
+table: adult
+columns:
+  age:   {type: integer, min: 17, max: 90}
+  sex:   {type: categorical, values: [Female, Male]}
+  hours: {type: numeric, bins: [0, 20, 40, 60, 100]}
+"""
+
+
+def test_minimum_format(tmp_path):
+    path = tmp_path / "adult.yaml"
+    path.write_text(MINIMUM)
+    for source in (str(path), path, MINIMUM):
+        s = load_schema(source)
+        assert s.table == "adult"
+        assert s.names == ("age", "sex", "hours")
+        assert s.domain == (74, 2, 4)
+        assert isinstance(s.column("AGE"), IntegerRange)   # unquoted SQL names are case-insensitive
+        assert s.privacy_unit.column is None
+
+
+def test_json_and_dict_agree(tmp_path):
+    import yaml
+
+    spec = yaml.safe_load(MINIMUM)
+    path = tmp_path / "adult.json"
+    path.write_text(json.dumps(spec))
+    assert load_schema(str(path)).domain == load_schema(spec).domain == (74, 2, 4)
+
+
+def test_value_index_mapping():
+    s = load_schema({"table": "t", "columns": {
+        "age": {"type": "integer", "min": 17, "max": 90, "nullable": True},
+        "sex": {"type": "categorical", "values": ["Female", "Male"]},
+        "hours": {"type": "numeric", "bins": [0, 20, 40, 60, 100]},
+        "vet": {"type": "boolean", "nullable": True},
+        "code": {"type": "categorical", "values": [3, 1, 2.5]},
+    }})
+    age, sex, hours, vet, code = s.columns
+    assert (age.index_of(17), age.index_of(90), age.index_of(None), age.size) == (0, 73, 74, 75)
+    assert (sex.index_of("Male"), sex.size, sex.labels) == (1, 2, ("Female", "Male"))
+    assert [hours.index_of(v) for v in (0, 19.99, 20, 59.5, 60, 100)] == [0, 0, 1, 2, 3, 3]
+    assert hours.values == ("[0, 20)", "[20, 40)", "[40, 60)", "[60, 100]")
+    assert (vet.index_of(False), vet.index_of(True), vet.index_of(None)) == (0, 1, 2)
+    assert (code.index_of(1), code.index_of(2.5)) == (1, 2)
+    for col, bad in [(age, 16), (age, 17.5), (sex, "male"), (hours, 100.5), (hours, -1), (vet, 1), (sex, None)]:
+        with pytest.raises(KeyError):
+            col.index_of(bad)
+    assert list(age.encode([17, None, 200])) == [0, 74, -1]
+    assert isinstance(hours, Binned) and isinstance(vet, Boolean) and isinstance(code, Categorical)
+
+
+def test_bounds_and_sum_weights():
+    s = load_schema({"table": "t", "columns": {
+        "n": {"type": "integer", "min": 0, "max": 5, "nullable": True, "bounds": [1, 3]},
+        "c": {"type": "categorical", "values": [10, 20], "bounds": [0, 15]}}})
+    assert list(s.column("n").sum_weights()) == [1, 1, 2, 3, 3, 3, 0]   # clamped; NULL adds 0
+    assert list(s.column("c").sum_weights()) == [10, 15]
+
+
+def test_privacy_unit_and_merge():
+    s = load_schema({"table": "t", "privacy_unit": {"column": "pid", "max_rows": 4},
+                     "merge": {"ab": ["a", "b"]},
+                     "columns": {"a": {"type": "boolean"}, "b": {"type": "boolean"}}})
+    assert (s.privacy_unit.column, s.privacy_unit.max_rows) == ("pid", 4)
+    assert s.merge == (("ab", ("a", "b")),)
+
+
+def test_every_mistake_is_reported_with_its_path():
+    bad = {
+        "table": "",
+        "extra": 1,
+        "privacy_unit": {"column": "age", "max_rows": 0},
+        "merge": {"m": ["age", "nope"], "n": ["age", "sex"]},
+        "columns": {
+            "age": {"type": "integer", "min": 90, "max": 17},
+            "sex": {"type": "categorical", "values": ["F", "F", 3]},
+            "hours": {"type": "numeric", "bins": [0, 20, 20], "labels": ["a"]},
+            "flag": {"type": "boolean", "bounds": [0, 1]},
+            "nokind": {"min": 1},
+            "weird": {"type": "float"},
+            "inc": {"type": "integer", "min": 0, "max": 10, "bounds": [5, 1], "nullable": "yes", "unit": 3},
+            "cat": {"type": "categorical", "values": ["a", "b"], "bounds": [0, 1]},
+            "big": {"type": "integer", "min": 0, "max": 10**9},
+        },
+    }
+    with pytest.raises(SchemaError) as info:
+        load_schema(bad)
+    paths = {p for p, _ in info.value.problems}
+    expected = {"table", "extra", "privacy_unit.column", "privacy_unit.max_rows", "merge.m[1]", "merge.n[0]",
+                "columns.age.max", "columns.sex.values", "columns.sex.values[1]", "columns.hours.bins[2]",
+                "columns.hours.labels", "columns.flag.bounds", "columns.nokind.type", "columns.weird.type",
+                "columns.inc.bounds", "columns.inc.nullable", "columns.inc.unit", "columns.cat.bounds",
+                "columns.big"}
+    assert expected <= paths, expected - paths
+    assert isinstance(info.value, Error)
+    text = str(info.value)
+    assert "columns.age.max: must be >= min (90)" in text
+    assert f"{len(info.value.problems)} schema problems" in text
+
+
+@pytest.mark.parametrize("spec,path", [
+    ({}, "table"),
+    ({"table": "t"}, "columns"),
+    ({"table": "t", "columns": {}}, "columns"),
+    ({"table": "t", "columns": []}, "columns"),
+    ({"table": "t", "columns": {"a": "integer"}}, "columns.a"),
+    ({"table": "t", "columns": {"a": {"type": "categorical", "values": []}}}, "columns.a.values"),
+    ({"table": "t", "columns": {"a": {"type": "integer", "max": 3}}}, "columns.a.min"),
+    ({"table": "t", "columns": {"a": {"type": "integer", "min": 0.5, "max": 3}}}, "columns.a.min"),
+    ({"table": "t", "columns": {"a": {"type": "numeric", "bins": [1]}}}, "columns.a.bins"),
+    ({"table": "t", "columns": {"a": {"type": "numeric", "bins": [0, "x"]}}}, "columns.a.bins[1]"),
+    ({"table": "t", "columns": {"a": {"type": "boolean"}, "A": {"type": "boolean"}}}, "columns.A"),
+    ({"table": "t", "privacy_unit": "person", "columns": {"a": {"type": "boolean"}}}, "privacy_unit"),
+])
+def test_single_mistakes(spec, path):
+    with pytest.raises(SchemaError) as info:
+        load_schema(spec)
+    assert path in {p for p, _ in info.value.problems}
+
+
+def test_yaml_syntax_error_has_a_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("table: t\ncolumns:\n  a: {type: integer, min: 0\n")
+    with pytest.raises(SchemaError) as info:
+        load_schema(str(path))
+    assert "line" in info.value.problems[0][0] and str(path) in str(info.value)
+
+
+def test_list_form_of_columns():
+    s = load_schema({"table": "t", "columns": [{"name": "a", "type": "boolean"},
+                                               {"name": "b", "type": "integer", "min": 1, "max": 3}]})
+    assert s.domain == (2, 3)
+
+
+def test_grid_order_is_c_order():
+    s = load_schema({"table": "t", "columns": {"a": {"type": "boolean"}, "b": {"type": "integer", "min": 0, "max": 2}}})
+    idx = np.ravel_multi_index([[s.columns[0].index_of(True)], [s.columns[1].index_of(2)]], s.domain)
+    assert idx[0] == 1 * 3 + 2
