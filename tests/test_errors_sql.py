@@ -112,6 +112,8 @@ CASES = [
     ("SELECT sex, COUNT(*) FROM t GROUP BY sex HAVING age > 3", E.GroupingError, "not a group key", "age"),
     ("SELECT sex, COUNT(*) FROM t GROUP BY sex ORDER BY 5", E.GroupingError, "ORDER BY position 5", "5"),
     ("SELECT 1, COUNT(*) FROM t", E.UnsupportedSQLError, "constant select item", "1"),
+    ("SELECT COUNT(*) FROM t GROUP BY 1 + 1", E.GroupingError, "GROUP BY a constant", "1 + 1"),
+    ("SELECT 18 AS adult, COUNT(*) FROM t GROUP BY adult", E.GroupingError, "GROUP BY a constant", "$adult"),
     # -- BigQuery options
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, max_groups=3) COUNT(*) FROM t",
      E.UnsupportedSQLError, "unknown DIFFERENTIAL_PRIVACY option", None),
@@ -175,3 +177,47 @@ def test_errors_do_not_depend_on_data():
             plan_statement("SELECT COUNT(*) FROM t WHERE sex = 'X'", SCHEMA)
         msgs.add(str(info.value))
     assert len(msgs) == 1
+
+
+def test_mutated_statements_never_raise_a_raw_exception():
+    """Random token and character edits of valid statements either compile or
+    raise a dpsql.Error: never a raw traceback."""
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sql_oracle import SCHEMA as PEOPLE, StatementGenerator
+
+    schema = load_schema(PEOPLE)
+    rng = random.Random(7)
+    extra = ["(", ")", ",", "AND", "OR", "NOT", "SELECT", "FROM", "GROUP BY", "1", "'x'", "NULL", "age", "*",
+             "CASE", "END", "WHEN", "=", "IN", "people", ";", "::INT", "-", "HAVING", "COUNT(*)", "OVER ()",
+             "LIMIT", "ORDER BY", "JOIN", "t2"]
+    for i in range(600):
+        sql = StatementGenerator(10_000 + i).statement().sql
+        if i % 2:
+            toks = sql.split(" ")
+            for _ in range(rng.randint(1, 3)):
+                j = rng.randrange(len(toks))
+                r = rng.random()
+                if r < 0.4 and len(toks) > 1:
+                    del toks[j]
+                elif r < 0.8:
+                    toks.insert(j, rng.choice(extra))
+                else:
+                    toks[j] = rng.choice(extra)
+            mutated = " ".join(toks)
+        else:
+            chars = list(sql)
+            for _ in range(rng.randint(1, 4)):
+                j = rng.randrange(len(chars))
+                if rng.random() < 0.5:
+                    del chars[j]
+                else:
+                    chars.insert(j, rng.choice("()'\",;*-+=<>!.:$?%|[]{}\n\\ 0aZ"))
+            mutated = "".join(chars)
+        try:
+            compile_batch(mutated, schema)
+        except E.Error:
+            pass

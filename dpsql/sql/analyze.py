@@ -138,6 +138,9 @@ def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                 ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
             if any(_same(expr, e) for e in key_exprs):
                 continue  # GROUP BY a, a
+            if not column_refs(expr):
+                ctx.fail(GroupingError, "GROUP BY a constant is not supported; group on columns",
+                         f"GROUP BY {expr.sql(dialect='duckdb')}", g)
             _validate_expression(expr, schema, ctx, predicate=False)
             key_exprs.append(expr)
             keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),

@@ -186,6 +186,8 @@ class Grid:
             inner = self.value(node.this)
             if inner.kind not in ("num", "null"):
                 self._raise(DomainError, "unary minus needs a number", "unary minus", node)
+            if inner.kind == "null":
+                return inner
             return Value(np.negative(inner.values), inner.null, "num")
         if isinstance(node, (exp.Cast, exp.TryCast)):
             return self._cast(node)
