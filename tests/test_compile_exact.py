@@ -207,3 +207,16 @@ def test_sql_file_batch(tmp_path, con):
     assert len(batch.statements) == 2
     y = batch.workload.matvec(histogram(con, batch))
     assert y[0] == con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0]
+
+
+def test_hypothesis_chosen_statements(con):
+    """The same oracle, with hypothesis choosing the generator seeds."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=25, deadline=None, database=None)
+    @given(st.integers(min_value=0, max_value=2**32 - 1))
+    def run(seed):
+        gen = StatementGenerator(seed)
+        check_statements([gen.statement() for _ in range(3)], con)
+
+    run()

@@ -28,7 +28,7 @@ from sqlglot import exp
 from ..errors import (BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError,
                       UnsupportedSQLError)
 from ..schema import Binned, Schema
-from .evaluate import Grid, _construct_name, column_refs, literal_value
+from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, _construct_name, column_refs, literal_value
 from .parse import Statement, parse_statements
 from .plan import Aggregate, GroupKey, QueryPlan
 
@@ -345,9 +345,10 @@ def _validate_expression(expr: exp.Expression, schema: Schema, ctx: _Context, pr
     size = 1
     for c in cols:
         size *= c.size
-    if size > 50_000_000:
-        ctx.fail(UnsupportedSQLError, f"this expression couples columns {', '.join(c.name for c in cols)} "
-                 f"whose joint domain has {size} cells (too many)", _construct_name(expr), expr)
+    if size > MAX_ATTRIBUTE_SIZE:
+        ctx.fail(UnsupportedSQLError, f"this expression couples columns {', '.join(c.name for c in cols)}; "
+                 f"measuring them as one attribute needs {size} cells (at most {MAX_ATTRIBUTE_SIZE})",
+                 "condition across columns", expr)
     grid = Grid(cols, fail=ctx.error)
     if predicate:
         grid.predicate(expr)

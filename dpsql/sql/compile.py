@@ -52,15 +52,13 @@ from sqlglot import exp
 from ..errors import UnsupportedSQLError
 from ..schema import Column, Schema, load_schema
 from .analyze import analyze
-from .evaluate import Grid, column_refs
+from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from .parse import Statement, parse_statements
 from .plan import QueryPlan
 
 __all__ = ["Attribute", "Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
            "conjuncts", "MAX_ATTRIBUTE_SIZE"]
 
-#: Largest joint domain a merge may create.
-MAX_ATTRIBUTE_SIZE = 5_000_000
 #: Factors with more entries than this are stored sparse.
 _DENSE_ENTRIES = 200_000
 

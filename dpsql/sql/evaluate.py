@@ -31,6 +31,10 @@ __all__ = ["Grid", "Value", "literal_value", "column_refs"]
 
 Fail = Callable[..., "SQLError"]
 
+#: Largest joint domain of columns that one condition or key may couple (the
+#: columns are then measured as one merged attribute).
+MAX_ATTRIBUTE_SIZE = 5_000_000
+
 _INT_TYPES = {"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
               "UBIGINT", "INTEGER"}
 _FLOAT_TYPES = {"DOUBLE", "FLOAT", "REAL", "DECIMAL"}
