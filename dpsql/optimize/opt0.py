@@ -1,0 +1,97 @@
+"""OPT_0: explicit strategy optimization for one attribute (HDMM §4).
+
+* Laplace (L1): minimizes ``tr(G (AᵀA)⁻¹)`` over p-Identity strategies
+  ``A(Θ)``, ``Θ ≥ 0``, with L-BFGS-B (Definition 14). ``A`` has unit L1
+  sensitivity, so the objective is the expected total squared error per unit
+  of noise variance. The problem is not convex; restarts from independent
+  random starts keep the best local optimum.
+* Gaussian (L2): the problem is convex in ``AᵀA`` and is solved to a
+  certified duality gap by :func:`~dpsql.optimize.gaussian.optimize_l2`;
+  domains too large for an eigendecomposition per step fall back to
+  p-Identity with L2 column normalization.
+
+>>> from dpsql.matrix import AllRange
+>>> from dpsql.privacy import Laplace
+>>> from dpsql.workload import Workload
+>>> s = opt_0(Workload.of(AllRange(16)), Laplace(1.0), seed=0)
+>>> s.factors[0].shape[1]
+16
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+
+from ..errors import WorkloadError
+from ..matrix import Matrix
+from ..pidentity import PIdentity, pidentity_objective
+from ..privacy import NoiseModel
+from ..strategy import KronStrategy
+from ..workload import Workload
+from .gaussian import optimize_l2
+
+
+def default_p(n: int) -> int:
+    """HDMM's default number of extra queries, ``max(1, n/16)``."""
+    return max(1, n // 16)
+
+
+def optimize_pidentity(
+    G: np.ndarray,
+    p: int,
+    norm: int,
+    rng: np.random.Generator,
+    theta0: np.ndarray | None = None,
+    maxiter: int = 1500,
+) -> tuple[PIdentity, float]:
+    """The p-Identity strategy minimizing ``tr(G (AᵀA)⁻¹)`` from one start.
+
+    Returns the strategy and its objective value. ``theta0`` warm-starts the
+    search (OPT_⊗ passes the previous sweep's parameters).
+    """
+    n = G.shape[0]
+    scale = max(float(np.trace(G)) / n, 1e-300)
+    Gs = G / scale  # scale-free objective for better-conditioned line searches
+    theta = rng.random((p, n)) if theta0 is None else np.array(theta0, dtype=float)
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, grad = pidentity_objective(x.reshape(p, n), Gs, norm)
+        return loss, grad.ravel()
+
+    res = scipy.optimize.minimize(
+        fun, theta.ravel(), jac=True, method="L-BFGS-B",
+        bounds=[(0.0, None)] * (p * n), options={"maxiter": maxiter, "ftol": 1e-10, "gtol": 1e-10},
+    )
+    best = res.x.reshape(p, n)
+    return PIdentity(best, norm), float(res.fun) * scale
+
+
+#: Largest attribute size for the exact L2 solver (one n×n eigendecomposition per step).
+L2_EXACT_MAX = 8192
+
+
+def optimize_factor(
+    G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None = None, theta0: np.ndarray | None = None
+) -> tuple[Matrix, float]:
+    """The per-attribute oracle: a unit-sensitivity strategy for Gram ``G`` and its error."""
+    n = G.shape[0]
+    if norm == 2 and n <= L2_EXACT_MAX:
+        A, err, _ = optimize_l2(G)
+        return A, err
+    if theta0 is not None and theta0.shape[1] != n:
+        theta0 = None
+    return optimize_pidentity(G, default_p(n) if p is None else p, norm, rng, theta0=theta0)
+
+
+def opt_0(
+    workload: Workload, noise: NoiseModel, p: int | None = None, restarts: int = 1, seed: int = 0
+) -> KronStrategy:
+    """OPT_0 on a one-attribute workload: the best p-Identity strategy over ``restarts`` starts."""
+    if len(workload.domain) != 1:
+        raise WorkloadError(f"OPT_0 takes a one-attribute workload; this one has {len(workload.domain)} attributes")
+    G = workload.gram().dense()
+    rng = np.random.default_rng(seed)
+    tries = 1 if noise.norm == 2 else max(1, restarts)  # the L2 problem is convex
+    best = min((optimize_factor(G, noise.norm, rng, p) for _ in range(tries)), key=lambda r: r[1])
+    return KronStrategy((best[0],), operator="OPT_0")

@@ -1,0 +1,119 @@
+"""Strategy selection: run every feasible HDMM operator and keep the best.
+
+Selection is data-independent, so it spends no privacy budget and its result
+can be cached (see :mod:`dpsql.cache`). Each operator runs with ``restarts``
+independent starts from a seed derived from ``seed``, so a selection is
+deterministic given its inputs.
+
+>>> from dpsql.privacy import Laplace
+>>> from dpsql.workload import marginals_workload
+>>> sel = select(marginals_workload((4, 5, 6), k=1), Laplace(1.0), restarts=1)
+>>> sel.operator in {"OPT_kron", "OPT_plus", "OPT_M"}
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..error import rmse as expected_rmse
+from ..errors import WorkloadError
+from ..marginals import MAX_ATTRIBUTES
+from ..privacy import NoiseModel
+from ..strategy import Strategy
+from ..workload import Workload
+from .kron import opt_kron
+from .marginal import opt_marginal
+from .opt0 import opt_0
+from .union import _groups, opt_plus
+
+log = logging.getLogger("dpsql.optimize")
+
+#: Operators that take longer than this many seconds print a progress line.
+PROGRESS_AFTER = 2.0
+
+#: Largest number of attributes OPT_M optimizes over (2^d marginal weights).
+OPT_M_MAX_ATTRIBUTES = 16
+
+OPERATORS: dict[str, Callable[..., Strategy]] = {
+    "OPT_0": opt_0,
+    "OPT_kron": opt_kron,
+    "OPT_plus": opt_plus,
+    "OPT_M": opt_marginal,
+}
+
+
+def feasible(workload: Workload) -> list[str]:
+    """The operators that apply to this workload's shape."""
+    ops = []
+    if len(workload.domain) == 1:
+        ops.append("OPT_0")
+    ops.append("OPT_kron")
+    if len(_groups(workload)) > 1:
+        ops.append("OPT_plus")
+    if len(workload.domain) <= min(OPT_M_MAX_ATTRIBUTES, MAX_ATTRIBUTES):
+        ops.append("OPT_M")
+    return ops
+
+
+@dataclass
+class Candidate:
+    """One operator's outcome."""
+
+    operator: str
+    strategy: Strategy
+    rmse: float
+    seconds: float
+
+
+@dataclass
+class Selection:
+    """The chosen strategy and every candidate considered."""
+
+    strategy: Strategy
+    rmse: float
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @property
+    def operator(self) -> str:
+        return self.strategy.operator
+
+
+def select(
+    workload: Workload,
+    noise: NoiseModel,
+    operators: Sequence[str] | None = None,
+    restarts: int = 3,
+    seed: int = 0,
+    progress: bool | None = None,
+) -> Selection:
+    """Run the feasible operators (or those named) and keep the lowest expected RMSE.
+
+    ``progress``: ``True`` prints a line per operator to stderr, ``False``
+    never does, and ``None`` prints only for operators slower than
+    :data:`PROGRESS_AFTER` seconds.
+    """
+    names = feasible(workload) if operators is None else list(operators)
+    unknown = [n for n in names if n not in OPERATORS]
+    if unknown:
+        raise WorkloadError(f"unknown strategy operator(s) {unknown}; choose from {sorted(OPERATORS)}")
+    candidates = []
+    for i, name in enumerate(names):
+        start = time.perf_counter()
+        strategy = OPERATORS[name](workload, noise, restarts=restarts, seed=seed + 7919 * i)
+        value = expected_rmse(workload, strategy, noise)
+        seconds = time.perf_counter() - start
+        candidates.append(Candidate(name, strategy, value, seconds))
+        message = f"[dpsql] {name}: expected RMSE {value:.4g} ({seconds:.1f} s)"
+        log.info(message)
+        if progress or (progress is None and seconds > PROGRESS_AFTER):
+            print(message, file=sys.stderr, flush=True)
+    best = min(candidates, key=lambda c: (math.isnan(c.rmse), c.rmse))
+    if not math.isfinite(best.rmse):
+        raise WorkloadError("no strategy operator could answer this workload")
+    return Selection(best.strategy, best.rmse, candidates)
