@@ -39,6 +39,9 @@ from .errors import WorkloadError
 #: Largest number of entries :meth:`Matrix.dense` will materialize.
 DENSE_LIMIT = 50_000_000
 
+#: Relative cut-off for singular values in a dense pseudo-inverse.
+PINV_RCOND = 1e-10
+
 #: Largest full domain on which a union's exact column norms are enumerated.
 ENUMERATION_LIMIT = 20_000_000
 
@@ -138,8 +141,13 @@ class Matrix:
         return float(np.trace(self.dense()))
 
     def pinv(self) -> "Matrix":
-        """Moore–Penrose pseudo-inverse. Structured subclasses stay implicit."""
-        return Dense(np.linalg.pinv(self.dense()))
+        """Moore–Penrose pseudo-inverse. Structured subclasses stay implicit.
+
+        Singular values below ``PINV_RCOND`` times the largest count as zero,
+        so rank-deficient matrices (a Gram of totals, say) are not inflated
+        by rounding noise.
+        """
+        return Dense(np.linalg.pinv(self.dense(), rcond=PINV_RCOND))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}{self.shape}"
@@ -474,6 +482,9 @@ class Weighted(Matrix):
 
     def column_norms(self, p):
         return abs(self.weight) * self.base.column_norms(p)
+
+    def sensitivity(self, p):
+        return abs(self.weight) * self.base.sensitivity(p)
 
     def row_norms_sq(self):
         return self.weight**2 * self.base.row_norms_sq()

@@ -88,7 +88,7 @@ class KronStrategy(Strategy):
     @cached_property
     def _pinvs(self) -> list[np.ndarray]:
         return [
-            X.inverse() if isinstance(X, InvertibleGram) else np.linalg.pinv(X.dense(), hermitian=True)
+            X.inverse() if isinstance(X, InvertibleGram) else X.pinv().dense()
             for X in self._grams
         ]
 

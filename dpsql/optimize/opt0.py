@@ -61,7 +61,7 @@ def optimize_pidentity(
 
     res = scipy.optimize.minimize(
         fun, theta.ravel(), jac=True, method="L-BFGS-B",
-        bounds=[(0.0, None)] * (p * n), options={"maxiter": maxiter, "ftol": 1e-10, "gtol": 1e-10},
+        bounds=[(0.0, None)] * (p * n), options={"maxiter": maxiter, "ftol": 1e-15, "gtol": 1e-12},
     )
     best = res.x.reshape(p, n)
     return PIdentity(best, norm), float(res.fun) * scale
@@ -79,9 +79,30 @@ def optimize_factor(
     if norm == 2 and n <= L2_EXACT_MAX:
         A, err, _ = optimize_l2(G)
         return A, err
-    if theta0 is not None and theta0.shape[1] != n:
-        theta0 = None
-    return optimize_pidentity(G, default_p(n) if p is None else p, norm, rng, theta0=theta0)
+    p = default_p(n) if p is None else p
+    if theta0 is not None and theta0.shape == (p, n):
+        return optimize_pidentity(G, p, norm, rng, theta0=theta0)
+    runs = [optimize_pidentity(G, p, norm, rng, theta0=t) for t in pidentity_starts(p, n, rng)]
+    return min(runs, key=lambda r: r[1])
+
+
+#: Above this size OPT_0 tries only HDMM's default random start per restart.
+MULTISTART_MAX = 1024
+
+
+def pidentity_starts(p: int, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Diverse starting points for the nonconvex p-Identity search.
+
+    Besides HDMM's uniform ``[0, 1)`` start, a ten times smaller one and a
+    near-constant one (extra queries close to scaled totals) escape the local
+    optimum at ``Θ = 0`` that traps the search on workloads such as ``IT(n)``,
+    where the identity is locally but not globally optimal.
+    """
+    starts = [rng.random((p, n))]
+    if n <= MULTISTART_MAX:
+        starts.append(0.1 * rng.random((p, n)))
+        starts.append((1.0 + 0.1 * rng.random((p, n))) / (p * np.sqrt(n)))
+    return starts
 
 
 def opt_0(

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ..cache import StrategyCache
 from ..error import rmse as expected_rmse
 from ..errors import WorkloadError
 from ..marginals import MAX_ATTRIBUTES
@@ -78,6 +79,7 @@ class Selection:
     strategy: Strategy
     rmse: float
     candidates: list[Candidate] = field(default_factory=list)
+    cached: bool = False
 
     @property
     def operator(self) -> str:
@@ -91,17 +93,26 @@ def select(
     restarts: int = 3,
     seed: int = 0,
     progress: bool | None = None,
+    cache: StrategyCache | None = None,
 ) -> Selection:
     """Run the feasible operators (or those named) and keep the lowest expected RMSE.
 
     ``progress``: ``True`` prints a line per operator to stderr, ``False``
     never does, and ``None`` prints only for operators slower than
-    :data:`PROGRESS_AFTER` seconds.
+    :data:`PROGRESS_AFTER` seconds. With a ``cache``, a selection already made
+    for the same workload, noise family and settings is loaded instead of
+    recomputed, and a new one is stored.
     """
     names = feasible(workload) if operators is None else list(operators)
     unknown = [n for n in names if n not in OPERATORS]
     if unknown:
         raise WorkloadError(f"unknown strategy operator(s) {unknown}; choose from {sorted(OPERATORS)}")
+    key = None
+    if cache is not None:
+        key = cache.key(workload, noise, operators=names, restarts=restarts, seed=seed)
+        hit = cache.get(key)
+        if hit is not None:
+            return Selection(hit, expected_rmse(workload, hit, noise), cached=True)
     candidates = []
     for i, name in enumerate(names):
         start = time.perf_counter()
@@ -116,4 +127,6 @@ def select(
     best = min(candidates, key=lambda c: (math.isnan(c.rmse), c.rmse))
     if not math.isfinite(best.rmse):
         raise WorkloadError("no strategy operator could answer this workload")
+    if cache is not None:
+        cache.put(key, best.strategy)
     return Selection(best.strategy, best.rmse, candidates)
