@@ -1,0 +1,287 @@
+"""Strategy operators (dpsql.optimize): reported error vs. a dense oracle,
+published HDMM numbers, SVD-bound consistency, and selector behaviour."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpsql.error import expected_error, rmse, svd_bound
+from dpsql.errors import WorkloadError
+from dpsql.marginals import Marginals, ResidualMarginals
+from dpsql.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
+from dpsql.optimize import opt_0, opt_kron, opt_marginal, opt_plus, select
+from dpsql.optimize.gaussian import optimize_l2
+from dpsql.privacy import Gaussian, Laplace
+from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.workload import Workload, marginals_workload, products_workload
+
+LAP, GAU = Laplace(1.0), Gaussian(epsilon=1.0, delta=1e-6)
+NOISES = [LAP, GAU]
+IDS = ["laplace", "gaussian"]
+
+
+def dense_sens(A, norm):
+    return (np.abs(A).sum(axis=0) if norm == 1 else np.sqrt((A**2).sum(axis=0))).max()
+
+
+def oracle_tse(W, A, noise):
+    G = A.T @ A
+    Xp = np.linalg.pinv(G, rcond=1e-10, hermitian=True)
+    assert np.allclose(W @ Xp @ G, W, atol=1e-7), "strategy cannot answer the workload"
+    return noise.variance(dense_sens(A, noise.norm)) * float(np.trace(W @ Xp @ W.T))
+
+
+def union_oracle_tse(W, U, noise):
+    A = np.vstack([c * p.matrix.dense() for p, c in zip(U.parts, U.weights)])
+    v = noise.variance(dense_sens(A, noise.norm))
+    WD = W.dense()
+    tse = 0.0
+    for l, g in enumerate(U.groups):
+        Al = U.parts[l].matrix.dense()
+        Xp = np.linalg.pinv(Al.T @ Al, rcond=1e-10, hermitian=True)
+        for k in g:
+            Wk = WD[W.term_rows(k)]
+            tse += v * float(np.trace(Wk @ Xp @ Wk.T)) / U.weights[l] ** 2
+    return tse
+
+
+# ---------------------------------------------------------------------------
+# OPT_0
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=IDS)
+@pytest.mark.parametrize("W", [Workload.of(AllRange(16)), Workload.of(Prefix(12)), Workload.of(WidthRange(16, 4))],
+                         ids=["allrange16", "prefix12", "width16"])
+def test_opt0_matches_dense_oracle(W, noise):
+    S = opt_0(W, noise, seed=1)
+    assert isinstance(S, KronStrategy) and S.operator == "OPT_0"
+    A = S.matrix.dense()
+    assert expected_error(W, S, noise) == pytest.approx(oracle_tse(W.dense(), A, noise), rel=1e-6)
+    # unit sensitivity in the calibrating norm
+    assert dense_sens(A, noise.norm) == pytest.approx(1.0, rel=1e-7)
+    # never worse than the identity strategy, never better than the SVD bound
+    ident = rmse(W, KronStrategy((Identity(W.shape[1]),)), noise)
+    assert rmse(W, S, noise) <= ident * (1 + 1e-9)
+    assert rmse(W, S, noise) >= svd_bound(W, noise) * (1 - 1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="optimize_pidentity lets Θ grow to ~1e10, where pidentity_objective and "
+                   "PIdentityGram's Woodbury inverse lose all precision; the reported error can even be negative")
+def test_pidentity_search_reports_true_error():
+    """The objective the search returns (and the Gram inverse used for error
+    reporting) must match a dense computation of tr(G (AᵀA)⁻¹)."""
+    from dpsql.optimize.opt0 import optimize_factor
+
+    G = 4.0 * Prefix(5).gram().dense()
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        A, err = optimize_factor(G, 1, rng)
+        D = A.dense()
+        true = float(np.trace(G @ np.linalg.inv(D.T @ D)))
+        assert err == pytest.approx(true, rel=1e-4)
+        assert float(np.sum(G * A.gram().inverse())) == pytest.approx(true, rel=1e-4)
+
+
+def test_opt0_rejects_multi_attribute():
+    with pytest.raises(WorkloadError):
+        opt_0(marginals_workload((3, 4), 1), LAP)
+
+
+@pytest.mark.parametrize("W", [AllRange(32), Prefix(20), IdentityTotal(10)], ids=["allrange", "prefix", "it"])
+def test_optimize_l2(W):
+    G = W.gram().dense()
+    A, err, gap = optimize_l2(G)
+    D = A.dense()
+    assert gap < 1e-3
+    assert np.sqrt((D**2).sum(axis=0)).max() == pytest.approx(1.0, rel=1e-9)
+    Xinv = np.linalg.inv(D.T @ D)
+    np.testing.assert_allclose(A.gram().inverse(), Xinv, rtol=1e-6, atol=1e-9 * np.abs(Xinv).max())
+    assert err == pytest.approx(float(np.trace(G @ Xinv)), rel=1e-6)
+    # the SVD bound (unit L2 sensitivity): (Σ √λ)² / n ≤ err ≤ bound·(1 + gap)-ish
+    lb = np.sqrt(np.clip(np.linalg.eigvalsh(G), 0, None)).sum() ** 2 / G.shape[0]
+    assert lb * (1 - 1e-9) <= err
+
+
+def test_opt0_gaussian_published_allrange64():
+    W = Workload.of(AllRange(64))
+    S = opt_0(W, GAU)
+    r = rmse(W, S, GAU)
+    assert r == pytest.approx(9.73, rel=0.005)
+    svdb = svd_bound(W, GAU)
+    assert round(svdb, 2) == 9.62
+    assert svdb * (1 - 1e-9) <= r <= svdb * 1.02
+    assert expected_error(W, S, GAU) == pytest.approx(oracle_tse(W.dense(), S.matrix.dense(), GAU), rel=1e-6)
+
+
+def test_opt0_laplace_published_allrange64():
+    """HDMM Table 4: OPT_0 reaches 5.55 on all-range n = 64 (Laplace)."""
+    W = Workload.of(AllRange(64))
+    sel = select(W, LAP, operators=["OPT_0"])  # the selector's default restarts and seed
+    assert sel.rmse <= 1.02 * 5.55
+    assert sel.rmse >= svd_bound(W, LAP)
+    assert sel.rmse == pytest.approx(
+        math.sqrt(oracle_tse(W.dense(), sel.strategy.matrix.dense(), LAP) / W.shape[0]), rel=1e-6
+    )
+
+
+# ---------------------------------------------------------------------------
+# OPT_kron, OPT_plus
+# ---------------------------------------------------------------------------
+
+
+def workload_2d():
+    return Workload(
+        (5, 6),
+        [(1.0, (AllRange(5), Identity(6))), (2.0, (Total(5), Prefix(6))), (0.5, (IdentityTotal(5), WidthRange(6, 2)))],
+    )
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=IDS)
+def test_opt_kron_matches_dense_oracle(noise):
+    W = workload_2d()
+    S = opt_kron(W, noise, seed=3)
+    assert isinstance(S, KronStrategy) and S.operator == "OPT_kron"
+    A = S.matrix.dense()
+    assert expected_error(W, S, noise) == pytest.approx(oracle_tse(W.dense(), A, noise), rel=1e-6)
+    assert dense_sens(A, noise.norm) == pytest.approx(1.0, rel=1e-7)
+    ident = rmse(W, KronStrategy((Identity(5), Identity(6))), noise)
+    assert rmse(W, S, noise) <= ident * (1 + 1e-9)  # small Laplace domains: identity can be optimal
+    if noise.norm == 2:
+        assert rmse(W, S, noise) < ident
+
+
+def test_opt_kron_total_attribute():
+    """An attribute every term only totals gets the one-query strategy T(n)."""
+    W = Workload((3, 4), [(1.0, (AllRange(3), Total(4))), (1.0, (Prefix(3), Total(4)))])
+    S = opt_kron(W, LAP)
+    assert S.factors[1].shape == (1, 4)
+    assert expected_error(W, S, LAP) == pytest.approx(oracle_tse(W.dense(), S.matrix.dense(), LAP), rel=1e-6)
+
+
+@pytest.mark.parametrize("noise", [
+    pytest.param(LAP, marks=pytest.mark.xfail(strict=True, reason="p-Identity search runs off to huge Θ where the "
+                 "Woodbury objective cancels catastrophically; a negative part error makes budget_weights NaN")),
+    GAU], ids=IDS)
+def test_opt_plus_matches_local_least_squares_oracle(noise):
+    W = Workload(
+        (4, 5),
+        [(1.0, (AllRange(4), Total(5))), (1.0, (Total(4), Prefix(5))), (3.0, (AllRange(4), Total(5))),
+         (0.5, (Identity(4), Identity(5)))],
+    )
+    U = opt_plus(W, noise, seed=2)
+    assert isinstance(U, UnionStrategy) and U.operator == "OPT_plus"
+    # terms 0 and 2 have the same factors: one group
+    assert sorted(sorted(g) for g in U.groups) == [[0, 2], [1], [3]]
+    assert expected_error(W, U, noise) == pytest.approx(union_oracle_tse(W, U, noise), rel=1e-6)
+    A = np.vstack([c * p.matrix.dense() for p, c in zip(U.parts, U.weights)])
+    assert U.sensitivity(noise.norm) == pytest.approx(dense_sens(A, noise.norm), rel=1e-9)
+    assert dense_sens(A, noise.norm) <= 1.0 + 1e-9
+
+
+# ---------------------------------------------------------------------------
+# OPT_M
+# ---------------------------------------------------------------------------
+
+MARGINAL_WORKLOADS = [
+    ((2, 3, 4), 1, False),
+    ((2, 3, 4), 2, True),
+    ((3, 4, 5), 2, False),
+    ((2, 2, 3, 2), 3, False),
+]
+
+
+@pytest.mark.parametrize("domain,k,lower", MARGINAL_WORKLOADS)
+def test_opt_marginal_gaussian_attains_svd_bound(domain, k, lower):
+    W = marginals_workload(domain, k, lower)
+    S = opt_marginal(W, GAU)
+    assert isinstance(S, MarginalStrategy) and S.operator == "OPT_M"
+    assert rmse(W, S, GAU) == pytest.approx(svd_bound(W, GAU), rel=1e-6)
+    # the SVD bound itself against dense eigenvalues
+    WD = W.dense()
+    lam = np.clip(np.linalg.eigvalsh(WD.T @ WD), 0, None)
+    dense_svdb = math.sqrt(GAU.variance(1.0) * np.sqrt(lam).sum() ** 2 / WD.shape[1] / WD.shape[0])
+    assert svd_bound(W, GAU) == pytest.approx(dense_svdb, rel=1e-6)  # dense sqrt of ~0 eigenvalues adds noise
+    assert expected_error(W, S, GAU) == pytest.approx(oracle_tse(WD, S.matrix.dense(), GAU), rel=1e-6)
+
+
+def test_opt_marginal_gaussian_uses_both_realizations():
+    """1-way marginals need negative marginal weights (residual realization);
+    all marginals up to 2-way do not. Both must reach the bound."""
+    kinds = {type(opt_marginal(marginals_workload(dom, k, lo), GAU).strategy)
+             for dom, k, lo in [((2, 3, 4), 1, False), ((2, 3, 4), 2, True)]}
+    assert kinds == {Marginals, ResidualMarginals}
+
+
+@pytest.mark.parametrize("domain,k,lower", MARGINAL_WORKLOADS[:3])
+def test_opt_marginal_laplace(domain, k, lower):
+    W = marginals_workload(domain, k, lower)
+    S = opt_marginal(W, LAP, seed=4)
+    A = S.matrix.dense()
+    assert dense_sens(A, 1) == pytest.approx(1.0, rel=1e-9)
+    assert expected_error(W, S, LAP) == pytest.approx(oracle_tse(W.dense(), A, LAP), rel=1e-6)
+    assert rmse(W, S, LAP) >= svd_bound(W, LAP) * (1 - 1e-9)
+    # at least as good as measuring exactly the workload's own marginals
+    own = np.zeros(2 ** len(domain))
+    for _, fs in W.terms:
+        own[sum(1 << i for i, f in enumerate(fs) if f.shape[0] > 1)] += 1.0
+    baseline = MarginalStrategy(Marginals(domain, own / own.sum()))
+    assert rmse(W, S, LAP) <= rmse(W, baseline, LAP) * (1 + 1e-6)
+
+
+def test_opt_marginal_non_marginal_workload():
+    """Range products are evaluated exactly in the algebra too (Theorem 10)."""
+    W = products_workload((3, 4), [(0,), (1,), (0, 1)], block=lambda i, n: AllRange(n))
+    for noise in NOISES:
+        S = opt_marginal(W, noise)
+        assert expected_error(W, S, noise) == pytest.approx(oracle_tse(W.dense(), S.matrix.dense(), noise), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Selector
+# ---------------------------------------------------------------------------
+
+
+def test_select_keeps_the_best_candidate_and_reports_its_error():
+    W = workload_2d()
+    sel = select(W, LAP, restarts=1, seed=5)
+    assert {c.operator for c in sel.candidates} == {"OPT_kron", "OPT_plus", "OPT_M"}
+    assert sel.rmse == min(c.rmse for c in sel.candidates)
+    assert sel.rmse == pytest.approx(rmse(W, sel.strategy, LAP), rel=1e-12)
+    for c in sel.candidates:
+        if isinstance(c.strategy, UnionStrategy):
+            tse = union_oracle_tse(W, c.strategy, LAP)
+        else:
+            tse = oracle_tse(W.dense(), c.strategy.matrix.dense(), LAP)
+        assert c.rmse == pytest.approx(math.sqrt(tse / W.shape[0]), rel=1e-6)
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=IDS)
+def test_select_is_deterministic(noise):
+    W = marginals_workload((3, 4, 2), 1, lower=True)
+    a = select(W, noise, restarts=1, seed=11)
+    b = select(W, noise, restarts=1, seed=11)
+    assert a.operator == b.operator
+    assert a.rmse == b.rmse
+    assert [c.rmse for c in a.candidates] == [c.rmse for c in b.candidates]
+    np.testing.assert_array_equal(a.strategy.matrix.dense(), b.strategy.matrix.dense())
+
+
+def test_select_one_attribute_includes_opt0():
+    W = Workload.of(Prefix(16))
+    sel = select(W, LAP, restarts=1)
+    assert "OPT_0" in {c.operator for c in sel.candidates}
+
+
+def test_select_unknown_operator():
+    with pytest.raises(WorkloadError):
+        select(Workload.of(Prefix(4)), LAP, operators=["OPT_0", "OPT_nope"])
+
+
+def test_select_gaussian_marginals_reaches_svd_bound():
+    W = marginals_workload((3, 4, 5), 2)
+    sel = select(W, GAU, restarts=1)
+    assert sel.rmse == pytest.approx(svd_bound(W, GAU), rel=1e-6)
