@@ -155,7 +155,7 @@ class StrategyCache:
             return _decode_strategy(spec, arrays)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, CacheError):
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, CacheError):
             return None
 
     def put(self, key: str, strategy: Strategy) -> Path:

@@ -667,7 +667,9 @@ class Kronecker(Matrix):
 
     def trace(self):
         _check_square(self)
-        return math.prod(f.trace() for f in self.factors)
+        if all(f.shape[0] == f.shape[1] for f in self.factors):
+            return math.prod(f.trace() for f in self.factors)
+        return super().trace()
 
     def pinv(self):
         return Kronecker([f.pinv() for f in self.factors])

@@ -112,6 +112,12 @@ class KronStrategy(Strategy):
         t = float(np.trace(G))
         return abs(t - float(np.sum(G * self._projectors[i].T))) <= SUPPORT_TOL * max(t, 1.0)
 
+    def _supported_rows(self, i: int, W: Matrix) -> np.ndarray:
+        """Which rows ``q`` of a factor satisfy ``q X_i⁺X_i = q`` (answerable rows)."""
+        P = self._projectors[i]
+        residual = W._matmat(np.eye(P.shape[0]) - P.T)
+        return (residual**2).sum(axis=1) <= SUPPORT_TOL * np.maximum(W.row_norms_sq(), 1.0)
+
     def term_traces(self, workload: Workload) -> np.ndarray:
         """``tr(G_ki X_i⁺)`` for every term ``k`` and attribute ``i``."""
         self._check_domain(workload, self.domain)
@@ -130,10 +136,10 @@ class KronStrategy(Strategy):
         for w, fs in workload.terms:
             parts = []
             for i, f in enumerate(fs):
+                v = f.quadratic_diag(self._pinvs[i])
                 if not self._supports(i, f.gram().dense()):
-                    parts.append(np.full(f.shape[0], math.inf))
-                else:
-                    parts.append(f.quadratic_diag(self._pinvs[i]))
+                    v = np.where(self._supported_rows(i, f), v, math.inf)
+                parts.append(v)
             out.append(w * w * reduce(np.kron, parts))
         return out
 
@@ -161,9 +167,10 @@ class UnionStrategy(Strategy):
         return self.matrix.sensitivity(p)
 
     def _assignment(self, workload: Workload) -> list[tuple[int, KronStrategy, float]]:
-        owner = {k: l for l, g in enumerate(self.groups) for k in g}
-        if sorted(owner) != list(range(len(workload.terms))):
+        listed = sorted(k for g in self.groups for k in g)
+        if listed != list(range(len(workload.terms))):
             raise WorkloadError("union strategy groups do not cover the workload's terms exactly once")
+        owner = {k: l for l, g in enumerate(self.groups) for k in g}
         return [(k, self.parts[owner[k]], self.weights[owner[k]]) for k in range(len(workload.terms))]
 
     def _sub(self, workload: Workload, k: int) -> Workload:

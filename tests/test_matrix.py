@@ -267,7 +267,6 @@ def test_gram_pinv(name, A, E):
     np.testing.assert_allclose(P.dense(), np.linalg.pinv(EG, rcond=RCOND, hermitian=True), atol=1e-7)
 
 
-@pytest.mark.xfail(strict=True, reason="Kronecker.trace multiplies factor traces, which requires square factors")
 def test_trace_kronecker_square_product_of_nonsquare_factors():
     """P(3) ⊗ R(3) ⊗ T(2) is 18 x 18 although no factor past the first is square."""
     K = Kronecker([Prefix(3), AllRange(3), Total(2)])

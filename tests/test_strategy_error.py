@@ -140,8 +140,6 @@ def test_kron_strategy_unsupported_is_inf():
     assert np.isfinite(got[:6]).all() and np.isinf(got[6:]).all()
 
 
-@pytest.mark.xfail(strict=True, reason="KronStrategy.query_variances marks a whole term inf when only some "
-                   "of its rows are unanswerable")
 def test_kron_strategy_partially_supported_term():
     """P(4)'s last row is the total, which a T(4) factor answers: those queries are finite."""
     W = Workload((3, 4), [(1.0, (Identity(3), Prefix(4)))])
@@ -218,8 +216,6 @@ def test_union_strategy_missing_group():
         bad.trace_error(W)
 
 
-@pytest.mark.xfail(strict=True, reason="UnionStrategy._assignment builds a dict, so a term listed in two "
-                   "groups is silently given to the last one instead of being rejected")
 def test_union_strategy_duplicate_group():
     W, U = union_case()
     dup = UnionStrategy(U.parts, U.weights, [[0, 2], [1, 2], [3]])

@@ -43,12 +43,15 @@ def optimize_pidentity(
     norm: int,
     rng: np.random.Generator,
     theta0: np.ndarray | None = None,
-    maxiter: int = 1500,
 ) -> tuple[PIdentity, float]:
     """The p-Identity strategy minimizing ``tr(G (AᵀA)⁻¹)`` from one start.
 
     Returns the strategy and its objective value. ``theta0`` warm-starts the
-    search (OPT_⊗ passes the previous sweep's parameters).
+    search (OPT_⊗ passes the previous sweep's parameters). Entries of ``Θ``
+    are capped at :data:`THETA_MAX`, where the Woodbury evaluation is still
+    accurate; a run whose value is not a finite positive number is reported
+    with infinite error so that callers discard it. The number of objective
+    evaluations is :func:`evaluation_budget` of the problem size.
     """
     n = G.shape[0]
     scale = max(float(np.trace(G)) / n, 1e-300)
@@ -59,12 +62,33 @@ def optimize_pidentity(
         loss, grad = pidentity_objective(x.reshape(p, n), Gs, norm)
         return loss, grad.ravel()
 
+    budget = evaluation_budget(p, n)
     res = scipy.optimize.minimize(
-        fun, theta.ravel(), jac=True, method="L-BFGS-B",
-        bounds=[(0.0, None)] * (p * n), options={"maxiter": maxiter, "ftol": 1e-15, "gtol": 1e-12},
+        fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
+        bounds=[(0.0, THETA_MAX)] * (p * n),
+        options={"maxiter": budget, "maxfun": budget, "ftol": 1e-15, "gtol": 1e-12},
     )
     best = res.x.reshape(p, n)
-    return PIdentity(best, norm), float(res.fun) * scale
+    loss = pidentity_objective(best, Gs, norm)[0]
+    ok = np.isfinite(loss) and loss > 0
+    return PIdentity(best, norm), float(loss) * scale if ok else np.inf
+
+
+#: Upper bound on p-Identity parameters (larger values only shrink the identity part).
+THETA_MAX = 1e3
+
+#: Objective evaluations per search: all of them on small problems, fewer as ``p·n²`` grows.
+MAX_EVALUATIONS, MIN_EVALUATIONS, EVALUATION_FLOPS = 1500, 150, 4e10
+
+
+def evaluation_budget(p: int, n: int) -> int:
+    """How many objective evaluations one p-Identity search may use.
+
+    Each evaluation costs about ``2 p n²`` flops; the budget keeps one search
+    near a fixed amount of work (``EVALUATION_FLOPS``) within
+    ``[MIN_EVALUATIONS, MAX_EVALUATIONS]``.
+    """
+    return int(np.clip(EVALUATION_FLOPS / (p * n * n), MIN_EVALUATIONS, MAX_EVALUATIONS))
 
 
 #: Largest attribute size for the exact L2 solver (one n×n eigendecomposition per step).
