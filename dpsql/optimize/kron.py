@@ -17,6 +17,7 @@ term only totals get the one-query strategy ``T(n)``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Sequence
 
@@ -40,9 +41,15 @@ def _is_total(G: np.ndarray) -> bool:
 
 def kron_search(
     domain: Sequence[int], terms: Sequence[Term], norm: int, rng: np.random.Generator,
-    p: Sequence[int | None] | None = None,
+    p: Sequence[int | None] | None = None, memo: dict | None = None,
 ) -> tuple[tuple[Matrix, ...], float]:
-    """Block-coordinate search for one product strategy; returns factors and trace error."""
+    """Block-coordinate search for one product strategy; returns factors and trace error.
+
+    With a single term the attributes decouple (Theorem 4), so one sweep is
+    exact. ``memo`` lets repeated searches (OPT_+ runs one per term) reuse the
+    first-sweep factor found for an identical normalized Gram matrix, since
+    scaling ``G`` does not change its optimal strategy.
+    """
     d = len(domain)
     grams = [[f.gram().dense() for f in fs] for _, fs in terms]
     w2 = np.array([w * w for w, _ in terms])
@@ -59,18 +66,25 @@ def kron_search(
                 continue
             others = np.prod(np.delete(traces, i, axis=1), axis=1) * w2
             G = sum(c * g[i] for c, g in zip(others, grams))
-            A, _ = optimize_factor(G, norm, rng, p[i], theta0=thetas[i])
+            A = _factor(G, norm, rng, p[i], thetas[i], memo)
             thetas[i], factors[i] = getattr(A, "theta", None), A
             Xinv = A.gram().inverse()
             traces[:, i] = [float(np.sum(g[i] * Xinv)) for g in grams]
         new = float(np.sum(w2 * np.prod(traces, axis=1)))
-        if error - new <= SWEEP_TOL * new or all(fixed):
-            error = min(error, new)
-            break
+        converged = error - new <= SWEEP_TOL * new
         error = new
-    if all(fixed):
-        error = float(np.sum(w2 * np.prod(traces, axis=1)))
+        if converged or len(terms) == 1 or all(fixed):
+            break
     return tuple(factors), error
+
+
+def _factor(G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None, theta0, memo: dict | None) -> Matrix:
+    if memo is None or theta0 is not None:
+        return optimize_factor(G, norm, rng, p, theta0=theta0)[0]
+    key = hashlib.sha256(np.round(G / np.trace(G), 12).tobytes() + repr((G.shape, norm, p)).encode()).hexdigest()
+    if key not in memo:
+        memo[key] = optimize_factor(G, norm, rng, p)[0]
+    return memo[key]
 
 
 def opt_kron(

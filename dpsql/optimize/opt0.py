@@ -78,7 +78,7 @@ def optimize_pidentity(
 THETA_MAX = 1e3
 
 #: Objective evaluations per search: all of them on small problems, fewer as ``p·n²`` grows.
-MAX_EVALUATIONS, MIN_EVALUATIONS, EVALUATION_FLOPS = 1500, 150, 4e10
+MAX_EVALUATIONS, MIN_EVALUATIONS, EVALUATION_FLOPS = 600, 150, 2e10
 
 
 def evaluation_budget(p: int, n: int) -> int:
@@ -106,27 +106,30 @@ def optimize_factor(
     p = default_p(n) if p is None else p
     if theta0 is not None and theta0.shape == (p, n):
         return optimize_pidentity(G, p, norm, rng, theta0=theta0)
-    runs = [optimize_pidentity(G, p, norm, rng, theta0=t) for t in pidentity_starts(p, n, rng)]
+    runs = [optimize_pidentity(G, p, norm, rng, theta0=pidentity_start(k, p, n, rng)) for k in start_kinds(n)]
     return min(runs, key=lambda r: r[1])
 
 
-#: Above this size OPT_0 tries only HDMM's default random start per restart.
+#: Above this size only HDMM's uniform start is used, once: each evaluation is costly.
 MULTISTART_MAX = 1024
 
 
-def pidentity_starts(p: int, n: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Diverse starting points for the nonconvex p-Identity search.
+def start_kinds(n: int) -> tuple[int, ...]:
+    """The kinds of start :func:`pidentity_start` offers for an attribute of size ``n``."""
+    return (0, 1, 2) if n <= MULTISTART_MAX else (0,)
 
-    Besides HDMM's uniform ``[0, 1)`` start, a ten times smaller one and a
-    near-constant one (extra queries close to scaled totals) escape the local
-    optimum at ``Θ = 0`` that traps the search on workloads such as ``IT(n)``,
-    where the identity is locally but not globally optimal.
+
+def pidentity_start(kind: int, p: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A starting point for the nonconvex p-Identity search.
+
+    Kind 0 is HDMM's uniform ``[0, 1)`` start; kind 1 is ten times smaller;
+    kind 2 is near-constant (extra queries close to scaled totals). The last
+    two escape the local optimum at ``Θ = 0`` that traps the search on
+    workloads such as ``IT(n)``, where the identity is locally but not
+    globally optimal.
     """
-    starts = [rng.random((p, n))]
-    if n <= MULTISTART_MAX:
-        starts.append(0.1 * rng.random((p, n)))
-        starts.append((1.0 + 0.1 * rng.random((p, n))) / (p * np.sqrt(n)))
-    return starts
+    U = rng.random((p, n))
+    return (U, 0.1 * U, (1.0 + 0.1 * U) / (p * np.sqrt(n)))[kind]
 
 
 def opt_0(
@@ -136,7 +139,13 @@ def opt_0(
     if len(workload.domain) != 1:
         raise WorkloadError(f"OPT_0 takes a one-attribute workload; this one has {len(workload.domain)} attributes")
     G = workload.gram().dense()
+    n = G.shape[0]
     rng = np.random.default_rng(seed)
-    tries = 1 if noise.norm == 2 else max(1, restarts)  # the L2 problem is convex
-    best = min((optimize_factor(G, noise.norm, rng, p) for _ in range(tries)), key=lambda r: r[1])
-    return KronStrategy((best[0],), operator="OPT_0")
+    if noise.norm == 2 and n <= L2_EXACT_MAX:  # convex: one run is enough
+        return KronStrategy((optimize_factor(G, 2, rng)[0],), operator="OPT_0")
+    p = default_p(n) if p is None else p
+    kinds = start_kinds(n)  # restart r uses the r-th kind of start, cyclically
+    tries = max(1, restarts) if len(kinds) > 1 else 1
+    runs = [optimize_pidentity(G, p, noise.norm, rng, pidentity_start(kinds[r % len(kinds)], p, n, rng))
+            for r in range(tries)]
+    return KronStrategy((min(runs, key=lambda r: r[1])[0],), operator="OPT_0")

@@ -53,8 +53,9 @@ def feasible(workload: Workload) -> list[str]:
     """The operators that apply to this workload's shape."""
     ops = []
     if len(workload.domain) == 1:
-        ops.append("OPT_0")
-    ops.append("OPT_kron")
+        ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
+    else:
+        ops.append("OPT_kron")
     if len(_groups(workload)) > 1:
         ops.append("OPT_plus")
     if len(workload.domain) <= min(OPT_M_MAX_ATTRIBUTES, MAX_ATTRIBUTES):

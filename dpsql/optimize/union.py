@@ -45,9 +45,10 @@ def opt_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int
     rng = np.random.default_rng(seed)
     groups = _groups(workload)
     parts, errors = [], []
+    memos: list[dict] = [{} for _ in range(max(1, restarts))]  # restart r shares factors across groups
     for g in groups:
         terms = [workload.terms[k] for k in g]
-        runs = [kron_search(workload.domain, terms, noise.norm, rng) for _ in range(max(1, restarts))]
+        runs = [kron_search(workload.domain, terms, noise.norm, rng, memo=m) for m in memos]
         factors, err = min(runs, key=lambda r: r[1])
         parts.append(KronStrategy(factors))
         errors.append(err)
