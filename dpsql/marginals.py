@@ -140,7 +140,30 @@ def multiplicities(domain: Sequence[int]) -> np.ndarray:
     return _per_subset([1.0] * len(domain), [n - 1 for n in domain])
 
 
-class Marginals(Matrix):
+class _MarginalStack(Matrix):
+    """A strategy stored as a union of weighted Kronecker blocks whose Gram
+    matrix lies in the marginal algebra; the pseudo-inverse follows from it."""
+
+    stack: VStack
+
+    def _matmat(self, X):
+        return self.stack._matmat(X)
+
+    def _rmatmat(self, Y):
+        return self.stack._rmatmat(Y)
+
+    def row_sums(self):
+        return self.stack.row_sums()
+
+    def row_norms_sq(self):
+        return self.stack.row_norms_sq()
+
+    def pinv(self):
+        """``A⁺ = (AᵀA)⁺ Aᵀ``, with the Gram pseudo-inverse taken in the algebra."""
+        return Product(self.gram().pinv(), Transpose(self))
+
+
+class Marginals(_MarginalStack):
     """A weighted marginal query strategy (HDMM Definition 20): the union of the
     marginals ``a`` with ``θ_a ≠ 0``, each scaled by ``θ_a``.
 
@@ -159,12 +182,6 @@ class Marginals(Matrix):
         )
         self.shape = self.stack.shape
 
-    def _matmat(self, X):
-        return self.stack._matmat(X)
-
-    def _rmatmat(self, Y):
-        return self.stack._rmatmat(Y)
-
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain, self.theta**2)
 
@@ -173,15 +190,6 @@ class Marginals(Matrix):
 
     def sensitivity(self, p):
         return float(np.abs(self.theta).sum() if p == 1 else math.sqrt((self.theta**2).sum()))
-
-    def row_sums(self):
-        return self.stack.row_sums()
-
-    def row_norms_sq(self):
-        return self.stack.row_norms_sq()
-
-    def pinv(self):
-        return Product(self.gram().pinv(), Transpose(self))
 
 
 def helmert(n: int) -> Dense:
@@ -194,7 +202,7 @@ def helmert(n: int) -> Dense:
     return Dense(H)
 
 
-class ResidualMarginals(Matrix):
+class ResidualMarginals(_MarginalStack):
     """A marginal-algebra strategy built from residual (contrast) queries.
 
     For each subset ``t`` with weight ``c_t ≠ 0`` it measures ``c_t`` times the
@@ -234,12 +242,6 @@ class ResidualMarginals(Matrix):
             raise WorkloadError("a Gram matrix needs nonnegative eigenvalues")
         return cls(domain, np.sqrt(lam / complement_sizes(_check_domain(domain))))
 
-    def _matmat(self, X):
-        return self.stack._matmat(X)
-
-    def _rmatmat(self, Y):
-        return self.stack._rmatmat(Y)
-
     def gram(self) -> MarginalsGram:
         return MarginalsGram.from_eigenvalues(self.domain, self.weights**2 * complement_sizes(self.domain))
 
@@ -253,15 +255,6 @@ class ResidualMarginals(Matrix):
             frac = _per_subset([1.0] * len(self.domain), [(n - 1) / n for n in self.domain])
             return float(math.sqrt((self.weights**2 * frac).sum()))
         return self.stack.sensitivity(1)
-
-    def row_sums(self):
-        return self.stack.row_sums()
-
-    def row_norms_sq(self):
-        return self.stack.row_norms_sq()
-
-    def pinv(self):
-        return Product(self.gram().pinv(), Transpose(self))
 
 
 def workload_eigen_weights(domain: Sequence[int], terms: Sequence[tuple[float, Sequence[Matrix]]]) -> np.ndarray:
