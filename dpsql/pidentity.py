@@ -10,7 +10,9 @@ always full rank: it can answer any workload.
 Its Gram matrix ``D (I + ΘᵀΘ) D`` is inverted with the Woodbury identity in
 ``O(n²p)`` rather than ``O(n³)``.
 
->>> import numpy as np
+>>> from typing import Callable
+
+import numpy as np
 >>> A = PIdentity(np.array([[1.0, 1.0, 0.0]]), norm=1)
 >>> A.shape
 (4, 3)
@@ -84,18 +86,21 @@ class PIdentityGram(InvertibleGram):
         super().__init__(np.diag(1.0 / A.scale**2) + B.T @ B, A.scale[:, None] * Minv * A.scale[None, :])
 
 
-def pidentity_objective(theta: np.ndarray, G: np.ndarray, norm: int) -> tuple[float, np.ndarray]:
+def pidentity_objective(
+    theta: np.ndarray, G: np.ndarray, norm: int, product: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[float, np.ndarray]:
     """``tr(G (AᵀA)⁻¹)`` for ``A = PIdentity(Θ)`` and its gradient in ``Θ``.
 
     With ``S = diag(s)``, ``M = I + ΘᵀΘ`` and ``R = I + ΘΘᵀ``, the objective is
     ``tr(S G S M⁻¹) = Σ_j G_jj s_j² − tr(R⁻¹ Y Zᵀ)`` where ``Z = Θ S`` and
     ``Y = Z G``. One ``p × n × n`` product dominates the cost. Because ``A``
     has unit sensitivity, this is the expected total squared error per unit
-    of noise variance.
+    of noise variance. ``product(Z)`` may supply ``Z @ G`` faster than the
+    dense product (see :class:`~dpsql.matrix.StructuredGram`).
     """
     s = column_scale(theta, norm)
     Z = theta * s
-    Y = Z @ G
+    Y = Z @ G if product is None else product(Z)
     R = np.eye(theta.shape[0]) + theta @ theta.T
     K = np.linalg.inv(R)
     YZ = Y @ Z.T

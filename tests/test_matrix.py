@@ -465,3 +465,21 @@ def test_dense_limit_enforced_everywhere():
     assert Prefix(big).sensitivity(1) == big
     assert Identity(big).pinv().trace() == big
     assert VStack([Identity(big), Total(big)]).sensitivity(1) == 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda: AllRange(13), lambda: Prefix(13), lambda: WidthRange(13, 4),
+    lambda: ColumnPermuted(AllRange(13), np.random.default_rng(3).permutation(13)),
+    lambda: ColumnPermuted(WidthRange(13, 5), np.random.default_rng(4).permutation(13)),
+], ids=["allrange", "prefix", "width", "permuted-allrange", "permuted-width"])
+def test_structured_gram_products_match_dense(make):
+    """Range Grams multiply in O(n) per vector; the result must equal WᵀW X exactly."""
+    from dpsql.matrix import StructuredGram
+    W = make()
+    G = W.gram()
+    assert isinstance(G, StructuredGram)
+    D = W.dense()
+    X = np.random.default_rng(0).normal(size=(13, 5))
+    np.testing.assert_allclose(G.matvec(X), D.T @ D @ X, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(G.rmatvec(X[:, 0]), D.T @ D @ X[:, 0], rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(G.dense(), D.T @ D)

@@ -107,3 +107,14 @@ def test_objective_gradient_finite_differences(norm, p, n, general):
         tm[idx] -= h
         fd[idx] = (_objective_dense(tp, G, norm) - _objective_dense(tm, G, norm)) / (2 * h)
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_objective_with_structured_product_equals_dense(norm):
+    from dpsql.matrix import AllRange
+    G = AllRange(20).gram()
+    theta = np.random.default_rng(5).random((3, 20))
+    dense = pidentity_objective(theta, G.dense(), norm)
+    fast = pidentity_objective(theta, G.dense(), norm, lambda Z: G.matvec(Z.T).T)
+    assert dense[0] == pytest.approx(fast[0], rel=1e-12)
+    np.testing.assert_allclose(dense[1], fast[1], rtol=1e-9, atol=1e-12)

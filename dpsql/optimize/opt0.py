@@ -20,11 +20,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import scipy.optimize
 
 from ..errors import WorkloadError
-from ..matrix import Matrix
+from ..matrix import Matrix, StructuredGram
 from ..pidentity import PIdentity, pidentity_objective
 from ..privacy import NoiseModel
 from ..strategy import KronStrategy
@@ -43,26 +45,30 @@ def optimize_pidentity(
     norm: int,
     rng: np.random.Generator,
     theta0: np.ndarray | None = None,
+    product: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[PIdentity, float]:
     """The p-Identity strategy minimizing ``tr(G (AᵀA)⁻¹)`` from one start.
 
     Returns the strategy and its objective value. ``theta0`` warm-starts the
-    search (OPT_⊗ passes the previous sweep's parameters). Entries of ``Θ``
-    are capped at :data:`THETA_MAX`, where the Woodbury evaluation is still
-    accurate; a run whose value is not a finite positive number is reported
-    with infinite error so that callers discard it. The number of objective
-    evaluations is :func:`evaluation_budget` of the problem size.
+    search (OPT_⊗ passes the previous sweep's parameters). ``product(Z)``, if
+    given, computes ``Z @ G`` from the workload's structure (see
+    :class:`~dpsql.matrix.StructuredGram`). Entries of ``Θ`` are capped at
+    :data:`THETA_MAX`, where the Woodbury evaluation is still accurate; a run
+    whose value is not a finite positive number is reported with infinite
+    error so that callers discard it. The number of objective evaluations is
+    :func:`evaluation_budget` of the problem size.
     """
     n = G.shape[0]
     scale = max(float(np.trace(G)) / n, 1e-300)
     Gs = G / scale  # scale-free objective for better-conditioned line searches
+    products = None if product is None else (lambda Z: product(Z) / scale)
     theta = rng.random((p, n)) if theta0 is None else np.array(theta0, dtype=float)
 
     def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grad = pidentity_objective(x.reshape(p, n), Gs, norm)
+        loss, grad = pidentity_objective(x.reshape(p, n), Gs, norm, products)
         return loss, grad.ravel()
 
-    budget = evaluation_budget(p, n)
+    budget = evaluation_budget(p, n, structured=product is not None)
     res = scipy.optimize.minimize(
         fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
         bounds=[(0.0, THETA_MAX)] * (p * n),
@@ -77,18 +83,25 @@ def optimize_pidentity(
 #: Upper bound on p-Identity parameters (larger values only shrink the identity part).
 THETA_MAX = 1e3
 
-#: Objective evaluations per search: all of them on small problems, fewer as ``p·n²`` grows.
-MAX_EVALUATIONS, MIN_EVALUATIONS, EVALUATION_FLOPS = 600, 150, 2e10
+#: Bounds on objective evaluations per search, and the work one search may do.
+MIN_EVALUATIONS, EVALUATION_FLOPS = 150, 4e11
 
 
-def evaluation_budget(p: int, n: int) -> int:
+def max_evaluations(n: int) -> int:
+    """Small problems converge within 600 evaluations and get restarts; large
+    ones (one start, about ``p·n`` parameters) need more steps."""
+    return 600 if n <= MULTISTART_MAX else 2000
+
+
+def evaluation_budget(p: int, n: int, structured: bool = False) -> int:
     """How many objective evaluations one p-Identity search may use.
 
-    Each evaluation costs about ``2 p n²`` flops; the budget keeps one search
-    near a fixed amount of work (``EVALUATION_FLOPS``) within
-    ``[MIN_EVALUATIONS, MAX_EVALUATIONS]``.
+    An evaluation costs about ``4 p² n`` flops plus the Gram product:
+    ``2 p n²`` dense, ``O(p n)`` when structured. The budget keeps one search
+    near ``EVALUATION_FLOPS`` of work, within ``[MIN_EVALUATIONS, max_evaluations(n)]``.
     """
-    return int(np.clip(EVALUATION_FLOPS / (p * n * n), MIN_EVALUATIONS, MAX_EVALUATIONS))
+    cost = 4.0 * p * p * n + (20.0 * p * n if structured else 2.0 * p * n * n)
+    return int(np.clip(EVALUATION_FLOPS / cost, MIN_EVALUATIONS, max_evaluations(n)))
 
 
 #: Largest attribute size for the exact L2 solver (one n×n eigendecomposition per step).
@@ -138,14 +151,19 @@ def opt_0(
     """OPT_0 on a one-attribute workload: the best p-Identity strategy over ``restarts`` starts."""
     if len(workload.domain) != 1:
         raise WorkloadError(f"OPT_0 takes a one-attribute workload; this one has {len(workload.domain)} attributes")
-    G = workload.gram().dense()
+    grams = [(w * w, f.gram()) for w, (f,) in workload.terms]
+    G = sum(c * g.dense() for c, g in grams)
     n = G.shape[0]
     rng = np.random.default_rng(seed)
     if noise.norm == 2 and n <= L2_EXACT_MAX:  # convex: one run is enough
         return KronStrategy((optimize_factor(G, 2, rng)[0],), operator="OPT_0")
+    product = None
+    if all(isinstance(g, StructuredGram) for _, g in grams):
+        def product(Z: np.ndarray) -> np.ndarray:
+            return sum(c * g._matmat(Z.T).T for c, g in grams)
     p = default_p(n) if p is None else p
     kinds = start_kinds(n)  # restart r uses the r-th kind of start, cyclically
     tries = max(1, restarts) if len(kinds) > 1 else 1
-    runs = [optimize_pidentity(G, p, noise.norm, rng, pidentity_start(kinds[r % len(kinds)], p, n, rng))
+    runs = [optimize_pidentity(G, p, noise.norm, rng, pidentity_start(kinds[r % len(kinds)], p, n, rng), product)
             for r in range(tries)]
     return KronStrategy((min(runs, key=lambda r: r[1])[0],), operator="OPT_0")
