@@ -10,6 +10,7 @@ Gaussian rows (analytic Gaussian mechanism).
     python benchmarks/hdmm_tables.py            # every row (about 20–30 minutes on 2 cores)
     python benchmarks/hdmm_tables.py --quick    # 1-D rows at n ≤ 256, SF1 and CPS (under a minute)
     python benchmarks/hdmm_tables.py --json out.json
+    python benchmarks/hdmm_tables.py --only multi  # Tables 6-7 only
 """
 
 from __future__ import annotations
@@ -125,12 +126,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1-D rows at n ≤ 256, SF1 and CPS (under a minute)")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as a JSON list")
+    ap.add_argument("--only", choices=["1d", "multi"], help="run only the 1-D (Tables 4-5) or multi-dimensional (6-7) rows")
     args = ap.parse_args(argv)
 
     print(f"{'table':8} {'workload':30} {'n / domain':>15} {'noise':9} {'operator':20} "
           f"{'rmse':>12} {'published':>9} {'ratio':>7} {'svdb':>9} {'seconds':>8}")
     rows: list[Row] = []
-    sizes = [n for n in B.ONE_D_SIZES if not args.quick or n <= 256]
+    sizes = [n for n in B.ONE_D_SIZES if (not args.quick or n <= 256) and args.only != "multi"]
     for name in ("all-range", "prefix", "width32", "permuted"):
         for n in sizes:
             W = B.one_d(name, n)
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
                     print_row(r)
                 rows += new
     for name, (build, label, published) in PUBLISHED_MD.items():
-        if args.quick and name not in QUICK_MD:
+        if (args.quick and name not in QUICK_MD) or args.only == "1d":
             continue
         W = build()
         for noise_name in NOISES:

@@ -35,8 +35,11 @@ from .gaussian import optimize_l2
 
 
 def default_p(n: int) -> int:
-    """HDMM's default number of extra queries, ``max(1, n/16)``."""
-    return max(1, n // 16)
+    """Number of extra queries: HDMM's ``n/16``, or ``n/32`` above
+    :data:`MULTISTART_MAX`, where a single search with a bounded number of
+    evaluations gets further with half the parameters (measured on the
+    n = 4096 range workloads: all-range 14.36 vs 14.80, prefix 12.14 vs 15.43)."""
+    return max(1, n // 16 if n <= MULTISTART_MAX else n // 32)
 
 
 def optimize_pidentity(
