@@ -23,7 +23,6 @@ True
 from __future__ import annotations
 
 import math
-from functools import cached_property
 from typing import Sequence
 
 import numpy as np

@@ -10,9 +10,7 @@ always full rank: it can answer any workload.
 Its Gram matrix ``D (I + ΘᵀΘ) D`` is inverted with the Woodbury identity in
 ``O(n²p)`` rather than ``O(n³)``.
 
->>> from typing import Callable
-
-import numpy as np
+>>> import numpy as np
 >>> A = PIdentity(np.array([[1.0, 1.0, 0.0]]), norm=1)
 >>> A.shape
 (4, 3)
@@ -21,6 +19,8 @@ True
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 

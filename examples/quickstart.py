@@ -49,7 +49,7 @@ for c in sel.candidates:
 
 identity = rmse(W, KronStrategy(tuple(Identity(n) for n in W.domain)), noise)
 separate = math.sqrt(noise.variance(W.sensitivity(1)))
-print(f"\nexpected RMSE per query at epsilon = 1:")
+print("\nexpected RMSE per query at epsilon = 1:")
 print(f"  HDMM strategy           {sel.rmse:8.2f}")
 print(f"  Identity (every cell)   {identity:8.2f}   ({identity / sel.rmse:.1f}x more error)")
 print(f"  each query on its own   {separate:8.2f}   ({separate / sel.rmse:.1f}x more error)")

@@ -12,7 +12,7 @@ import pytest
 from dpsql.sql import compile_batch, plan_statement
 from dpsql.schema import load_schema
 
-from sql_oracle import SCHEMA, Generated, StatementGenerator, check_statements, compare, histogram, make_table
+from sql_oracle import SCHEMA, Generated, StatementGenerator, check_statements, histogram, make_table
 
 SEEDS = range(40)   # 40 batches of 10 generated statements = 400 statements
 

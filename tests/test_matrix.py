@@ -7,7 +7,6 @@ operation is compared with the same operation on that array.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -404,7 +403,6 @@ def test_union_nonkron_fallback_when_domain_huge(monkeypatch):
 def _einsum_kron_apply(factors, x):
     """Reference ``(⊗ F_i) x`` by tensor contraction with dense factors."""
     T = x.reshape([f.shape[1] for f in factors])
-    letters_in = "abcdefgh"[: len(factors)]
     for i, F in enumerate(factors):
         T = np.moveaxis(np.tensordot(F, T, axes=([1], [i])), 0, i)
     return T.reshape(-1)

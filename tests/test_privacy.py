@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm

@@ -5,7 +5,6 @@ the definition, and HDMM's published Laplace RMSE at epsilon = 1."""
 from __future__ import annotations
 
 import glob
-import math
 from pathlib import Path
 
 import numpy as np

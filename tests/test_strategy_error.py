@@ -21,10 +21,8 @@ from dpsql.matrix import (
     GramFactored,
     Identity,
     IdentityTotal,
-    Kronecker,
     Prefix,
     Total,
-    VStack,
     Weighted,
     WidthRange,
 )

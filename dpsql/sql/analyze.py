@@ -21,7 +21,6 @@ dpsql.errors.UnsupportedSQLError: JOIN is not supported: a statement reads one t
 
 from __future__ import annotations
 
-from typing import Any
 
 from sqlglot import exp
 

@@ -381,7 +381,7 @@ class Grid:
                 if a.column is not None and b.is_literal:
                     self._check_member(a.column, b.literal, bnode)
         if left.kind == "bool" and op not in ("=", "<>"):
-            self._raise(DomainError, f"booleans are compared only with = or <>", op, node)
+            self._raise(DomainError, "booleans are compared only with = or <>", op, node)
         fn = {"=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal,
               ">": np.greater, ">=": np.greater_equal}[op]
         cmp = fn(left.values, right.values)
