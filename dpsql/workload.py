@@ -76,10 +76,14 @@ class Workload(VStack):
         for w, factors in self.terms:
             h.update(repr(round(w, 12)).encode())
             for f in factors:
-                h.update(repr(f.shape).encode())
-                G = np.ascontiguousarray(np.round(f.gram().dense(), 9))
-                h.update(G.tobytes())
+                h.update(factor_key(f))
         return h.hexdigest()
+
+
+def factor_key(f: Matrix) -> bytes:
+    """Bytes identifying a factor up to what strategies see: its shape and Gram matrix."""
+    G = np.ascontiguousarray(np.round(f.gram().dense(), 9))
+    return repr(f.shape).encode() + G.tobytes()
 
 
 def kway_subsets(d: int, k: int, lower: bool = False) -> list[tuple[int, ...]]:

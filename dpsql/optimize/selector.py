@@ -31,7 +31,7 @@ from ..workload import Workload
 from .kron import opt_kron
 from .marginal import opt_marginal
 from .opt0 import opt_0
-from .union import _groups, opt_plus
+from .union import opt_plus, product_groups
 
 log = logging.getLogger("dpsql.optimize")
 
@@ -56,7 +56,7 @@ def feasible(workload: Workload) -> list[str]:
         ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
     else:
         ops.append("OPT_kron")
-    if len(_groups(workload)) > 1:
+    if len(product_groups(workload)) > 1:
         ops.append("OPT_plus")
     if len(workload.domain) <= min(OPT_M_MAX_ATTRIBUTES, MAX_ATTRIBUTES):
         ops.append("OPT_M")

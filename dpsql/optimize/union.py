@@ -22,7 +22,7 @@ import numpy as np
 
 from ..privacy import NoiseModel
 from ..strategy import KronStrategy, UnionStrategy
-from ..workload import Workload
+from ..workload import Workload, factor_key
 from .kron import kron_search
 
 
@@ -32,18 +32,18 @@ def budget_weights(errors: np.ndarray, norm: int) -> np.ndarray:
     return c / (c.sum() if norm == 1 else np.sqrt((c**2).sum()))
 
 
-def _groups(workload: Workload) -> list[list[int]]:
+def product_groups(workload: Workload) -> list[list[int]]:
+    """Workload terms grouped by identical factor Gram matrices (weights aside)."""
     keys: dict[bytes, list[int]] = {}
     for k, (_, fs) in enumerate(workload.terms):
-        key = b"|".join(np.round(f.gram().dense(), 9).tobytes() + repr(f.shape).encode() for f in fs)
-        keys.setdefault(key, []).append(k)
+        keys.setdefault(b"|".join(factor_key(f) for f in fs), []).append(k)
     return list(keys.values())
 
 
 def opt_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> UnionStrategy:
     """OPT_+ with one group per distinct product in the workload."""
     rng = np.random.default_rng(seed)
-    groups = _groups(workload)
+    groups = product_groups(workload)
     parts, errors = [], []
     memos: list[dict] = [{} for _ in range(max(1, restarts))]  # restart r shares factors across groups
     for g in groups:
