@@ -4,7 +4,6 @@ DuckDB's exact answer to the same SQL, group by group (tests/sql_oracle.py)."""
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -189,15 +188,18 @@ def test_bigquery_options_inline():
     assert [k.name for k in p.keys] == ["sex"]
 
 
-def test_forty_statement_batch_compiles_fast():
+def test_forty_statement_batch_compiles():
+    """Timing lives in benchmarks/compile_batch.py; here, the batch's bookkeeping."""
     gen = StatementGenerator(1234)
     texts = [gen.statement().sql for _ in range(40)]
-    start = time.perf_counter()
     batch = compile_batch(texts, SCHEMA)
-    _ = batch.workload
-    elapsed = time.perf_counter() - start
     assert len(batch.statements) == 40
-    assert elapsed < 2.0, elapsed
+    covered = set()
+    for s in batch.statements:
+        for b in s.blocks:
+            assert 0 <= b.start < b.stop <= batch.workload.num_queries
+            covered.update(range(b.start, b.stop))
+    assert covered == set(range(batch.workload.num_queries))
 
 
 def test_sql_file_batch(tmp_path, con):
