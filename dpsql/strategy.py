@@ -163,9 +163,6 @@ class UnionStrategy(Strategy):
     def matrix(self) -> VStack:
         return VStack([Weighted(p.matrix, c) for p, c in zip(self.parts, self.weights)])
 
-    def sensitivity(self, p: int) -> float:
-        return self.matrix.sensitivity(p)
-
     def _assignment(self, workload: Workload) -> list[tuple[int, KronStrategy, float]]:
         listed = sorted(k for g in self.groups for k in g)
         if listed != list(range(len(workload.terms))):
