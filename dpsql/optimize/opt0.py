@@ -35,11 +35,27 @@ from .gaussian import optimize_l2
 
 
 def default_p(n: int) -> int:
-    """Number of extra queries: HDMM's ``n/16``, or ``n/32`` above
-    :data:`MULTISTART_MAX`, where a single search with a bounded number of
-    evaluations gets further with half the parameters (measured on the
-    n = 4096 range workloads: all-range 14.36 vs 14.80, prefix 12.14 vs 15.43)."""
-    return max(1, n // 16 if n <= MULTISTART_MAX else n // 32)
+    """HDMM's default number of extra queries, ``max(1, n/16)``."""
+    return max(1, n // 16)
+
+
+def search_plan(n: int, restarts: int, p: int | None = None) -> list[tuple[int, int]]:
+    """The ``(start kind, p)`` of each p-Identity search OPT_0 runs.
+
+    Up to :data:`MULTISTART_MAX` elements, restart ``r`` uses the ``r``-th
+    kind of :func:`pidentity_start` with HDMM's ``p``. Above it, every
+    evaluation is costly and the budget caps each search, so two uniform
+    starts are run, with ``n/32`` and ``n/16`` extra queries: neither wins
+    everywhere (at n = 4096, n/32 reaches all-range 14.36 and prefix 12.14
+    where n/16 stalls at 14.80 and 15.43; on width-32 ranges n/16 reaches
+    6.43 where n/32 stalls at 7.89).
+    """
+    if p is not None and n > MULTISTART_MAX:
+        return [(0, p)]
+    if n > MULTISTART_MAX:
+        return [(0, max(1, n // 32)), (0, default_p(n))]
+    kinds = start_kinds(n)
+    return [(kinds[r % len(kinds)], default_p(n) if p is None else p) for r in range(max(1, restarts))]
 
 
 def optimize_pidentity(
@@ -93,7 +109,7 @@ MIN_EVALUATIONS, EVALUATION_FLOPS = 150, 4e11
 def max_evaluations(n: int) -> int:
     """Small problems converge within 600 evaluations and get restarts; large
     ones (one start, about ``p·n`` parameters) need more steps."""
-    return 600 if n <= MULTISTART_MAX else 2000
+    return 600 if n <= MULTISTART_MAX else 1500
 
 
 def evaluation_budget(p: int, n: int, structured: bool = False) -> int:
@@ -164,9 +180,6 @@ def opt_0(
     if all(isinstance(g, StructuredGram) for _, g in grams):
         def product(Z: np.ndarray) -> np.ndarray:
             return sum(c * g._matmat(Z.T).T for c, g in grams)
-    p = default_p(n) if p is None else p
-    kinds = start_kinds(n)  # restart r uses the r-th kind of start, cyclically
-    tries = max(1, restarts) if len(kinds) > 1 else 1
-    runs = [optimize_pidentity(G, p, noise.norm, rng, pidentity_start(kinds[r % len(kinds)], p, n, rng), product)
-            for r in range(tries)]
+    runs = [optimize_pidentity(G, q, noise.norm, rng, pidentity_start(kind, q, n, rng), product)
+            for kind, q in search_plan(n, restarts, p)]
     return KronStrategy((min(runs, key=lambda r: r[1])[0],), operator="OPT_0")
