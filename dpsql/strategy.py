@@ -137,7 +137,7 @@ class KronStrategy(Strategy):
             parts = []
             for i, f in enumerate(fs):
                 v = f.quadratic_diag(self._pinvs[i])
-                if not self._supports(i, f.gram().dense()):
+                if self._projectors[i] is not None and not self._supports(i, f.gram().dense()):
                     v = np.where(self._supported_rows(i, f), v, math.inf)
                 parts.append(v)
             out.append(w * w * reduce(np.kron, parts))
