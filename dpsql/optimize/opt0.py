@@ -142,7 +142,8 @@ def optimize_factor(
     return min(runs, key=lambda r: r[1])
 
 
-#: Above this size only HDMM's uniform start is used, once: each evaluation is costly.
+#: Above this size each evaluation is costly: only HDMM's uniform start is used
+#: (per attribute in OPT_⊗, and once per ``p`` of :func:`search_plan` in OPT_0).
 MULTISTART_MAX = 1024
 
 
