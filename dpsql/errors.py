@@ -82,3 +82,23 @@ class BoundsError(SQLError):
 class GroupingError(SQLError):
     """A non-aggregate select item that is not a GROUP BY key, or a bad
     GROUP BY / ORDER BY reference."""
+
+
+class BudgetExceededError(PrivacyError):
+    """A spend would exceed the privacy budget; nothing was recorded.
+
+    ``requested``, ``spent`` and ``remaining`` are the :class:`dpsql.budget.Cost`
+    of the refused request, the total already recorded, and what the budget
+    still allows (None when not known)."""
+
+    def __init__(self, message: str, requested: object = None, spent: object = None,
+                 remaining: object = None) -> None:
+        self.requested = requested
+        self.spent = spent
+        self.remaining = remaining
+        super().__init__(message)
+
+
+class LedgerError(Error):
+    """The privacy-budget ledger file is unusable, corrupt, not a dpsql
+    ledger, or was created with a different budget."""
