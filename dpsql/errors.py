@@ -102,3 +102,9 @@ class BudgetExceededError(PrivacyError):
 class LedgerError(Error):
     """The privacy-budget ledger file is unusable, corrupt, not a dpsql
     ledger, or was created with a different budget."""
+
+
+class MeasurementError(Error):
+    """Counting the private table failed (a missing table or column, or a
+    database error). The message names the table and, for schema-level
+    problems only, repeats the database's message; it never holds data values."""
