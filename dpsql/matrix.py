@@ -713,9 +713,14 @@ class Kronecker(Matrix):
 def kron_terms(A: Matrix) -> list[tuple[float, tuple[Matrix, ...]]] | None:
     """``A`` as a list of ``(weight, factors)`` Kronecker terms, or ``None``.
 
-    Recognizes ``Kronecker``, ``Weighted`` Kronecker products, and unions
-    (``VStack``) of those: the "union of products" form of HDMM Equation 3.
+    Recognizes ``Kronecker``, ``Weighted`` Kronecker products, unions
+    (``VStack``) of those, and matrices that keep such a union as their
+    ``stack`` (the marginal strategies): the "union of products" form of HDMM
+    Equation 3. Terms come in row order, so a vector of answers to ``A``
+    splits into consecutive per-term pieces.
     """
+    if isinstance(getattr(A, "stack", None), VStack):
+        return kron_terms(A.stack)
     if isinstance(A, Kronecker):
         return [(1.0, A.factors)]
     if isinstance(A, Weighted):

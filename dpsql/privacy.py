@@ -132,9 +132,11 @@ def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
     _positive("epsilon", epsilon)
     if not 0.0 < delta < 1.0:
         raise PrivacyError(f"delta must be in (0, 1), got {delta!r}")
-    lo, hi = 1e-6, 1.0
+    lo, hi = 0.5, 1.0
     while _analytic_delta(hi, epsilon) > delta:
-        hi *= 2.0
+        lo, hi = hi, hi * 2.0
+    while lo > 1e-300 and _analytic_delta(lo, epsilon) <= delta:
+        lo, hi = lo / 2.0, lo
     while hi - lo > 1e-12 * hi:
         mid = 0.5 * (lo + hi)
         if _analytic_delta(mid, epsilon) > delta:

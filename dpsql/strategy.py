@@ -128,7 +128,10 @@ class KronStrategy(Strategy):
     def trace_error(self, workload: Workload) -> float:
         T = self.term_traces(workload)
         w2 = np.array([w * w for w, _ in workload.terms])
-        return float(np.sum(w2 * np.prod(T, axis=1)))
+        # a zero factor trace means a zero factor: the term's queries are all zero, with zero error
+        with np.errstate(invalid="ignore"):
+            products = np.prod(T, axis=1)
+        return float(np.sum(w2 * np.where((T == 0).any(axis=1), 0.0, products)))
 
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         self._check_domain(workload, self.domain)
@@ -140,7 +143,10 @@ class KronStrategy(Strategy):
                 if self._projectors[i] is not None and not self._supports(i, f.gram().dense()):
                     v = np.where(self._supported_rows(i, f), v, math.inf)
                 parts.append(v)
-            out.append(w * w * reduce(np.kron, parts))
+            with np.errstate(invalid="ignore"):
+                var = reduce(np.kron, parts)
+            # 0 · inf: an all-zero query row (answered exactly) times an unsupported factor row
+            out.append(w * w * np.where(np.isnan(var), 0.0, var))
         return out
 
 

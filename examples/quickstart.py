@@ -1,15 +1,12 @@
-"""dpsql quickstart: from a batch of Census-style SQL to an optimized measurement strategy.
+"""dpsql quickstart: Census-style tables from a private DuckDB table, in one private batch.
 
-It compiles the 2010 Census SF1 person tables (examples/sf1/*.sql, 49
-statements over a persons table) into one workload, lets HDMM choose a
-measurement strategy for the whole batch under Laplace noise (ε = 1), and
-compares its expected error with two simple baselines: measuring every
-cell of the data cube (Identity), and answering every query on its own
-with the budget split between them (the L1 sensitivity of the batch).
-
-Nothing here touches data: strategy selection is data-independent, so it
-spends no privacy budget. The noisy measurement on a DuckDB table comes next
-(`dpsql.connect`, issue 4).
+It generates a census-like persons table (300,000 made-up people, seeded;
+see examples/census.py) in DuckDB, opens it with dpsql under a privacy
+budget, and answers the 2010 Census SF1 person tables (examples/sf1/*.sql,
+49 statements) with one jointly optimized measurement at epsilon = 1. It
+prints a few of the noisy tables with their standard errors, next to the
+standard error each answer would have had if every query were answered on
+its own with its share of the budget.
 
     python examples/quickstart.py
 """
@@ -17,48 +14,60 @@ spends no privacy budget. The noisy measurement on a DuckDB table comes next
 import glob
 import math
 import os
+import sys
 import time
 
-import dpsql
-from dpsql.cache import StrategyCache
-from dpsql.error import query_variances, rmse
-from dpsql.matrix import Identity
-from dpsql.optimize import select
-from dpsql.privacy import Laplace
-from dpsql.strategy import KronStrategy
+import duckdb
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sf1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
-schema = dpsql.load_schema(os.path.join(HERE, "persons.yaml"))
-files = sorted(glob.glob(os.path.join(HERE, "*.sql")))
+import dpsql  # noqa: E402
+from census import load_persons  # noqa: E402
+
+ROWS, SEED, EPSILON = 300_000, 0, 1.0
+
+# 1. The private table. In real use this is your data; here we make some up.
+con = duckdb.connect()
 start = time.perf_counter()
-batch = dpsql.compile_batch([open(f).read() for f in files], schema)
-W = batch.workload
-print(f"compiled {len(batch.statements)} statements from {len(files)} files in "
-      f"{time.perf_counter() - start:.2f} s: {W.num_queries} queries, {len(W.terms)} Kronecker terms, "
-      f"domain {' x '.join(map(str, W.domain))}")
+load_persons(con, ROWS, seed=SEED)
+print(f"generated {ROWS:,} made-up persons in DuckDB ({time.perf_counter() - start:.1f} s)")
 
-noise = Laplace(epsilon=1.0)
-cache = StrategyCache(os.path.join(os.path.expanduser("~"), ".cache", "dpsql", "examples"))
+# 2. Open it privately: its public schema, a total budget, an in-memory ledger.
+db = dpsql.connect(con, schema=os.path.join(HERE, "sf1", "persons.yaml"), budget=dpsql.Budget(epsilon=EPSILON))
+
+# 3. One batch: every SF1 table, answered from one HDMM-optimized measurement.
+files = sorted(glob.glob(os.path.join(HERE, "sf1", "*.sql")))
 start = time.perf_counter()
-sel = select(W, noise, cache=cache)
-print(f"HDMM selected {sel.operator} in {time.perf_counter() - start:.1f} s"
-      f"{' (from the strategy cache)' if sel.cached else ''}")
-for c in sel.candidates:
-    print(f"  {c.operator:9} expected RMSE {c.rmse:8.3f}  ({c.seconds:.1f} s)")
+results = db.batch(files, epsilon=EPSILON, noise="laplace")
+release = results[0].release
+print(f"answered {release.statements} SF1 statements ({release.queries:,} queries) in "
+      f"{time.perf_counter() - start:.1f} s: {release.describe()}")
 
-identity = rmse(W, KronStrategy(tuple(Identity(n) for n in W.domain)), noise)
-separate = math.sqrt(noise.variance(W.sensitivity(1)))
-print("\nexpected RMSE per query at epsilon = 1:")
-print(f"  HDMM strategy           {sel.rmse:8.2f}")
-print(f"  Identity (every cell)   {identity:8.2f}   ({identity / sel.rmse:.1f}x more error)")
-print(f"  each query on its own   {separate:8.2f}   ({separate / sel.rmse:.1f}x more error)")
+# What answering every query on its own would cost: the batch's queries move by
+# up to Δ (their L1 sensitivity) when one person is added, so each would need
+# Laplace noise of scale Δ/ε, a standard error of √2·Δ/ε.
+compiled = dpsql.compile_batch(files, db.schema)
+separate_se = math.sqrt(2) * compiled.workload.sensitivity(1) / EPSILON
+print(f"expected RMSE per query: {release.rmse:.2f} jointly, {separate_se:.2f} for each query on its own "
+      f"({separate_se / release.rmse:.1f}x more error)")
+print(f"budget left: epsilon = {db.remaining().epsilon:g}\n")
 
-# Standard errors are data-independent too: every answer's, before any data is read.
-se = query_variances(W, sel.strategy, noise) ** 0.5
-p12 = next(s for s in batch.statements if s.plan.keys and len(s.groups) == 46)  # P12: sex by age group
-block = p12.blocks[0]
-print(f"\nP12 (sex by age group): standard error of each of its {len(p12.groups)} answers")
-for labels, value in list(zip(p12.groups, se[block.rows]))[:4]:
-    print(f"  {' / '.join(map(str, labels)):28} ± {value:.2f}")
-print("  ...")
+
+def show(title, result, rows=6):
+    df = result.df.copy()
+    value = df.columns[len(df.columns) - 4]
+    df["alone: ±"] = separate_se
+    print(title)
+    print(df.head(rows).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(f"  ... {len(df)} rows\n" if len(df) > rows else "")
+
+
+by_sql = {r.sql: r for r in results}
+for st, r in zip(compiled.statements, results):
+    keys = [k.name for k in st.plan.keys]
+    if keys == []:
+        show("P1. Total population", r)
+    elif keys == ["sex", "age_group"]:
+        show("P12. Sex by age", r)
+        break

@@ -23,20 +23,21 @@ from typing import Sequence
 
 import numpy as np
 
-from ..matrix import Matrix, Total
+from ..matrix import InvertibleGram, Matrix
 from ..privacy import NoiseModel
 from ..strategy import KronStrategy
 from ..workload import Term, Workload
-from .opt0 import optimize_factor
+from .opt0 import deterministic, optimize_factor, rank_one, single_query
 
 #: Sweeps stop when the error improves by less than this fraction.
 SWEEP_TOL = 1e-6
 MAX_SWEEPS = 25
 
 
-def _is_total(G: np.ndarray) -> bool:
-    """Whether a factor Gram is a multiple of the all-ones matrix."""
-    return bool(np.allclose(G, G[0, 0]))
+def _gram_pinv(A: Matrix) -> np.ndarray:
+    """``(AᵀA)⁺``, dense (factors are one attribute wide)."""
+    X = A.gram()
+    return X.inverse() if isinstance(X, InvertibleGram) else X.pinv().dense()
 
 
 def kron_search(
@@ -54,11 +55,17 @@ def kron_search(
     grams = [[f.gram().dense() for f in fs] for _, fs in terms]
     w2 = np.array([w * w for w, _ in terms])
     p = [None] * d if p is None else list(p)
-    fixed = [all(_is_total(g[i]) for g in grams) for i in range(d)]
-    factors: list[Matrix] = [Total(n) if fixed[i] else None for i, n in enumerate(domain)]
+    # An attribute where every term asks one query (up to scale), such as a
+    # total, a SUM's weights or a filter, is fixed to that query (optimal, see
+    # rank_one); the others start from identity strategies (X_i = I).
+    single = [rank_one(sum(g[i] for g in grams)) for i in range(d)]
+    fixed = [v is not None for v in single]
+    factors: list[Matrix] = [single_query(v) if v is not None else None for v in single]
     thetas: list[np.ndarray | None] = [None] * d
-    # traces[k, i] = tr(G_ki X_i⁻¹); start from identity strategies (X_i = I) where free.
-    traces = np.array([[np.trace(g[i]) if not fixed[i] else g[i][0, 0] for i in range(d)] for g in grams])
+    # traces[k, i] = tr(G_ki X_i⁺)
+    pinvs = [_gram_pinv(f) if f is not None else None for f in factors]
+    traces = np.array([[np.trace(g[i]) if not fixed[i] else float(np.sum(g[i] * pinvs[i])) for i in range(d)]
+                       for g in grams])
     error = math.inf
     for _ in range(MAX_SWEEPS):
         for i in range(d):
@@ -68,8 +75,8 @@ def kron_search(
             G = sum(c * g[i] for c, g in zip(others, grams))
             A = _factor(G, norm, rng, p[i], thetas[i], memo)
             thetas[i], factors[i] = getattr(A, "theta", None), A
-            Xinv = A.gram().inverse()
-            traces[:, i] = [float(np.sum(g[i] * Xinv)) for g in grams]
+            P = _gram_pinv(A)
+            traces[:, i] = [float(np.sum(g[i] * P)) for g in grams]
         new = float(np.sum(w2 * np.prod(traces, axis=1)))
         converged = error - new <= SWEEP_TOL * new
         error = new
@@ -81,7 +88,8 @@ def kron_search(
 def _factor(G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None, theta0, memo: dict | None) -> Matrix:
     if memo is None or theta0 is not None:
         return optimize_factor(G, norm, rng, p, theta0=theta0)[0]
-    key = hashlib.sha256(np.round(G / np.trace(G), 12).tobytes() + repr((G.shape, norm, p)).encode()).hexdigest()
+    t = float(np.trace(G))
+    key = hashlib.sha256(np.round(G / t if t > 0 else G, 12).tobytes() + repr((G.shape, norm, p)).encode()).hexdigest()
     if key not in memo:
         memo[key] = optimize_factor(G, norm, rng, p)[0]
     return memo[key]
@@ -92,6 +100,8 @@ def opt_kron(
 ) -> KronStrategy:
     """OPT_⊗: the best of ``restarts`` block-coordinate searches for a product strategy."""
     rng = np.random.default_rng(seed)
+    if deterministic(noise.norm, workload.domain):
+        restarts = 1
     runs = [kron_search(workload.domain, workload.terms, noise.norm, rng, p) for _ in range(max(1, restarts))]
     factors, _ = min(runs, key=lambda r: r[1])
     return KronStrategy(factors, operator="OPT_kron")

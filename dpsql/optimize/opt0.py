@@ -20,13 +20,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.optimize
 
 from ..errors import WorkloadError
-from ..matrix import Matrix, StructuredGram
+from ..matrix import Dense, Matrix, StructuredGram, Total
 from ..pidentity import PIdentity, pidentity_objective
 from ..privacy import NoiseModel
 from ..strategy import KronStrategy
@@ -127,11 +127,54 @@ def evaluation_budget(p: int, n: int, structured: bool = False) -> int:
 L2_EXACT_MAX = 8192
 
 
+#: Relative residual below which a Gram matrix counts as rank one.
+RANK_ONE_TOL = 1e-10
+
+
+def rank_one(G: np.ndarray) -> np.ndarray | None:
+    """``v`` with ``G = v vᵀ`` when ``G`` has rank at most one, else None.
+
+    A rank-one Gram is a single query (up to scale) such as a SUM's weights
+    or a WHERE filter on an attribute nobody groups by. Answering it directly
+    is optimal under both norms: if ``v = uᵀA`` then ``|v_j| ≤ ‖u‖₂ ‖a_j‖ ≤ ‖u‖₂``
+    for a unit-sensitivity ``A``, so no strategy beats error ``max_j v_j²``,
+    which the row ``v / max|v|`` attains.
+    """
+    d = np.diag(G)
+    r = int(np.argmax(d))
+    if d[r] <= 0:
+        return np.zeros(G.shape[0])
+    v = G[:, r] / np.sqrt(d[r])
+    if np.abs(G - np.outer(v, v)).max() > RANK_ONE_TOL * d[r]:
+        return None
+    return v
+
+
+def single_query(v: np.ndarray) -> Matrix:
+    """The unit-sensitivity strategy that answers the one query ``v`` (see :func:`rank_one`)."""
+    m = float(np.abs(v).max())
+    if m > 0 and np.allclose(v, v[0]):
+        return Total(v.size)
+    return Dense((v / m if m > 0 else np.ones_like(v))[None, :])
+
+
+def deterministic(norm: int, domain: Sequence[int]) -> bool:
+    """Whether the per-attribute oracle is deterministic on this domain (the
+    convex L2 problem), so that restarts would repeat the same search."""
+    return norm == 2 and max(domain) <= L2_EXACT_MAX
+
+
 def optimize_factor(
     G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None = None, theta0: np.ndarray | None = None
 ) -> tuple[Matrix, float]:
-    """The per-attribute oracle: a unit-sensitivity strategy for Gram ``G`` and its error."""
+    """The per-attribute oracle: a unit-sensitivity strategy for Gram ``G`` and its error.
+
+    A zero ``G`` (only all-zero queries, e.g. from an impossible predicate)
+    needs no measurement; the identity answers it with zero error.
+    """
     n = G.shape[0]
+    if not np.any(G):
+        return PIdentity(np.zeros((1, n)), norm), 0.0
     if norm == 2 and n <= L2_EXACT_MAX:
         A, err, _ = optimize_l2(G)
         return A, err
@@ -175,7 +218,10 @@ def opt_0(
     G = sum(c * g.dense() for c, g in grams)
     n = G.shape[0]
     rng = np.random.default_rng(seed)
-    if noise.norm == 2 and n <= L2_EXACT_MAX:  # convex: one run is enough
+    v = rank_one(G)
+    if v is not None:
+        return KronStrategy((single_query(v),), operator="OPT_0")
+    if deterministic(noise.norm, (n,)):  # convex: one run is enough
         return KronStrategy((optimize_factor(G, 2, rng)[0],), operator="OPT_0")
     product = None
     if all(isinstance(g, StructuredGram) for _, g in grams):

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from tqdm.auto import tqdm
+
 from ..cache import StrategyCache
 from ..error import rmse as expected_rmse
 from ..errors import WorkloadError
@@ -98,9 +100,10 @@ def select(
 ) -> Selection:
     """Run the feasible operators (or those named) and keep the lowest expected RMSE.
 
-    ``progress``: ``True`` prints a line per operator to stderr, ``False``
-    never does, and ``None`` prints only for operators slower than
-    :data:`PROGRESS_AFTER` seconds. With a ``cache``, a selection already made
+    ``progress``: ``True`` shows a progress bar and a line per operator on
+    stderr, ``False`` never does, and ``None`` shows them only once the
+    selection has run for :data:`PROGRESS_AFTER` seconds (bar) or for
+    operators slower than that (lines). With a ``cache``, a selection already made
     for the same workload, noise family and settings is loaded instead of
     recomputed, and a new one is stored.
     """
@@ -115,7 +118,10 @@ def select(
         if hit is not None:
             return Selection(hit, expected_rmse(workload, hit, noise), cached=True)
     candidates = []
-    for i, name in enumerate(names):
+    bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
+               disable=progress is False, delay=0 if progress else PROGRESS_AFTER)
+    for i, name in enumerate(bar):
+        bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
         strategy = OPERATORS[name](workload, noise, restarts=restarts, seed=seed + 7919 * i)
         value = expected_rmse(workload, strategy, noise)
@@ -124,7 +130,7 @@ def select(
         message = f"[dpsql] {name}: expected RMSE {value:.4g} ({seconds:.1f} s)"
         log.info(message)
         if progress or (progress is None and seconds > PROGRESS_AFTER):
-            print(message, file=sys.stderr, flush=True)
+            bar.write(message, file=sys.stderr)
     best = min(candidates, key=lambda c: (math.isnan(c.rmse), c.rmse))
     if not math.isfinite(best.rmse):
         raise WorkloadError("no strategy operator could answer this workload")

@@ -24,6 +24,7 @@ from ..privacy import NoiseModel
 from ..strategy import KronStrategy, UnionStrategy
 from ..workload import Workload, factor_key
 from .kron import kron_search
+from .opt0 import deterministic
 
 
 def budget_weights(errors: np.ndarray, norm: int) -> np.ndarray:
@@ -45,6 +46,8 @@ def opt_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int
     rng = np.random.default_rng(seed)
     groups = product_groups(workload)
     parts, errors = [], []
+    if deterministic(noise.norm, workload.domain):
+        restarts = 1
     memos: list[dict] = [{} for _ in range(max(1, restarts))]  # restart r shares factors across groups
     for g in groups:
         terms = [workload.terms[k] for k in g]
@@ -52,5 +55,12 @@ def opt_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int
         factors, err = min(runs, key=lambda r: r[1])
         parts.append(KronStrategy(factors))
         errors.append(err)
-    weights = budget_weights(np.array(errors), noise.norm)
+    # A group with zero error holds only all-zero queries (e.g. an impossible
+    # WHERE): any part answers those exactly, so it needs no budget of its own.
+    live = [l for l, e in enumerate(errors) if e > 0] or [0]
+    for l in range(len(groups)):
+        if l not in live:
+            groups[live[0]] = groups[live[0]] + groups[l]
+    parts, errors, groups = [parts[l] for l in live], [errors[l] for l in live], [groups[l] for l in live]
+    weights = budget_weights(np.array(errors), noise.norm) if len(live) > 1 else np.ones(1)
     return UnionStrategy(parts, [float(c) for c in weights], groups, operator="OPT_plus")

@@ -173,20 +173,28 @@ class CompiledBatch:
             out.append(pd.DataFrame(data))
         return out
 
-    def results(self, y: np.ndarray) -> list:
+    def results(self, y: np.ndarray, extra: "Sequence[dict[str, np.ndarray]] | None" = None) -> list:
         """:meth:`tables` with each statement's HAVING, ORDER BY, LIMIT and
-        OFFSET applied (post-processing of ``y``), in SELECT column order."""
+        OFFSET applied (post-processing of ``y``), in SELECT column order.
+
+        ``extra[i]`` maps column names to per-group values (such as standard
+        errors) added to statement ``i``'s table before post-processing and
+        kept, after the SELECT columns, in its result rows.
+        """
         import duckdb
 
         out = []
         con = duckdb.connect()
         try:
-            for st, df in zip(self.statements, self.tables(y)):
+            for i, (st, df) in enumerate(zip(self.statements, self.tables(y))):
+                columns = dict(extra[i]) if extra is not None else {}
+                for name, values in columns.items():
+                    df[name] = values
                 if not st.plan.has_postprocessing:
-                    out.append(df[list(st.plan.outputs)])
+                    out.append(df[[*st.plan.outputs, *columns]])
                     continue
                 con.register("answers", df)
-                out.append(con.sql(st.plan.postprocess_sql("answers")).df())
+                out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
                 con.unregister("answers")
         finally:
             con.close()

@@ -11,7 +11,7 @@ schema's column names (unqualified).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from sqlglot import exp
 
@@ -94,11 +94,11 @@ class QueryPlan:
                 or self.offset is not None or any(not k.visible for k in self.keys)
                 or any(not a.visible for a in self.aggregates))
 
-    def postprocess_sql(self, relation: str = "answers") -> str:
+    def postprocess_sql(self, relation: str = "answers", extra: Sequence[str] = ()) -> str:
         """SQL that turns the table of noisy answers (one column per key and
         aggregate, named as in :attr:`keys` and :attr:`aggregates`) into the
         statement's result: HAVING, ORDER BY, LIMIT and OFFSET applied, hidden
-        columns dropped, columns in SELECT order.
+        columns dropped, columns in SELECT order, then the ``extra`` columns.
 
         >>> from dpsql.schema import load_schema
         >>> from dpsql.sql.analyze import plan_statement
@@ -106,7 +106,7 @@ class QueryPlan:
         >>> plan_statement("SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING n > 5 ORDER BY n DESC LIMIT 2", s).postprocess_sql()
         'SELECT "a", "n" FROM "answers" WHERE "n" > 5 ORDER BY "n" DESC LIMIT 2'
         """
-        select = exp.select(*[exp.column(name, quoted=True) for name in self.outputs]).from_(
+        select = exp.select(*[exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(
             exp.Table(this=exp.to_identifier(relation, quoted=True)))
         if self.having is not None:
             select = select.where(self.having.copy())

@@ -1,0 +1,175 @@
+"""The ``dpsql`` command line: private queries, batches and the budget ledger.
+
+::
+
+    dpsql query "SELECT sex, COUNT(*) FROM persons GROUP BY sex" \\
+        --data persons.parquet --schema persons.yaml --ledger persons.ledger --epsilon 0.5
+    dpsql batch tables.sql --data persons.duckdb --schema persons.yaml --ledger persons.ledger \\
+        --epsilon 1 --out results/
+    dpsql budget --ledger persons.ledger
+
+A new ledger needs its total budget: ``--budget-epsilon`` (and
+``--budget-delta``) or ``--budget-rho``. ``--out`` writes CSV or Parquet,
+chosen by the file extension; a batch of several statements writes one file
+per statement into the ``--out`` directory (``--format`` picks the type).
+Every file is written to a temporary name and renamed into place, so a
+reader never sees half a file. Errors print one line and exit with status 2
+(bad input, refused spend) or 1 (anything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from .budget import Budget, Cost
+from .connection import connect
+from .errors import Error
+from .ledger import Ledger
+from .result import Result
+
+OUT_FORMATS = ("csv", "parquet")
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    if args.budget_rho is not None:
+        return Budget(rho=args.budget_rho)
+    if args.budget_epsilon is not None:
+        return Budget(epsilon=args.budget_epsilon, delta=args.budget_delta or 0.0)
+    return None
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
+    p.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
+    p.add_argument("--table", help="table name in --data (default: the schema's)")
+    p.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
+    p.add_argument("--epsilon", type=float, help="epsilon to spend on this request")
+    p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
+    p.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
+    p.add_argument("--noise", choices=("laplace", "gaussian"), help="default: the lower-error one")
+    p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
+    p.add_argument("--out", help="write results here (.csv or .parquet; a directory for several statements)")
+    p.add_argument("--format", choices=OUT_FORMATS, default="csv", help="file type inside an --out directory")
+    _add_budget(p)
+
+
+def _add_budget(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("total budget of a new ledger")
+    g.add_argument("--budget-epsilon", type=float)
+    g.add_argument("--budget-delta", type=float)
+    g.add_argument("--budget-rho", type=float)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dpsql", description="Differentially private SQL over DuckDB.")
+    sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("query", help="answer one SQL statement privately")
+    q.add_argument("sql", help="the statement")
+    _add_common(q)
+    b = sub.add_parser("batch", help="answer a file of statements from one joint measurement")
+    b.add_argument("file", help="a .sql file of ;-separated statements")
+    _add_common(b)
+    g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
+    g.add_argument("--ledger", required=True)
+    # accepted for symmetry with query and batch; the ledger alone holds the budget
+    g.add_argument("--data", help=argparse.SUPPRESS)
+    g.add_argument("--schema", help=argparse.SUPPRESS)
+    g.add_argument("--epsilon", type=float, help=argparse.SUPPRESS)
+    _add_budget(g)
+    return p
+
+
+def _write_atomic(result: Result, path: Path) -> None:
+    """Write one result as CSV or Parquet (by extension) via a temporary file and a rename."""
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in OUT_FORMATS:
+        raise ValueError(f"--out {path}: use a .csv or .parquet file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        if fmt == "csv":
+            result.df.to_csv(tmp, index=False)
+        else:
+            result.relation.write_parquet(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
+    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
+    try:
+        kwargs = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise,
+                      nonnegative=args.nonnegative)
+        results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
+        if args.out:
+            out = Path(args.out)
+            if len(results) == 1 and out.suffix:
+                _write_atomic(results[0], out)
+                paths = [out]
+            else:
+                paths = [out / f"q{i:02d}.{args.format}" for i in range(1, len(results) + 1)]
+                for r, path in zip(results, paths):
+                    _write_atomic(r, path)
+            print(f"-- {results[0].release.describe()}")
+            print(f"-- wrote {len(paths)} file{'s' if len(paths) != 1 else ''}: {', '.join(map(str, paths[:3]))}"
+                  f"{' ...' if len(paths) > 3 else ''}")
+        else:
+            for r in results:
+                print(r)
+                print()
+        print(f"-- remaining budget: {_format_cost(db.remaining())}")
+    finally:
+        db.close()
+    return 0
+
+
+def _format_cost(c) -> str:
+    parts = [f"epsilon={c.epsilon:g}", f"delta={c.delta:g}"] if not c.rho else [f"rho={c.rho:g}"]
+    return ", ".join(parts)
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger, _budget(args)) as ledger:
+        b = ledger.budget
+        print(f"ledger {args.ledger}")
+        print(f"  budget:    {_format_cost(b.remaining(Cost()))}")
+        print(f"  spent:     {_format_cost(ledger.spent())}")
+        print(f"  remaining: {_format_cost(ledger.remaining())}")
+        entries = ledger.entries()
+        print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
+        for e in entries:
+            first = e.description.strip().splitlines()[0] if e.description.strip() else ""
+            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost)}  {first[:80]}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "budget":
+            return _run_budget(args)
+        if args.command == "query":
+            return _run_query(args, args.sql, single=True)
+        with open(args.file, encoding="utf-8") as fh:
+            return _run_query(args, fh.read(), single=False)
+    except Error as e:
+        print(f"dpsql: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"dpsql: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The user-facing API: ``dpsql.connect`` and private queries on a DuckDB table.
+
+>>> import duckdb, dpsql
+>>> con = duckdb.connect()
+>>> _ = con.execute("CREATE TABLE people AS SELECT (i % 2 = 0) AS adult, i % 3 AS kids FROM range(300) t(i)")
+>>> db = dpsql.connect(con, schema={"table": "people", "columns": {
+...     "adult": {"type": "boolean"}, "kids": {"type": "integer", "min": 0, "max": 2}}},
+...     budget=dpsql.Budget(epsilon=1.0))
+>>> res = db.query("SELECT kids, COUNT(*) AS n FROM people GROUP BY kids", epsilon=0.5)
+>>> list(res.df.columns)
+['kids', 'n', 'std_error', 'ci_low', 'ci_high']
+>>> res.mechanism, db.spent().epsilon
+('laplace', 0.5)
+
+Each call compiles its SQL into one workload, selects a measurement strategy
+for it with HDMM (data-independent, cached on disk), has the private kernel
+(:mod:`dpsql.kernel`) measure it once with noise and record the spend, and
+reconstructs every answer by least squares with its standard error. Nothing
+that fails before the kernel's ledger write (bad SQL, an unaffordable
+request, a table that cannot be read) spends anything.
+
+How much a request spends, in the budget's currency:
+
+* an ``(ε, δ)`` budget: ``epsilon=`` (and optionally ``delta=``) per call, or
+  the statements' ``WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=…, delta=…)``,
+  summed over a batch. Laplace noise spends ``(ε, 0)``; Gaussian noise spends
+  ``(ε, δ)`` with ``δ`` defaulting to the budget's δ times ``ε / budget ε``.
+* a ``ρ``-zCDP budget: ``rho=`` per call. Gaussian noise spends ``ρ``;
+  Laplace noise at ``ε = √(2ρ)`` spends the same ``ρ`` (ε-DP implies
+  ε²/2-zCDP).
+
+``noise="laplace"`` or ``"gaussian"`` fixes the mechanism; by default both
+are considered when the budget allows both, and the one with the lower
+expected error for this workload is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import duckdb
+import numpy as np
+from scipy.stats import norm
+
+from .budget import Budget, Cost
+from .cache import StrategyCache
+from .error import rmse as expected_rmse
+from .errors import PrivacyError, UnsupportedSQLError
+from .kernel import PrivateTable
+from .ledger import Ledger
+from .noise import UniformSource
+from .optimize import select
+from .privacy import Gaussian, Laplace, NoiseModel
+from .reconstruct import least_squares, nonnegative
+from .result import Release, Result
+from .schema import Schema, load_schema
+from .sql.compile import CompiledBatch, compile_batch
+from .strategy import Strategy
+
+__all__ = ["Connection", "connect", "query", "batch", "sql"]
+
+NOISE_FAMILIES = ("laplace", "gaussian")
+
+_last: "Connection | None" = None
+
+
+def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike", table: str | None = None,
+            schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
+            ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
+            progress: bool | None = None, source_of_noise: UniformSource | None = None) -> "Connection":
+    """Open a private table for differentially private queries.
+
+    ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
+    file (opened read-only), or a CSV or Parquet file (read as ``table``).
+    ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
+    dict, or YAML/JSON path); queries name ``table``, which defaults to the
+    schema's table name. ``budget``: the total privacy budget, required for a
+    new ledger. ``ledger``: a file recording every spend across processes and
+    restarts; ``None`` keeps the ledger in memory for this connection only.
+    ``cache``: True for the default on-disk strategy cache, a directory, or
+    False for none. ``progress``: show progress for long strategy selections
+    (None: only when slow). ``source_of_noise``: a seeded uniform source for
+    reproducible tests; it is not secure and must not be used for releases.
+    """
+    global _last
+    if schema is None:
+        raise PrivacyError("connect needs the table's public schema (schema=...)")
+    schema = load_schema(schema)
+    name = table or schema.table
+    if name != schema.table:
+        schema = dataclasses.replace(schema, table=name)
+    con = _open(source, name)
+    conn = Connection(con, schema, Ledger(ledger, budget), cache=cache, progress=progress,
+                      source_of_noise=source_of_noise)
+    _last = conn
+    return conn
+
+
+def _open(source: Any, table: str) -> duckdb.DuckDBPyConnection:
+    if isinstance(source, duckdb.DuckDBPyConnection):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a DuckDB connection or a file path, got {type(source).__name__}")
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no such data file: {path}")
+    suffixes = "".join(path.suffixes).lower()
+    if path.suffix.lower() in (".duckdb", ".db", ".ddb"):
+        return duckdb.connect(str(path), read_only=True)
+    con = duckdb.connect()
+    if ".parquet" in suffixes:
+        con.read_parquet(str(path)).create_view(table)
+    elif ".csv" in suffixes or ".tsv" in suffixes:
+        con.read_csv(str(path)).create_view(table)
+    else:
+        raise ValueError(f"cannot tell the format of {path}: use .duckdb, .csv or .parquet")
+    return con
+
+
+class Connection:
+    """A private table with a budget: ask it SQL, get noisy answers with error bars."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, schema: Schema, ledger: Ledger, *,
+                 cache: "bool | str | os.PathLike" = True, progress: bool | None = None,
+                 source_of_noise: UniformSource | None = None) -> None:
+        self.schema = schema
+        self.ledger = ledger
+        self._con = con
+        self._private = PrivateTable(con, schema.table, schema, ledger, source_of_noise)
+        self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
+        self._progress = progress
+        self._strategies: dict[tuple[str, str], Strategy] = {}
+
+    # -- budget -----------------------------------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        return self.ledger.budget
+
+    def spent(self) -> Cost:
+        """Everything recorded in the ledger so far (by any process)."""
+        return self.ledger.spent()
+
+    def remaining(self) -> Cost:
+        return self.ledger.remaining()
+
+    # -- queries ----------------------------------------------------------------------
+    def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+              noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> Result:
+        """Answer one statement privately (see :meth:`batch` for the arguments)."""
+        compiled = compile_batch(sql, self.schema)
+        if len(compiled.statements) != 1:
+            raise UnsupportedSQLError(f"query takes one statement, got {len(compiled.statements)}; use batch",
+                                      "several statements")
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)[0]
+
+    def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
+              rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
+              confidence: float = 0.95) -> list[Result]:
+        """Answer many statements from one jointly optimized measurement.
+
+        ``statements``: a list of SQL texts, a text of ``;``-separated
+        statements, or a ``.sql`` file path. The spend (``epsilon``/``delta``
+        or ``rho``) is for the whole batch. ``nonnegative=True`` returns
+        non-negative, mutually consistent answers (biased; see
+        :func:`dpsql.reconstruct.nonnegative`). ``confidence`` sets the
+        level of the ``ci_low``/``ci_high`` normal intervals.
+        """
+        compiled = compile_batch(statements, self.schema)
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)
+
+    def sql(self, query: str, **kwargs: Any) -> duckdb.DuckDBPyRelation:
+        """Like DuckDB's ``con.sql``: the private answers as a relation."""
+        return self.query(query, **kwargs).relation
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the pipeline -----------------------------------------------------------------
+    def _answer(self, compiled: CompiledBatch, epsilon, delta, rho, noise, nonneg, confidence) -> list[Result]:
+        if not 0.0 < confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        W = compiled.workload
+        k = self._private.rows_per_unit
+        options = []
+        for model, cost in self._noise_options(compiled, epsilon, delta, rho, noise):
+            strategy = self._strategy(W, model)
+            options.append((k * expected_rmse(W, strategy, model), model, cost, strategy))
+        rmse, model, cost, strategy = min(options, key=lambda o: o[0])
+        description = ";\n".join(st.plan.sql for st in compiled.statements)
+        m = self._private.measure(compiled.attributes, strategy, model, cost, description)
+        answers = nonnegative(W, strategy, m.values) if nonneg else least_squares(W, strategy, m.values)
+        se = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
+        release = Release(mechanism=model.name, epsilon=cost.epsilon, delta=cost.delta, rho=cost.rho,
+                          rmse=rmse, operator=strategy.operator, queries=W.num_queries,
+                          statements=len(compiled.statements), entry=m.entry)
+        z = float(norm.ppf(0.5 + confidence / 2.0))
+        frames = compiled.results(answers, [_error_columns(st, answers, se, z) for st in compiled.statements])
+        return [Result(st.plan.sql, _ordered(st, df), release, self._con)
+                for st, df in zip(compiled.statements, frames)]
+
+    def _strategy(self, W, model: NoiseModel) -> Strategy:
+        key = (W.fingerprint(), model.name)
+        if key not in self._strategies:
+            self._strategies[key] = select(W, model, cache=self._cache, progress=self._progress).strategy
+        return self._strategies[key]
+
+    def _noise_options(self, compiled: CompiledBatch, epsilon, delta, rho, noise) -> list[tuple[NoiseModel, Cost]]:
+        """The (noise model, cost) pairs this request allows, before any data is read."""
+        if noise is not None and noise not in NOISE_FAMILIES:
+            raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
+        budget = self.budget
+        if epsilon is None and rho is None:
+            epsilon, delta = _statement_options(compiled, delta)
+        families = [noise] if noise else list(NOISE_FAMILIES)
+        if budget.rho is not None:
+            if epsilon is not None and rho is not None:
+                raise PrivacyError("give rho (this ledger's budget is zCDP), not both epsilon and rho")
+            if rho is None:
+                if noise == "gaussian":
+                    raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=")
+                return [(Laplace(epsilon), Cost.laplace(epsilon, budget))]
+            out = []
+            for fam in families:
+                if fam == "laplace":
+                    out.append((Laplace(math.sqrt(2.0 * rho)), Cost.laplace(math.sqrt(2.0 * rho), budget)))
+                else:
+                    out.append((Gaussian(rho=rho), Cost.gaussian(budget, rho=rho)))
+            return out
+        if rho is not None:
+            raise PrivacyError("this ledger's budget is (epsilon, delta): give epsilon=, not rho=")
+        if epsilon is None:
+            raise PrivacyError("say how much to spend: epsilon=... (or WITH DIFFERENTIAL_PRIVACY "
+                               "OPTIONS(epsilon=...) in every statement)")
+        if delta is None:
+            delta = budget.delta * epsilon / budget.epsilon if budget.delta > 0 else 0.0
+        out = []
+        for fam in families:
+            if fam == "laplace":
+                out.append((Laplace(epsilon), Cost.laplace(epsilon, budget)))
+            elif delta > 0:
+                out.append((Gaussian(epsilon=epsilon, delta=delta), Cost.gaussian(budget, epsilon=epsilon, delta=delta)))
+            elif noise == "gaussian":
+                raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
+        return out
+
+
+def _statement_options(compiled: CompiledBatch, delta: float | None) -> tuple[float | None, float | None]:
+    """ε and δ summed over the statements' DIFFERENTIAL_PRIVACY options, if every statement has ε."""
+    opts = [st.plan.options for st in compiled.statements]
+    if not opts or any("epsilon" not in o for o in opts):
+        return None, delta
+    eps = math.fsum(float(o["epsilon"]) for o in opts)
+    if delta is None and any("delta" in o for o in opts):
+        delta = math.fsum(float(o.get("delta", 0.0)) for o in opts)
+    return eps, delta
+
+
+def _error_names(st, aggregate: str) -> tuple[str, str, str]:
+    visible = [a for a in st.plan.aggregates if a.visible]
+    if len(visible) == 1 and visible[0].name == aggregate:
+        return "std_error", "ci_low", "ci_high"
+    return f"{aggregate}_std_error", f"{aggregate}_ci_low", f"{aggregate}_ci_high"
+
+
+def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float) -> dict[str, np.ndarray]:
+    """Standard error and confidence interval of every visible aggregate, per group.
+
+    AVG = SUM / COUNT uses the delta method, ``√(se_S² + r² se_C²) / |C|``
+    with ``r`` the ratio, leaving out the SUM–COUNT covariance: an
+    approximation, unlike the exact closed forms of COUNT and SUM.
+    """
+    out: dict[str, np.ndarray] = {}
+    for agg in st.plan.aggregates:
+        if not agg.visible:
+            continue
+        if agg.func == "avg":
+            s_rows, c_rows = st.rows(agg.name, "sum"), st.rows(agg.name, "count")
+            s, c = answers[s_rows], answers[c_rows]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
+                err = np.sqrt(se[s_rows] ** 2 + value**2 * se[c_rows] ** 2) / np.abs(c)
+        else:
+            rows = st.rows(agg.name)
+            value, err = answers[rows], se[rows]
+        name, lo, hi = _error_names(st, agg.name)
+        out[name], out[lo], out[hi] = err, value - z * err, value + z * err
+    return out
+
+
+def _ordered(st, df):
+    """Each aggregate's error columns right after it."""
+    order = []
+    for col in st.plan.outputs:
+        order.append(col)
+        agg = next((a for a in st.plan.aggregates if a.name == col), None)
+        if agg is not None:
+            order.extend(c for c in _error_names(st, agg.name) if c in df.columns)
+    return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)
+
+
+def _current() -> Connection:
+    if _last is None:
+        raise PrivacyError("no open dpsql connection: call dpsql.connect(...) first")
+    return _last
+
+
+def query(sql: str, **kwargs: Any) -> Result:
+    """:meth:`Connection.query` on the most recently opened connection."""
+    return _current().query(sql, **kwargs)
+
+
+def batch(statements: "Sequence[str] | str", **kwargs: Any) -> list[Result]:
+    """:meth:`Connection.batch` on the most recently opened connection."""
+    return _current().batch(statements, **kwargs)
+
+
+def sql(query_text: str, **kwargs: Any) -> duckdb.DuckDBPyRelation:
+    """:meth:`Connection.sql` on the most recently opened connection."""
+    return _current().sql(query_text, **kwargs)

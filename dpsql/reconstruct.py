@@ -1,0 +1,165 @@
+"""Reconstruction: workload answers from noisy strategy measurements.
+
+Given noisy answers ``y = A x + z`` to a strategy ``A``, the least-squares
+estimate of the workload is ``W x̂`` with ``x̂ = (AᵀA)⁺ Aᵀ y`` (HDMM §10).
+Its covariance is ``σ² W (AᵀA)⁺ Wᵀ``, which :mod:`dpsql.error` gives in
+closed form, so each answer comes with an honest standard error. The estimate
+is unbiased for every query in the row space of ``A``.
+
+:func:`least_squares` never forms ``x̂`` over the full domain. Every strategy
+here is a union of Kronecker blocks ``B_b = ⊗_i B_bi`` (with total rows on
+the attributes a block does not measure) and its Gram pseudo-inverse is a sum
+of Kronecker products ``Σ_s c_s ⊗_i K_si`` (one product for a Kronecker
+strategy, the marginal algebra's ``Σ_a u_a ⊗ (I or J)`` for marginal
+strategies, Theorem 8). So each Kronecker term ``W_k = ⊗_i W_ki`` of the
+workload is answered by small per-attribute products::
+
+    W_k x̂ = Σ_s Σ_b c_s (⊗_i W_ki K_si B_biᵀ) y_b
+
+whose sizes are those of the queries and the measurements, never the domain.
+A union strategy (OPT_+) answers each workload term from its own part,
+"local least squares", matching :meth:`dpsql.strategy.UnionStrategy.query_variances`.
+
+:func:`nonnegative` is the optional alternative for users who want
+non-negative, mutually consistent answers: one ``x̂ ≥ 0`` minimizing
+``‖A x − y‖²`` over the whole domain, and every answer read from it. It is
+**biased**: clipping at zero pushes small counts up (their expected value
+exceeds the truth), and the mass it adds is taken from elsewhere, so its
+errors are not those the reported standard errors describe. Those remain the
+least-squares ones, an approximation for this estimator.
+
+>>> import numpy as np
+>>> from dpsql.matrix import Identity, Prefix, Total
+>>> from dpsql.strategy import KronStrategy
+>>> from dpsql.workload import Workload
+>>> W = Workload((4, 3), [(1.0, (Prefix(4), Total(3)))])
+>>> A = KronStrategy((Identity(4), Identity(3)))
+>>> x = np.arange(12.0)
+>>> bool(np.allclose(least_squares(W, A, A.matrix.matvec(x)), W.matvec(x)))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import Bounds, minimize
+
+from .errors import WorkloadError
+from .marginals import MarginalsGram
+from .matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, kron_terms
+from .strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
+from .workload import Workload
+
+__all__ = ["least_squares", "nonnegative", "NONNEGATIVE_LIMIT"]
+
+#: Largest domain on which :func:`nonnegative` solves for a full data vector.
+NONNEGATIVE_LIMIT = 20_000_000
+
+
+@dataclass(frozen=True)
+class _System:
+    """One least-squares system: measured blocks ``(weight, factors, rows)``
+    with their rows of ``y``, and the Gram pseudo-inverse as
+    ``[(coefficient, per-attribute factors)]``."""
+
+    blocks: list[tuple[float, tuple[Matrix, ...], slice]]
+    pinv: list[tuple[float, list[Matrix]]]
+
+
+def _blocks(matrix: Matrix, offset: int, weight: float = 1.0) -> list[tuple[float, tuple[Matrix, ...], slice]]:
+    terms = kron_terms(matrix)
+    if terms is None:
+        raise WorkloadError(f"cannot reconstruct from a {type(matrix).__name__} strategy")
+    out = []
+    for w, factors in terms:
+        rows = math.prod(f.shape[0] for f in factors)
+        out.append((weight * w, tuple(factors), slice(offset, offset + rows)))
+        offset += rows
+    return out
+
+
+def _kron_pinv(strategy: KronStrategy, scale: float = 1.0) -> list[tuple[float, list[Matrix]]]:
+    return [(scale, [Dense(P) for P in strategy._pinvs])]
+
+
+def _marginal_pinv(gram: MarginalsGram) -> list[tuple[float, list[Matrix]]]:
+    u = gram.pinv().weights
+    return [
+        (float(u[a]), [Identity(n) if a >> i & 1 else Ones(n, n) for i, n in enumerate(gram.domain)])
+        for a in np.flatnonzero(u)
+    ]
+
+
+def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _System]]:
+    """The least-squares systems of a strategy and the workload terms each answers."""
+    all_terms = list(range(len(workload.terms)))
+    if isinstance(strategy, KronStrategy):
+        return [(all_terms, _System(_blocks(strategy.matrix, 0), _kron_pinv(strategy)))]
+    if isinstance(strategy, MarginalStrategy):
+        return [(all_terms, _System(_blocks(strategy.matrix, 0), _marginal_pinv(strategy.strategy.gram())))]
+    if isinstance(strategy, UnionStrategy):
+        owner = {k: l for l, g in enumerate(strategy.groups) for k in g}
+        if sorted(owner) != all_terms:
+            raise WorkloadError("union strategy groups do not cover the workload's terms exactly once")
+        out = []
+        offset = 0
+        for l, (part, c) in enumerate(zip(strategy.parts, strategy.weights)):
+            system = _System(_blocks(part.matrix, offset, c), _kron_pinv(part, 1.0 / c**2))
+            out.append(([k for k in all_terms if owner[k] == l], system))
+            offset += part.matrix.shape[0]
+        return out
+    raise WorkloadError(f"no reconstruction for strategy type {type(strategy).__name__}")
+
+
+def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: np.ndarray) -> np.ndarray:
+    out = np.zeros(math.prod(f.shape[0] for f in factors))
+    for c, K in system.pinv:
+        for w_b, B, rows in system.blocks:
+            M = [Product(W_i, Product(K_i, Transpose(B_i))) for W_i, K_i, B_i in zip(factors, K, B)]
+            out += (weight * c * w_b) * Kronecker(M).matvec(y[rows])
+    return out
+
+
+def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.ndarray:
+    """Least-squares answers to every workload query, in workload row order,
+    from measurements ``y`` of ``strategy.matrix`` (in its row order)."""
+    y = np.asarray(y, dtype=float)
+    if y.shape != (strategy.matrix.shape[0],):
+        raise WorkloadError(f"expected {strategy.matrix.shape[0]} measurements, got shape {y.shape}")
+    answers: list[np.ndarray | None] = [None] * len(workload.terms)
+    for terms, system in _systems(workload, strategy):
+        for k in terms:
+            w, factors = workload.terms[k]
+            answers[k] = _answer_term(factors, w, system, y)
+    return np.concatenate(answers)
+
+
+def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_iterations: int = 2000) -> np.ndarray:
+    """Answers read from one non-negative data vector fitted to ``y``.
+
+    Solves ``min ‖A x − y‖²`` subject to ``x ≥ 0`` (L-BFGS-B on the implicit
+    strategy) and returns ``W x̂``: every answer is then consistent with every
+    other (a total is the sum of its parts) and counts are never negative.
+    Biased, see the module docstring. Refused above
+    :data:`NONNEGATIVE_LIMIT` domain cells.
+    """
+    A = strategy.matrix
+    N = A.shape[1]
+    if N > NONNEGATIVE_LIMIT:
+        raise WorkloadError(
+            f"non-negative answers need a data vector over the full domain ({N:,} cells, at most "
+            f"{NONNEGATIVE_LIMIT:,}); use least-squares answers for this batch")
+    y = np.asarray(y, dtype=float)
+    scale = max(1.0, float(np.abs(y).max(initial=0.0)))
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        r = A.matvec(x) - y / scale
+        return 0.5 * float(r @ r), A.rmatvec(r)
+
+    res = minimize(objective, np.zeros(N), jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf),
+                   options={"maxiter": max_iterations, "ftol": 1e-15, "gtol": 1e-10})
+    return workload.matvec(res.x * scale)

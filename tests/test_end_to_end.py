@@ -1,0 +1,278 @@
+"""End to end: SQL in, private answers out, against exact DuckDB answers and
+closed-form variances."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql import kernel as kernel_module
+from dpsql.budget import Budget, Cost
+from dpsql.errors import BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
+from dpsql.kernel import PrivateTable, required_marginals, strategy_answers
+from dpsql.ledger import Ledger
+from dpsql.marginals import Marginals
+from dpsql.matrix import Dense, Identity, IdentityTotal, Prefix, Total
+from dpsql.privacy import Gaussian, Laplace
+from dpsql.reconstruct import least_squares
+from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.workload import Workload
+from sql_oracle import SCHEMA, StatementGenerator, _py, histogram, make_table
+
+HUGE = Budget(epsilon=1e12, delta=0.5)
+
+
+def connect(con, budget=HUGE, **kwargs):
+    return dpsql.connect(con, schema=SCHEMA, budget=budget, cache=False, **kwargs)
+
+
+def _exact_rows(con, oracle_sql, plan):
+    names = list(plan.outputs)
+    out = {}
+    for r in con.sql(oracle_sql).fetchall():
+        out[tuple(_py(r[names.index(k.name)]) for k in plan.keys)] = r
+    return out, names
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_answers_equal_duckdb_at_huge_epsilon(noise):
+    con = make_table(500, seed=3)
+    gen = StatementGenerator(11)
+    gens = [gen.statement() for _ in range(5)]
+    if noise == "laplace":
+        db = connect(con)
+        results = db.batch([g.sql for g in gens], epsilon=1e9, noise=noise)
+    else:  # (ε, δ) Gaussian noise shrinks only like 1/√ε; zCDP's σ = Δ/√(2ρ)
+        db = connect(con, budget=Budget(rho=1e20))
+        results = db.batch([g.sql for g in gens], rho=1e19, noise=noise)
+    compiled = dpsql.compile_batch([g.sql for g in gens], SCHEMA)
+    assert len(results) == len(gens)
+    for st, res, g in zip(compiled.statements, results, gens):
+        assert res.mechanism == noise
+        exact, names = _exact_rows(con, g.oracle, st.plan)
+        assert len(res.df) == len(st.groups)
+        for i, key in enumerate(st.groups):
+            key = tuple(_py(v) for v in key)
+            for agg in st.plan.aggregates:
+                got = res.df[agg.name].iloc[i]
+                want = exact.get(key)
+                want = None if want is None else want[names.index(agg.name)]
+                if agg.func == "avg":
+                    if want is None:
+                        continue
+                    assert math.isclose(got, float(want), rel_tol=1e-6, abs_tol=1e-6), (g.sql, key)
+                else:
+                    want = 0.0 if want is None else float(want)
+                    assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6), (g.sql, key, got, want)
+
+
+def test_result_api_and_relation():
+    con = make_table(300, seed=1)
+    db = connect(con)
+    res = db.query("SELECT sex, COUNT(*) AS n FROM people WHERE age >= 5 GROUP BY sex", epsilon=1.0)
+    assert list(res.df.columns) == ["sex", "n", "std_error", "ci_low", "ci_high"]
+    assert res.df["sex"].tolist() == ["F", "M", None]
+    z = 1.959963984540054
+    assert np.allclose(res.df["ci_high"] - res.df["n"], z * res.df["std_error"])
+    assert res.epsilon == 1.0 and res.mechanism in ("laplace", "gaussian")
+    assert "expected RMSE" in repr(res)
+    rows = res.relation.fetchall()
+    assert [r[0] for r in rows] == ["F", "M", None]
+    # further SQL over the relation, DuckDB style
+    total = res.relation.aggregate("sum(n)").fetchall()[0][0]
+    assert math.isclose(total, res.df["n"].sum())
+    rel = db.sql("SELECT region, COUNT(*) FROM people GROUP BY region", epsilon=1.0)
+    assert isinstance(rel, duckdb.DuckDBPyRelation) and len(rel.df()) == 4
+    # module-level call on the most recent connection
+    assert len(dpsql.query("SELECT COUNT(*) FROM people", epsilon=0.5).df) == 1
+    assert math.isclose(db.spent().epsilon, 2.5)
+
+
+def test_multiple_aggregates_get_prefixed_error_columns():
+    db = connect(make_table(200, seed=2))
+    res = db.query("SELECT region, COUNT(*) AS n, SUM(age) AS s, AVG(score) AS a FROM people GROUP BY region",
+                   epsilon=1.0)
+    assert list(res.df.columns)[:5] == ["region", "n", "n_std_error", "n_ci_low", "n_ci_high"]
+    assert {"s_std_error", "a_std_error"} <= set(res.df.columns)
+    assert (res.df["n_std_error"] > 0).all()
+
+
+def test_having_and_order_apply_after_noise():
+    db = connect(make_table(300, seed=4))
+    res = db.query("SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 2",
+                   epsilon=1e9)
+    assert len(res.df) == 2 and list(res.df.columns) == ["region", "n", "std_error", "ci_low", "ci_high"]
+    assert res.df["n"].iloc[0] >= res.df["n"].iloc[1]
+
+
+def test_statement_options_set_the_spend():
+    db = connect(make_table(100))
+    db.query("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.25) COUNT(*) FROM people")
+    assert math.isclose(db.spent().epsilon, 0.25)
+    with pytest.raises(PrivacyError, match="epsilon"):
+        db.query("SELECT COUNT(*) FROM people")
+
+
+def test_default_noise_is_the_lower_error_one():
+    db = connect(make_table(100))
+    sql = "SELECT age, COUNT(*) FROM people GROUP BY age"
+    chosen = db.query(sql, epsilon=1.0, delta=1e-6)
+    lap = db.query(sql, epsilon=1.0, noise="laplace")
+    gau = db.query(sql, epsilon=1.0, delta=1e-6, noise="gaussian")
+    assert chosen.rmse == pytest.approx(min(lap.rmse, gau.rmse))
+    assert chosen.mechanism == ("laplace" if lap.rmse < gau.rmse else "gaussian")
+    assert lap.delta == 0.0 and gau.delta == 1e-6
+
+
+def test_zcdp_budget():
+    db = connect(make_table(100), budget=Budget(rho=1.0))
+    res = db.query("SELECT sex, COUNT(*) FROM people GROUP BY sex", rho=0.125, noise="gaussian")
+    assert res.rho == 0.125 and res.epsilon == 0.0
+    res = db.query("SELECT sex, COUNT(*) FROM people GROUP BY sex", rho=0.125, noise="laplace")
+    assert res.mechanism == "laplace"
+    assert math.isclose(db.spent().rho, 0.25)
+    with pytest.raises(PrivacyError):
+        db.query("SELECT COUNT(*) FROM people", epsilon=0.5, delta=1e-6, noise="gaussian")
+
+
+# -- refusals spend nothing ------------------------------------------------------------------
+
+def _forbid_data(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("the private table was read")
+    monkeypatch.setattr(kernel_module, "measure_marginals", boom)
+
+
+def test_refused_query_touches_no_data_and_records_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "l.ledger"
+    db = dpsql.connect(make_table(100), schema=SCHEMA, budget=Budget(epsilon=1.0), ledger=path, cache=False)
+    db.query("SELECT COUNT(*) FROM people", epsilon=0.75)
+    before = Ledger(path).entries()
+    _forbid_data(monkeypatch)
+    with pytest.raises(BudgetExceededError):
+        db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
+    assert Ledger(path).entries() == before
+    # bad SQL: rejected before anything else
+    with pytest.raises(UnknownColumnError):
+        db.query("SELECT COUNT(*) FROM people WHERE nope = 1", epsilon=0.1)
+    with pytest.raises(PrivacyError):
+        db.query("SELECT COUNT(*) FROM people", epsilon=-1.0)
+    assert Ledger(path).entries() == before
+    assert math.isclose(db.remaining().epsilon, 0.25)
+
+
+def test_failed_measurement_spends_nothing(tmp_path):
+    con = duckdb.connect()  # no people table at all
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=1.0), ledger=tmp_path / "l", cache=False)
+    with pytest.raises(MeasurementError):
+        db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
+    assert db.spent().epsilon == 0.0 and Ledger(tmp_path / "l").entries() == []
+
+
+# -- sources -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["csv", "parquet", "duckdb"])
+def test_file_sources(tmp_path, kind):
+    con = make_table(200, seed=5)
+    path = tmp_path / f"people.{kind}"
+    if kind == "duckdb":
+        con.execute(f"ATTACH '{path}' AS f")
+        con.execute("CREATE TABLE f.people AS SELECT * FROM people")
+        con.execute("DETACH f")
+    else:
+        con.sql("SELECT * FROM people").write_csv(str(path)) if kind == "csv" else \
+            con.sql("SELECT * FROM people").write_parquet(str(path))
+    db = dpsql.connect(path, schema=SCHEMA, budget=HUGE, cache=False)
+    res = db.query("SELECT region, COUNT(*) AS n FROM people GROUP BY region", epsilon=1e9)
+    exact = dict(con.sql("SELECT region, COUNT(*) FROM people GROUP BY region").fetchall())
+    assert np.allclose(res.df["n"], [exact.get(r, 0) for r in res.df["region"]], atol=1e-6)
+
+
+# -- noise scale and standard errors against independent oracles ----------------------------
+
+def _fixed_marginals(monkeypatch, x_by_subset):
+    def fake(con, table, schema, attributes, subsets):
+        return [x_by_subset(tuple(s)) for s in subsets]
+    monkeypatch.setattr(kernel_module, "measure_marginals", fake)
+
+
+def _strategies(domain):
+    n1, n2 = domain
+    kron = KronStrategy((Dense(np.vstack([np.eye(n1), np.ones((1, n1)) * 0.5])), IdentityTotal(n2)))
+    union = UnionStrategy([KronStrategy((Identity(n1), Total(n2))), KronStrategy((Prefix(n1), Identity(n2)))],
+                          [0.6, 0.8], [[0], [1]])
+    theta = np.array([0.2, 0.5, 0.3, 1.0])
+    marg = MarginalStrategy(Marginals(domain, theta))
+    return {"kron": kron, "union": union, "marginal": marg}
+
+
+@pytest.mark.parametrize("shape", ["kron", "union", "marginal"])
+@pytest.mark.parametrize("noise", [Laplace(0.7), Gaussian(epsilon=0.9, delta=1e-5)])
+def test_empirical_std_matches_reported_std_error(monkeypatch, shape, noise):
+    domain = (5, 4)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 30, size=domain).astype(float)
+
+    def marg(subset):
+        axes = tuple(i for i in range(2) if i not in subset)
+        return x.sum(axis=axes).ravel()
+
+    _fixed_marginals(monkeypatch, marg)
+    W = Workload(domain, [(1.0, (Identity(5), Total(4))), (1.0, (Prefix(5), Identity(4)))])
+    strategy = _strategies(domain)[shape]
+    ledger = Ledger(None, Budget(epsilon=1e9, delta=0.5))
+    table = PrivateTable(None, "t", dpsql.load_schema(SCHEMA), ledger, source=np.random.default_rng(1))
+    cost = Cost(epsilon=noise.epsilon, delta=getattr(noise, "delta", 0.0) or 0.0)
+    reps = 3000
+    answers = np.empty((reps, W.shape[0]))
+    for r in range(reps):
+        m = table.measure([], strategy, noise, cost)
+        answers[r] = least_squares(W, strategy, m.values)
+    # noise scale from first principles on the dense strategy matrix
+    A = strategy.matrix.dense()
+    if isinstance(noise, Laplace):
+        expected_std = math.sqrt(2) * np.abs(A).sum(axis=0).max() / noise.epsilon
+    else:
+        expected_std = np.sqrt((A**2).sum(axis=0)).max() * noise.sigma(1.0)
+    assert m.noise_std == pytest.approx(expected_std, rel=1e-9)
+    reported = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
+    # closed-form variance from dense algebra for full least squares shapes
+    if shape != "union":
+        Wd = W.dense()
+        cov = expected_std**2 * Wd @ np.linalg.pinv(A.T @ A) @ Wd.T
+        assert np.allclose(reported, np.sqrt(np.diag(cov)), rtol=1e-8)
+    truth = W.matvec(x.ravel())
+    assert np.allclose(answers.mean(axis=0), truth, atol=5 * reported.max() / math.sqrt(reps))
+    empirical = answers.std(axis=0)
+    assert np.all(np.abs(empirical / reported - 1) < 0.10), np.abs(empirical / reported - 1).max()
+    assert len(ledger.entries()) == reps
+
+
+def test_privacy_unit_bound_scales_the_noise(monkeypatch):
+    spec = dict(SCHEMA, privacy_unit={"column": "pid", "max_rows": 3})
+    con = make_table(100)
+    con.execute("ALTER TABLE people ADD COLUMN pid INTEGER DEFAULT 1")
+    one = dpsql.connect(con, schema=SCHEMA, budget=HUGE, cache=False)
+    three = dpsql.connect(con, schema=spec, budget=HUGE, cache=False)
+    sql = "SELECT sex, COUNT(*) FROM people GROUP BY sex"
+    a = one.query(sql, epsilon=1.0, noise="laplace")
+    b = three.query(sql, epsilon=1.0, noise="laplace")
+    assert np.allclose(b.df["std_error"], 3 * a.df["std_error"])
+    assert b.rmse == pytest.approx(3 * a.rmse)
+    # every row has pid 1: one unit, so at most 3 rows survive the bound
+    c = three.query("SELECT COUNT(*) AS n FROM people", epsilon=1e9)
+    assert c.df["n"].iloc[0] == pytest.approx(3, abs=1e-6)
+
+
+def test_strategy_answers_from_marginals_match_dense():
+    domain = (5, 4)
+    x = np.arange(20.0)
+    for strategy in _strategies(domain).values():
+        X = x.reshape(domain)
+        marg = {s: X.sum(axis=tuple(i for i in range(2) if i not in s)).ravel() for s in required_marginals(strategy)}
+        assert np.allclose(strategy_answers(strategy, marg), strategy.matrix.dense() @ x)
