@@ -38,6 +38,7 @@ import dpsql  # noqa: E402
 from census import load_persons  # noqa: E402
 from dpsql.kernel import strategy_answers  # noqa: E402
 from dpsql.measure import measure_marginals  # noqa: E402
+from dpsql.sql import parse_statements  # noqa: E402
 from dpsql.strategy import KronStrategy  # noqa: E402
 from dpsql.matrix import Identity  # noqa: E402
 
@@ -100,7 +101,7 @@ def main() -> None:
 
     # 2. SF1 batch against separate answers
     files = sorted(glob.glob(os.path.join(SF1, "*.sql")))
-    statements = [s for f in files for s in dpsql.sql.parse_statements(open(f).read())]
+    statements = [s for f in files for s in parse_statements(open(f).read())]
     texts = [s.sql for s in statements]
     compiled = dpsql.compile_batch(texts, schema)
     truth = exact_vector(compiled, exact_answers(con, compiled))

@@ -61,7 +61,7 @@ from .schema import Schema, load_schema
 from .sql.compile import CompiledBatch, compile_batch
 from .strategy import Strategy
 
-__all__ = ["Connection", "connect", "query", "batch", "sql"]
+__all__ = ["Connection", "connect", "query", "batch"]
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -322,8 +322,3 @@ def query(sql: str, **kwargs: Any) -> Result:
 def batch(statements: "Sequence[str] | str", **kwargs: Any) -> list[Result]:
     """:meth:`Connection.batch` on the most recently opened connection."""
     return _current().batch(statements, **kwargs)
-
-
-def sql(query_text: str, **kwargs: Any) -> duckdb.DuckDBPyRelation:
-    """:meth:`Connection.sql` on the most recently opened connection."""
-    return _current().sql(query_text, **kwargs)

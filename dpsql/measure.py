@@ -12,12 +12,15 @@ Privacy-relevant guarantees:
   SQL to its domain index (:func:`index_expression`, the same mapping as
   :meth:`dpsql.schema.Column.index_of`); the output is one count per cell of
   the public domain and nothing else (no data value, no list of values seen).
-* **Out-of-domain rows are dropped.** A row in which *any* schema column holds
-  a value outside its declared domain (a value not listed, a non-integral or
-  out-of-range number, NaN, ±inf, a value of the wrong SQL type, NULL in a
-  column that is not ``nullable``) is removed before counting, for every
-  marginal alike, so all marginals describe the same set of rows. A row-level
-  filter is a stable transformation: it does not change the sensitivity.
+* **Out-of-domain rows are dropped.** A row in which *any* column that the
+  requested marginals read holds a value outside its declared domain (a
+  value not listed, a non-integral or out-of-range number, NaN, ±inf, a
+  value of the wrong SQL type, NULL in a column that is not ``nullable``) is
+  removed before counting, for every marginal of the call alike, so all
+  marginals of one measurement describe the same set of rows. Columns no
+  marginal reads are not read at all (so a query about two columns costs
+  about as much as a plain GROUP BY over them). A row-level filter is a
+  stable transformation: it does not change the sensitivity.
 * **Privacy units are bounded.** When the schema's ``privacy_unit`` names a
   column, at most ``max_rows`` rows per unit are kept, chosen uniformly at
   random in SQL, *before* the domain filter; rows whose unit column is NULL
@@ -344,28 +347,30 @@ class _Plan:
         self.dims = [[cols[i].size for a in s for i in attr_cols[a]] for s in self.subsets]
         self.sizes = [math.prod(attributes[a].size for a in s) for s in self.subsets]
 
-        # 1. source rows: the schema columns, at most max_rows per privacy unit
+        # 1. source rows: the columns the marginals read, at most max_rows per privacy unit
         types = {k.lower(): v for k, v in (types or {}).items()}
-        src = exp.select(*[_col(c.name) for c in cols])
+        read = [cols[i] for i in used]
+        src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
         if unit.column is None:
             src = src.from_(_table(table), copy=False)
         else:
             # DuckDB refuses a volatile window ORDER BY: draw the random key in a projection first
-            taken = {c.name.lower() for c in cols} | {unit.column.lower()}
+            taken = {c.name.lower() for c in read} | {unit.column.lower()}
             rnd = next(n for n in (f"_dpsql_random{i or ''}" for i in range(len(taken) + 1)) if n not in taken)
             u = _col(unit.column)
-            drawn = exp.select(*[_col(c.name) for c in cols], u.copy(), exp.alias_(exp.Rand(), _ident(rnd)))
+            drawn = exp.select(*[_col(c.name) for c in read], u.copy(), exp.alias_(exp.Rand(), _ident(rnd)))
             drawn = drawn.from_(_table(table), copy=False)
             rank = exp.Window(this=exp.RowNumber(), partition_by=[u.copy()],
                               order=exp.Order(expressions=[exp.Ordered(this=_col(rnd), nulls_first=False)]))
             src = src.from_(exp.Subquery(this=drawn, alias=exp.TableAlias(this=_ident("drawn"))), copy=False)
             src = src.qualify(exp.or_(exp.Is(this=u.copy(), expression=exp.null()),
                                       exp.LTE(this=rank, expression=_int(unit.max_rows))), copy=False)
-        # 2. every schema column's index (-1 outside the domain), computed once
-        idx_names = [f"i{j}" for j in range(len(cols))]
-        proj = exp.select(*[exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
-                                       _ident(n)) for c, n in zip(cols, idx_names)])
+        # 2. every read column's index (-1 outside the domain), computed once
+        idx_names = [f"i{j}" for j in range(len(read))]
+        proj = exp.select(*([exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()),
+                                                          outside=_OUTSIDE), _ident(n))
+                             for c, n in zip(read, idx_names)] or [exp.alias_(_int(1), _ident("one"))]))
         proj = proj.from_(exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("src"))), copy=False)
         # 3. drop rows with any column out of domain. A column that every grouping set keys on
         #    needs no filter: its -1 groups are dropped after counting (see split). For the
@@ -374,11 +379,11 @@ class _Plan:
         #    statistics, so small domains get its perfect-hash aggregation).
         sets = sorted({tuple(sorted(o)) for o in self.order}, key=lambda t: (len(t), t))
         nonempty = [s for s in sets if s]
-        always = set.intersection(*[{used[j] for j in s} for s in sets]) if sets else set()
-        checked = [n for i, n in enumerate(idx_names) if i not in always]
+        always = set.intersection(*[set(s) for s in sets]) if sets else set()
+        checked = [n for j, n in enumerate(idx_names) if j not in always]
         selects: list[exp.Expression] = [
-            exp.alias_(exp.Coalesce(this=_col(idx_names[c]), expressions=[_int(_OMITTED)]), _ident(k))
-            for c, k in zip(used, self.keys)]
+            exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
+            for n, k in zip(idx_names, self.keys)]
         selects.append(exp.alias_(exp.Count(this=exp.Star()), _ident("n")))
         query = exp.select(*selects).from_(exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("idx"))))
         if checked:
@@ -387,10 +392,10 @@ class _Plan:
                 any_out = exp.BitwiseOr(this=any_out, expression=_col(n))
             query = query.where(exp.GTE(this=exp.Paren(this=any_out), expression=_int(0)), copy=False)
         if len(sets) == 1 and nonempty:
-            query = query.group_by(*[_col(idx_names[used[j]]) for j in nonempty[0]], copy=False)
+            query = query.group_by(*[_col(idx_names[j]) for j in nonempty[0]], copy=False)
         elif nonempty:
             grouping = exp.GroupingSets(expressions=[
-                exp.Tuple(expressions=[_col(idx_names[used[j]]) for j in s]) for s in sets])
+                exp.Tuple(expressions=[_col(idx_names[j]) for j in s]) for s in sets])
             query.set("group", exp.Group(expressions=[grouping]))
         self.query = query
 
@@ -428,15 +433,15 @@ def marginals_query(schema: Schema, attributes: Sequence[Attribute], subsets: Se
                     table: "str | exp.Table", types: Mapping[str, Any] | None = None) -> exp.Select:
     """One SELECT counting every requested marginal in one scan.
 
-    Its shape (``i*`` index every schema column, -1 outside the domain;
+    Its shape (``i*`` index every column the marginals read, -1 outside the domain;
     ``k*`` are the keys of the marginals, -2 where a grouping set omits one)::
 
         SELECT COALESCE(i0, -2) AS k0, ..., COUNT(*) AS n
         FROM (SELECT <index of column 0> AS i0, ...                -- index_expression
-              FROM (SELECT <schema columns> FROM <table>
+              FROM (SELECT <columns read> FROM <table>
                     [QUALIFY unit IS NULL OR ROW_NUMBER() OVER
                        (PARTITION BY unit ORDER BY <random>) <= max_rows]) AS src) AS idx
-        WHERE (i0 | i1 | ...) >= 0                                  -- every column in domain
+        WHERE (i0 | i1 | ...) >= 0                                  -- every read column in domain
         GROUP BY GROUPING SETS ((<columns of subset 1>), ...)
 
     (one plain GROUP BY when there is one marginal; the WHERE skips the
@@ -483,7 +488,7 @@ def measure_marginals(con: duckdb.DuckDBPyConnection, table: "str | exp.Table", 
     slowest; a merged attribute's index is the C-order index of its
     columns'), as float64 of length ``prod(sizes)`` (1 for the empty subset).
 
-    Rows with any schema column outside its declared domain are dropped
+    Rows with any column the marginals read outside its declared domain are dropped
     before counting, from every marginal alike; with a privacy unit, at most
     ``max_rows`` random rows per unit are counted (see the module docstring).
     DuckDB failures raise :class:`MeasurementError` without data values.

@@ -51,23 +51,29 @@ compiled = dpsql.compile_batch(files, db.schema)
 separate_se = math.sqrt(2) * compiled.workload.sensitivity(1) / EPSILON
 print(f"expected RMSE per query: {release.rmse:.2f} jointly, {separate_se:.2f} for each query on its own "
       f"({separate_se / release.rmse:.1f}x more error)")
-print(f"budget left: epsilon = {db.remaining().epsilon:g}\n")
+print(f"budget left: epsilon = {db.remaining().epsilon:g}")
+print("'std_error' is the standard error of each noisy answer; 'alone ±' is what it would be if\n"
+      "each query were answered on its own; 'exact' is shown only because this example owns its data.\n")
 
 
-def show(title, result, rows=6):
+def show(title, statement, result, rows=8):
+    """Print a table's noisy answers, their standard errors and (only because this
+    example made the data up) the exact counts that plain DuckDB gives."""
+    keys = [k.name for k in statement.plan.keys]
     df = result.df.copy()
-    value = df.columns[len(df.columns) - 4]
-    df["alone: ±"] = separate_se
+    exact = con.sql(statement.plan.sql).df()
+    df = df.merge(exact.rename(columns={"persons": "exact"}), on=keys, how="left") if keys else \
+        df.assign(exact=exact["persons"].iloc[0])
+    df["exact"] = df["exact"].fillna(0).astype(int)
+    df["alone ±"] = separate_se
     print(title)
-    print(df.head(rows).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    print(f"  ... {len(df)} rows\n" if len(df) > rows else "")
+    print(df.drop(columns=["ci_low", "ci_high"]).head(rows).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(f"  ... {len(df)} rows in all\n" if len(df) > rows else "")
 
 
-by_sql = {r.sql: r for r in results}
+shown = {(): "P1. Total population", ("races",): "P3/P4. Number of races",
+         ("sex", "age_group"): "P12. Sex by age"}
 for st, r in zip(compiled.statements, results):
-    keys = [k.name for k in st.plan.keys]
-    if keys == []:
-        show("P1. Total population", r)
-    elif keys == ["sex", "age_group"]:
-        show("P12. Sex by age", r)
-        break
+    title = shown.pop(tuple(k.name for k in st.plan.keys), None)
+    if title:
+        show(title, st, r)

@@ -226,14 +226,16 @@ def make_people(con, n, seed, table="people"):
 
 
 def oracle_marginals(con, table, schema, attributes, subsets):
-    """Histograms computed in Python from Column.encode, rows with any -1 dropped."""
+    """Histograms computed in Python from Column.encode, dropping rows with -1 in
+    any column that some requested marginal reads."""
     rows = con.execute(f'SELECT {", ".join(c.name for c in schema.columns)} FROM "{table}"').fetchall()
     codes = {c.name: encode_oracle(c, [r[i] for r in rows]) for i, c in enumerate(schema.columns)}
-    keep = np.all([np.array(v) >= 0 for v in codes.values()], axis=0)
+    read = {c for s in subsets for a in s for c in attributes[a].columns}
+    keep = np.all([np.array(codes[c]) >= 0 for c in read] + [np.ones(len(rows), bool)], axis=0)
     attr_idx = []
     for a in attributes:
         cols = [np.array(codes[c])[keep] for c in a.columns]
-        attr_idx.append(np.ravel_multi_index(tuple(cols), a.sizes) if cols else None)
+        attr_idx.append(np.ravel_multi_index(tuple(cols), a.sizes) if set(a.columns) <= read else None)
     out = []
     for s in subsets:
         size = math.prod(attributes[a].size for a in s)
@@ -292,6 +294,9 @@ def test_empty_and_all_out_of_domain(con):
     con.execute("INSERT INTO t VALUES (7, true), (1, NULL), (NULL, false)")
     got = measure_marginals(con, "t", schema, attrs, [(), (0, 1)])
     assert [g.tolist() for g in got] == [[0.0], [0.0] * 6]
+    # only the columns a measurement reads must be in domain
+    assert measure_marginals(con, "t", schema, attrs, [()])[0].tolist() == [3.0]
+    assert measure_marginals(con, "t", schema, attrs, [(0,)])[0].tolist() == [0.0, 1.0, 0.0]
 
 
 def test_quoted_names_and_extra_columns(con):

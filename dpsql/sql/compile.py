@@ -184,7 +184,7 @@ class CompiledBatch:
         import duckdb
 
         out = []
-        con = duckdb.connect()
+        con = None  # opened only if some statement needs post-processing
         try:
             for i, (st, df) in enumerate(zip(self.statements, self.tables(y))):
                 columns = dict(extra[i]) if extra is not None else {}
@@ -193,11 +193,13 @@ class CompiledBatch:
                 if not st.plan.has_postprocessing:
                     out.append(df[[*st.plan.outputs, *columns]])
                     continue
+                con = con or duckdb.connect()
                 con.register("answers", df)
                 out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
                 con.unregister("answers")
         finally:
-            con.close()
+            if con is not None:
+                con.close()
         return out
 
 
