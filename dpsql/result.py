@@ -85,4 +85,5 @@ class Result:
         return len(self.df)
 
     def __repr__(self) -> str:
-        return f"-- {self.release.describe()}\n{self.df.to_string(index=False)}"
+        table = self.df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
+        return f"-- {self.release.describe()}\n{table}"

@@ -26,3 +26,13 @@ def test_ci_runs_the_readme_test_command():
     command = re.search(r"Run the tests:\n\n```\n(.*?)\n```", _readme(), re.S).group(1).strip()
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         assert command in [line.strip() for line in f]
+
+
+def test_private_answers_example_runs(capsys):
+    code = re.search(r"## Private answers in ten lines\n\n```python\n(.*?)```", _readme(), re.S).group(1)
+    assert len(code.strip().splitlines()) <= 10
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert re.search(r"^-- laplace noise, epsilon=0.5; .* expected RMSE 2.828$", out, re.M)
+    assert re.search(r"^smoker +n +std_error +ci_low +ci_high$", out, re.M)
+    assert "Cost(epsilon=0.5, delta=0.0, rho=0.0)" in out
