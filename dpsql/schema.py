@@ -116,7 +116,7 @@ class Column:
         for i, v in enumerate(values):
             try:
                 out[i] = self.index_of(v)
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):
                 out[i] = -1
         return out
 
@@ -181,7 +181,7 @@ class IntegerRange(Column):
     def _index(self, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
             raise KeyError(value)
-        if float(value) != int(value) or not self.min <= value <= self.max:
+        if not math.isfinite(float(value)) or float(value) != int(value) or not self.min <= value <= self.max:
             raise KeyError(value)
         return int(value) - self.min
 

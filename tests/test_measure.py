@@ -22,18 +22,14 @@ NAN, INF = float("nan"), float("inf")
 
 
 def encode_oracle(column: Column, values) -> list[int]:
-    """``Column.encode`` value by value, with two documented departures of the
-    SQL mapping: NaN is out of the domain (``index_of`` reads it as NULL), and
-    ``encode`` raising OverflowError on ±inf for an integer column means -1."""
+    """``Column.encode`` value by value, with one documented departure of the
+    SQL mapping: NaN is out of the domain (``index_of`` reads it as NULL)."""
     out = []
     for v in values:
         if isinstance(v, float) and math.isnan(v):
             out.append(-1)
             continue
-        try:
-            out.append(int(column.encode([v])[0]))
-        except OverflowError:
-            out.append(-1)
+        out.append(int(column.encode([v])[0]))
     return out
 
 
