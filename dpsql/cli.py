@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -33,6 +33,10 @@ from .ledger import Ledger
 from .result import Result
 
 OUT_FORMATS = ("csv", "parquet")
+
+
+class UsageError(Exception):
+    """Bad command-line input found before anything is spent (exit status 2)."""
 
 
 def _budget(args: argparse.Namespace) -> Budget | None:
@@ -90,8 +94,10 @@ def _write_atomic(result: Result, path: Path) -> None:
     if fmt not in OUT_FORMATS:
         raise ValueError(f"--out {path}: use a .csv or .parquet file name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    # Not tempfile.mkstemp: its files are mode 0600, which the rename would
+    # carry over to the result; O_EXCL with mode 0666 gets the umask's mode.
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         if fmt == "csv":
             result.df.to_csv(tmp, index=False)
@@ -106,6 +112,20 @@ def _write_atomic(result: Result, path: Path) -> None:
         raise
 
 
+def _is_out_file(out: Path) -> bool:
+    return out.suffix.lower().lstrip(".") in OUT_FORMATS and not out.is_dir()
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad input that would otherwise only fail after the spend is recorded."""
+    if _budget(args) is None and not os.path.exists(args.ledger):
+        raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
+                         "give --budget-epsilon (and --budget-delta) or --budget-rho")
+    out = Path(args.out) if getattr(args, "out", None) else None
+    if out is not None and args.command == "query" and out.suffix and not out.is_dir() and not _is_out_file(out):
+        raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
+
+
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
     db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
     try:
@@ -114,7 +134,7 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             out = Path(args.out)
-            if len(results) == 1 and out.suffix:
+            if len(results) == 1 and _is_out_file(out):
                 _write_atomic(results[0], out)
                 paths = [out]
             else:
@@ -128,35 +148,38 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
             for r in results:
                 print(r)
                 print()
-        print(f"-- remaining budget: {_format_cost(db.remaining())}")
+        print(f"-- remaining budget: {_format_cost(db.remaining(), db.budget)}")
     finally:
         db.close()
     return 0
 
 
-def _format_cost(c) -> str:
-    parts = [f"epsilon={c.epsilon:g}", f"delta={c.delta:g}"] if not c.rho else [f"rho={c.rho:g}"]
-    return ", ".join(parts)
+def _format_cost(c: Cost, budget: Budget) -> str:
+    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``)."""
+    if budget.rho is not None:
+        return f"rho={c.rho:g}"
+    return f"epsilon={c.epsilon:g}, delta={c.delta:g}"
 
 
 def _run_budget(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, _budget(args)) as ledger:
         b = ledger.budget
         print(f"ledger {args.ledger}")
-        print(f"  budget:    {_format_cost(b.remaining(Cost()))}")
-        print(f"  spent:     {_format_cost(ledger.spent())}")
-        print(f"  remaining: {_format_cost(ledger.remaining())}")
+        print(f"  budget:    {_format_cost(b.remaining(Cost()), b)}")
+        print(f"  spent:     {_format_cost(ledger.spent(), b)}")
+        print(f"  remaining: {_format_cost(ledger.remaining(), b)}")
         entries = ledger.entries()
         print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
         for e in entries:
             first = e.description.strip().splitlines()[0] if e.description.strip() else ""
-            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost)}  {first[:80]}")
+            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        _check_args(args)
         if args.command == "budget":
             return _run_budget(args)
         if args.command == "query":
@@ -165,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_query(args, fh.read(), single=False)
     except Error as e:
         print(f"dpsql: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"dpsql: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:
         print(f"dpsql: {e}", file=sys.stderr)

@@ -1,0 +1,340 @@
+"""The ``dpsql`` command line (dpsql/cli.py): query, batch and budget.
+
+Most tests call ``main([...])`` in-process; one runs ``python -m dpsql`` in a
+subprocess. Every test has its own ledger in ``tmp_path``; the data files are
+shared. The statements reuse a few workloads so that strategy selection (data
+independent, cached on disk) stays cheap, and use ``--noise laplace`` unless
+the mechanism matters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+import yaml
+
+from dpsql.cli import main
+from dpsql.ledger import Ledger
+from sql_oracle import SCHEMA, make_table
+
+REGION_SQL = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
+SEX_SQL = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
+REGIONS = ["E", "N", "S", "W"]
+HUGE = ["--epsilon", "1e9", "--budget-epsilon", "1e10", "--noise", "laplace"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The people table as Parquet and CSV (plus a copy without region W), and its schema as YAML and JSON."""
+    d = tmp_path_factory.mktemp("data")
+    con = make_table(300, seed=11)
+    con.sql("SELECT * FROM people").write_parquet(str(d / "people.parquet"))
+    con.sql("SELECT * FROM people").write_csv(str(d / "people.csv"))
+    con.sql("SELECT * FROM people WHERE region <> 'W'").write_parquet(str(d / "people_no_w.parquet"))
+    (d / "people.yaml").write_text(yaml.safe_dump(SCHEMA))
+    (d / "people.json").write_text(json.dumps(SCHEMA))
+    return {"con": con, "dir": d, "parquet": str(d / "people.parquet"), "csv": str(d / "people.csv"),
+            "no_w": str(d / "people_no_w.parquet"), "yaml": str(d / "people.yaml"),
+            "json": str(d / "people.json")}
+
+
+def exact(con, sql: str) -> dict:
+    return {k: float(v) for k, v in con.sql(sql).fetchall()}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def error_lines(err: str) -> list[str]:
+    """The CLI's own error lines (stderr may also hold a progress bar of a slow strategy selection)."""
+    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith("dpsql:")]
+
+
+def entries(ledger: Path) -> list:
+    with Ledger(ledger) as led:
+        return led.entries()
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Anything in ``directory`` that looks like a writer's temporary file."""
+    return [n for n in os.listdir(directory) if n.startswith(".") or n.endswith(".tmp")]
+
+
+def default_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+# -- query ------------------------------------------------------------------------------------
+
+def test_query_out_csv_exact_counts(data, tmp_path, capsys):
+    out = tmp_path / "res" / "regions.csv"
+    ledger = tmp_path / "l.ledger"
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--out", str(out), *HUGE)
+    assert rc == 0, err
+    assert "wrote 1 file" in stdout and str(out) in stdout
+    assert "-- remaining budget: epsilon=9e+09, delta=0" in stdout
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["region", "n", "std_error", "ci_low", "ci_high"]
+    assert sorted(df["region"]) == REGIONS and len(df) == 4  # one row per declared value
+    want = exact(data["con"], "SELECT region, COUNT(*) FROM people GROUP BY region")
+    assert sum(want.values()) == 300
+    for row in df.itertuples():
+        assert row.n == pytest.approx(want[row.region], abs=1e-6)
+        assert 0 < row.std_error < 1e-6
+        assert row.ci_low <= row.n <= row.ci_high
+    # the writer's temp file + rename leaves only the result, with the usual file mode
+    assert os.listdir(out.parent) == ["regions.csv"]
+    assert os.stat(out).st_mode & 0o777 == default_mode()
+    # one release, recorded with the requested spend
+    (e,) = entries(ledger)
+    assert e.cost.epsilon == 1e9 and e.cost.delta == 0 and e.mechanism.startswith("laplace")
+    assert "GROUP BY region" in e.description
+
+
+def test_query_out_parquet_covers_declared_domain(data, tmp_path, capsys):
+    # the data has no region W, but W is in the declared domain: it gets a row, with count ~0
+    out = tmp_path / "regions.parquet"
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["no_w"], "--schema", data["json"],
+                          "--ledger", str(tmp_path / "l.ledger"), "--out", str(out), *HUGE)
+    assert rc == 0, err
+    rel = duckdb.sql(f"SELECT * FROM read_parquet('{out}') ORDER BY region")
+    assert rel.columns == ["region", "n", "std_error", "ci_low", "ci_high"]
+    rows = rel.fetchall()
+    assert [r[0] for r in rows] == REGIONS
+    want = exact(data["con"], "SELECT region, COUNT(*) FROM people WHERE region <> 'W' GROUP BY region")
+    want["W"] = 0.0
+    for region, n, se, lo, hi in rows:
+        assert n == pytest.approx(want[region], abs=1e-6)
+        assert lo <= n <= hi and se > 0
+    assert not leftovers(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "regions.parquet"]
+    assert os.stat(out).st_mode & 0o777 == default_mode()
+
+
+def test_query_csv_data_prints_to_stdout(data, tmp_path, capsys):
+    # CSV input, no --out: the answer table goes to stdout, NULL is a group of a nullable column
+    rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["csv"], "--schema", data["yaml"],
+                          "--ledger", str(tmp_path / "l.ledger"), *HUGE)
+    assert rc == 0, err
+    assert "laplace noise, epsilon=1e+09" in stdout
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["sex", "n"])
+    table = {line.split()[0]: float(line.split()[1]) for line in lines[header + 1:header + 4]}
+    want = exact(data["con"], "SELECT coalesce(sex, 'None'), COUNT(*) FROM people GROUP BY 1")
+    assert set(table) == {"F", "M", "None"}
+    for k, v in table.items():
+        assert v == pytest.approx(want[k], abs=1e-3)
+
+
+# -- batch ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_batch_writes_one_file_per_statement(data, tmp_path, capsys, fmt):
+    sql = tmp_path / "tables.sql"
+    sql.write_text(f"-- two tables from one measurement\n{REGION_SQL};\n\n{SEX_SQL};\n")
+    outdir = tmp_path / "results"
+    ledger = tmp_path / "l.ledger"
+    extra = [] if fmt == "csv" else ["--format", "parquet"]
+    rc, stdout, err = run(capsys, "batch", str(sql), "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--out", str(outdir), *HUGE, *extra)
+    assert rc == 0, err
+    assert sorted(os.listdir(outdir)) == [f"q01.{fmt}", f"q02.{fmt}"]
+    assert "wrote 2 files" in stdout and "2 statements" in stdout
+    frames = [duckdb.sql(f"SELECT * FROM '{outdir / f'q0{i}.{fmt}'}'").df() for i in (1, 2)]
+    assert list(frames[0].columns) == ["region", "n", "std_error", "ci_low", "ci_high"]
+    assert list(frames[1].columns) == ["sex", "n", "std_error", "ci_low", "ci_high"]
+    assert sorted(frames[0]["region"]) == REGIONS
+    assert len(frames[1]) == 3 and frames[1]["sex"].isna().sum() == 1
+    want = exact(data["con"], "SELECT region, COUNT(*) FROM people GROUP BY region")
+    for region, n in zip(frames[0]["region"], frames[0]["n"]):
+        assert n == pytest.approx(want[region], abs=1e-6)
+    want = exact(data["con"], "SELECT coalesce(sex, '?'), COUNT(*) FROM people GROUP BY 1")
+    for sex, n in zip(frames[1]["sex"].fillna("?"), frames[1]["n"]):
+        assert n == pytest.approx(want[sex], abs=1e-6)
+    # one joint measurement: one ledger entry with the whole batch's spend
+    (e,) = entries(ledger)
+    assert e.cost.epsilon == 1e9
+    assert "GROUP BY region" in e.description and "GROUP BY sex" in e.description
+
+
+# -- the ledger and the budget subcommand -----------------------------------------------------
+
+def test_new_ledger_needs_a_budget(data, tmp_path, capsys):
+    ledger = tmp_path / "new.ledger"
+    out = tmp_path / "x.csv"
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--epsilon", "0.5", "--noise", "laplace", "--out", str(out))
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("dpsql:") and "--budget-epsilon" in line and str(ledger) in line
+    assert not ledger.exists() and not out.exists() and stdout == ""
+    rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger))
+    assert rc == 2 and "--budget-epsilon" in err and not ledger.exists()
+
+
+def _budget_report(stdout: str) -> dict:
+    fields = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep and key in ("budget", "spent", "remaining"):
+            fields[key] = value.strip()
+    return fields
+
+
+def test_budget_subcommand_matches_ledger(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), "--noise", "laplace"]
+    assert run(capsys, "query", REGION_SQL, *common, "--epsilon", "0.25", "--budget-epsilon", "1")[0] == 0
+    assert run(capsys, "query", SEX_SQL, *common, "--epsilon", "0.5")[0] == 0  # existing ledger: no budget needed
+    rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger))
+    assert rc == 0, err
+    with Ledger(ledger) as led:
+        spent, remaining, recorded = led.spent(), led.remaining(), led.entries()
+    assert spent.epsilon == 0.75
+    assert _budget_report(stdout) == {"budget": "epsilon=1, delta=0",
+                                      "spent": f"epsilon={spent.epsilon:g}, delta={spent.delta:g}",
+                                      "remaining": f"epsilon={remaining.epsilon:g}, delta={remaining.delta:g}"}
+    assert "2 releases" in stdout
+    lines = [line.strip() for line in stdout.splitlines() if line.strip().startswith("#")]
+    assert len(lines) == len(recorded) == 2
+    for line, e, sql in zip(lines, recorded, [REGION_SQL, SEX_SQL]):
+        assert line.startswith(f"#{e.id} {e.time} {e.mechanism} epsilon={e.cost.epsilon:g}, delta=0")
+        assert line.endswith(sql)
+
+
+def test_over_budget_is_refused(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), "--noise", "laplace"]
+    assert run(capsys, "query", REGION_SQL, *common, "--epsilon", "0.75", "--budget-epsilon", "1")[0] == 0
+    before = entries(ledger)
+    out = outdir / "x.csv"
+    rc, stdout, err = run(capsys, "query", REGION_SQL, *common, "--epsilon", "0.5", "--out", str(out))
+    assert rc == 2
+    (line,) = error_lines(err)
+    assert "BudgetExceededError" in line and "budget exceeded" in line and "remains" in line
+    assert "remaining budget" not in stdout
+    assert not out.exists() and os.listdir(outdir) == []
+    assert entries(ledger) == before
+    # a batch over budget writes no --out directory either
+    sql = tmp_path / "b.sql"
+    sql.write_text(f"{REGION_SQL}; {SEX_SQL}")
+    rc, stdout, err = run(capsys, "batch", str(sql), *common, "--epsilon", "0.5", "--out", str(tmp_path / "res"))
+    assert rc == 2 and len(error_lines(err)) == 1 and "budget exceeded" in error_lines(err)[0]
+    assert not (tmp_path / "res").exists() and entries(ledger) == before
+
+
+def test_bad_sql_spends_nothing(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    out = tmp_path / "x.csv"
+    rc, stdout, err = run(capsys, "query", "SELECT nosuch, COUNT(*) FROM people GROUP BY nosuch",
+                          "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--epsilon", "0.5", "--budget-epsilon", "1", "--noise", "laplace", "--out", str(out))
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("dpsql: UnknownColumnError:") and "nosuch" in line
+    assert not out.exists()
+    with Ledger(ledger) as led:
+        assert led.entries() == [] and led.spent().epsilon == 0
+
+
+def test_bad_out_extension_is_refused_before_spending(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), "--noise", "laplace",
+              "--epsilon", "0.5", "--budget-epsilon", "1"]
+    assert run(capsys, "budget", "--ledger", str(ledger), "--budget-epsilon", "1")[0] == 0
+    rc, stdout, err = run(capsys, "query", REGION_SQL, *common, "--out", str(tmp_path / "x.txt"))
+    assert rc == 2 and ".csv or .parquet" in err
+    assert entries(ledger) == [] and sorted(os.listdir(tmp_path)) == ["l.ledger"]
+
+
+# -- zCDP -------------------------------------------------------------------------------------
+
+def test_zcdp_gaussian(data, tmp_path, capsys):
+    ledger = tmp_path / "z.ledger"
+    # a fresh zCDP ledger reports its spend in rho, not epsilon
+    rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger), "--budget-rho", "1")
+    assert rc == 0, err
+    assert _budget_report(stdout) == {"budget": "rho=1", "spent": "rho=0", "remaining": "rho=1"}
+    out = tmp_path / "sex.csv"
+    rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--budget-rho", "1", "--rho", "0.1", "--noise", "gaussian",
+                          "--out", str(out))
+    assert rc == 0, err
+    assert "gaussian noise, rho=0.1" in stdout and "-- remaining budget: rho=0.9" in stdout
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["sex", "n", "std_error", "ci_low", "ci_high"] and len(df) == 3
+    # Gaussian sigma = sqrt(1 / (2 rho)) per measured query; errors are finite and positive
+    assert (df["std_error"] > 0).all() and df["std_error"].lt(50).all()
+    assert df["n"].sum() == pytest.approx(300, abs=200)
+    with Ledger(ledger) as led:
+        (e,) = led.entries()
+        assert led.spent().rho == pytest.approx(0.1) and led.spent().epsilon == 0
+        assert e.mechanism.startswith("gaussian")
+    rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger))
+    assert _budget_report(stdout) == {"budget": "rho=1", "spent": "rho=0.1", "remaining": "rho=0.9"}
+    assert f"#{e.id} {e.time} {e.mechanism} rho=0.1  {SEX_SQL}" in stdout
+    # epsilon is the wrong currency for this ledger: refused, nothing spent
+    rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--epsilon", "0.1", "--rho", "0.1", "--noise", "gaussian")
+    assert rc == 2 and "rho" in err and len(entries(ledger)) == 1
+
+
+# -- atomic writes ----------------------------------------------------------------------------
+
+def test_failed_write_leaves_no_temp_file(data, tmp_path, capsys, monkeypatch):
+    def broken_to_csv(self, path, *args, **kwargs):
+        Path(path).write_text("region,n\nE,")  # half a file, then the disk fills up
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", broken_to_csv)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(tmp_path / "l.ledger"), "--out", str(outdir / "x.csv"), *HUGE)
+    assert rc == 1
+    assert "No space left on device" in error_lines(err)[0]
+    assert os.listdir(outdir) == []
+
+
+def test_write_replaces_an_existing_file(data, tmp_path, capsys):
+    out = tmp_path / "x.csv"
+    out.write_text("old contents\n")
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(tmp_path / "l.ledger"), "--out", str(out), *HUGE)
+    assert rc == 0, err
+    assert pd.read_csv(out).columns[0] == "region"
+    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "x.csv"]
+
+
+# -- the module entry point -------------------------------------------------------------------
+
+def test_python_dash_m_dpsql(data, tmp_path):
+    out = tmp_path / "regions.csv"
+    ledger = tmp_path / "l.ledger"
+    proc = subprocess.run([sys.executable, "-m", "dpsql", "query", REGION_SQL, "--data", data["csv"],
+                           "--schema", data["yaml"], "--ledger", str(ledger), "--out", str(out), *HUGE],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote 1 file" in proc.stdout
+    df = pd.read_csv(out)
+    want = exact(data["con"], "SELECT region, COUNT(*) FROM people GROUP BY region")
+    assert dict(zip(df["region"], df["n"])) == pytest.approx(want, abs=1e-6)
+    proc = subprocess.run([sys.executable, "-m", "dpsql", "budget", "--ledger", str(tmp_path / "none.ledger")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--budget-epsilon" in proc.stderr
