@@ -49,7 +49,7 @@ from scipy.stats import norm
 from .budget import Budget, Cost
 from .cache import StrategyCache
 from .error import rmse as expected_rmse
-from .errors import PrivacyError, UnsupportedSQLError
+from .errors import BudgetExceededError, PrivacyError, UnsupportedSQLError
 from .kernel import PrivateTable
 from .ledger import Ledger
 from .noise import UniformSource
@@ -191,8 +191,12 @@ class Connection:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         W = compiled.workload
         k = self._private.rows_per_unit
+        requested = self._noise_options(compiled, epsilon, delta, rho, noise)
+        affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
+        if not affordable:
+            self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization
         options = []
-        for model, cost in self._noise_options(compiled, epsilon, delta, rho, noise):
+        for model, cost in affordable:
             strategy = self._strategy(W, model)
             options.append((k * expected_rmse(W, strategy, model), model, cost, strategy))
         rmse, model, cost, strategy = min(options, key=lambda o: o[0])
@@ -207,6 +211,13 @@ class Connection:
         frames = compiled.results(answers, [_error_columns(st, answers, se, z) for st in compiled.statements])
         return [Result(st.plan.sql, _ordered(st, df), release, self._con)
                 for st, df in zip(compiled.statements, frames)]
+
+    def _fits(self, cost: Cost) -> bool:
+        try:
+            self.ledger.check(cost)
+        except BudgetExceededError:
+            return False
+        return True
 
     def _strategy(self, W, model: NoiseModel) -> Strategy:
         key = (W.fingerprint(), model.name)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import dpsql
+from dpsql import connection as connection_module
 from dpsql import kernel as kernel_module
 from dpsql.budget import Budget, Cost
 from dpsql.errors import BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
@@ -145,7 +146,11 @@ def test_zcdp_budget():
 def _forbid_data(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the private table was read")
+
+    def no_selection(*a, **k):
+        raise AssertionError("an unaffordable request should be refused before strategy selection")
     monkeypatch.setattr(kernel_module, "measure_marginals", boom)
+    monkeypatch.setattr(connection_module, "select", no_selection)
 
 
 def test_refused_query_touches_no_data_and_records_nothing(tmp_path, monkeypatch):
