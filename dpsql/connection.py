@@ -237,6 +237,8 @@ class Connection:
             if epsilon is not None and rho is not None:
                 raise PrivacyError("give rho (this ledger's budget is zCDP), not both epsilon and rho")
             if rho is None:
+                if epsilon is None:
+                    raise PrivacyError("say how much to spend: rho=... (this ledger's budget is zCDP)")
                 if noise == "gaussian":
                     raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=")
                 return [(Laplace(epsilon), Cost.laplace(epsilon, budget))]

@@ -139,6 +139,9 @@ def test_zcdp_budget():
     assert math.isclose(db.spent().rho, 0.25)
     with pytest.raises(PrivacyError):
         db.query("SELECT COUNT(*) FROM people", epsilon=0.5, delta=1e-6, noise="gaussian")
+    with pytest.raises(PrivacyError, match="rho="):
+        db.query("SELECT COUNT(*) FROM people")
+    assert math.isclose(db.spent().rho, 0.25)
 
 
 # -- refusals spend nothing ------------------------------------------------------------------
