@@ -208,7 +208,11 @@ class Connection:
                           rmse=rmse, operator=strategy.operator, queries=W.num_queries,
                           statements=len(compiled.statements), entry=m.entry)
         z = float(norm.ppf(0.5 + confidence / 2.0))
-        frames = compiled.results(answers, [_error_columns(st, answers, se, z) for st in compiled.statements])
+        def covariance(a: int, b: int) -> np.ndarray:
+            return m.noise_std**2 * strategy.cross_variances(W, a, b)
+
+        frames = compiled.results(answers, [_error_columns(st, answers, se, z, covariance)
+                                            for st in compiled.statements])
         return [Result(st.plan.sql, _ordered(st, df), release, self._con)
                 for st, df in zip(compiled.statements, frames)]
 
@@ -285,23 +289,27 @@ def _error_names(st, aggregate: str) -> tuple[str, str, str]:
     return f"{aggregate}_std_error", f"{aggregate}_ci_low", f"{aggregate}_ci_high"
 
 
-def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float) -> dict[str, np.ndarray]:
+def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float, covariance) -> dict[str, np.ndarray]:
     """Standard error and confidence interval of every visible aggregate, per group.
 
-    AVG = SUM / COUNT uses the delta method, ``√(se_S² + r² se_C²) / |C|``
-    with ``r`` the ratio, leaving out the SUM–COUNT covariance: an
-    approximation, unlike the exact closed forms of COUNT and SUM.
+    COUNT and SUM use their exact closed-form variance. AVG = SUM / COUNT
+    uses the delta method, ``√(Var S − 2r Cov(S, C) + r² Var C) / |C|`` with
+    ``r`` the ratio and the exact covariance ``covariance(term_S, term_C)``
+    of the two least-squares answers: a first-order approximation, good when
+    the noisy COUNT is far from zero.
     """
     out: dict[str, np.ndarray] = {}
     for agg in st.plan.aggregates:
         if not agg.visible:
             continue
         if agg.func == "avg":
-            s_rows, c_rows = st.rows(agg.name, "sum"), st.rows(agg.name, "count")
-            s, c = answers[s_rows], answers[c_rows]
+            sb, cb = st.block(agg.name, "sum"), st.block(agg.name, "count")
+            s, c = answers[sb.rows], answers[cb.rows]
+            cov = covariance(sb.term, cb.term)
             with np.errstate(divide="ignore", invalid="ignore"):
                 value = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
-                err = np.sqrt(se[s_rows] ** 2 + value**2 * se[c_rows] ** 2) / np.abs(c)
+                var = se[sb.rows] ** 2 - 2 * value * cov + value**2 * se[cb.rows] ** 2
+                err = np.sqrt(np.maximum(var, 0.0)) / np.abs(c)
         else:
             rows = st.rows(agg.name)
             value, err = answers[rows], se[rows]

@@ -57,6 +57,12 @@ class Strategy:
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``diag(W_a (AᵀA)⁺ W_bᵀ)`` for two workload terms with equal row counts:
+        the covariance of their answers row by row, per unit of noise variance
+        (AVG = SUM / COUNT needs it for its standard error)."""
+        raise NotImplementedError
+
     def _check_domain(self, workload: Workload, domain: Sequence[int]) -> None:
         if tuple(workload.domain) != tuple(domain):
             raise WorkloadError(f"strategy domain {tuple(domain)} does not match workload domain {workload.domain}")
@@ -149,6 +155,12 @@ class KronStrategy(Strategy):
             out.append(w * w * np.where(np.isnan(var), 0.0, var))
         return out
 
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        self._check_domain(workload, self.domain)
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        parts = [_cross_diag(x, y, P) for x, y, P in zip(fa, fb, self._pinvs)]
+        return wa * wb * reduce(np.kron, parts)
+
 
 @dataclass
 class UnionStrategy(Strategy):
@@ -187,6 +199,14 @@ class UnionStrategy(Strategy):
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         return [part.query_variances(self._sub(workload, k))[0] / c**2 for k, part, c in self._assignment(workload)]
 
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        assignment = self._assignment(workload)
+        (_, part_a, c), (_, part_b, _) = assignment[a], assignment[b]
+        if part_a is not part_b:  # answered from different parts, whose noise is independent
+            return np.zeros(math.prod(f.shape[0] for f in workload.terms[a][1]))
+        pair = Workload(workload.domain, [workload.terms[a], workload.terms[b]])
+        return part_a.cross_variances(pair, 0, 1) / c**2
+
 
 @dataclass
 class MarginalStrategy(Strategy):
@@ -215,32 +235,46 @@ class MarginalStrategy(Strategy):
         return eigen_trace_error(workload_eigen_weights(workload.domain, workload.terms), self.eigenvalues)
 
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
-        """``diag(W_k X⁺ W_kᵀ) = Σ_t (1/λ_t) ⊗_i diag(W_ki Π_t,i W_kiᵀ)``.
+        """``diag(W_k X⁺ W_kᵀ)`` for every term (see :meth:`cross_variances`)."""
+        return [self.cross_variances(workload, k, k) for k in range(len(workload.terms))]
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``diag(W_a X⁺ W_bᵀ) = Σ_t (1/λ_t) ⊗_i diag(W_ai Π_t,i W_biᵀ)``.
 
         On attribute ``i`` the projector onto the ones vector contributes
-        ``row_sum²/n_i`` and its complement ``row_norm² − row_sum²/n_i``; only
-        subsets of the attributes where a term is not constant contribute.
+        ``row_sum_a · row_sum_b / n_i`` and its complement the rest of
+        ``diag(W_ai W_biᵀ)``; only subsets of the attributes where a term is
+        not constant contribute.
         """
         self._check_domain(workload, self.strategy.domain)
         lam = self.eigenvalues
         d = len(workload.domain)
-        out = []
-        for w, fs in workload.terms:
-            ones = [f.row_sums() ** 2 / n for f, n in zip(fs, workload.domain)]
-            rest = [np.maximum(f.row_norms_sq() - o, 0.0) for f, o in zip(fs, ones)]
-            active = [i for i in range(d) if rest[i].max() > SUPPORT_TOL * max(1.0, ones[i].max())]
-            var = np.zeros(math.prod(f.shape[0] for f in fs))
-            for r in range(len(active) + 1):
-                for sub in itertools.combinations(active, r):
-                    t = sum(1 << i for i in sub)
-                    contrib = reduce(np.kron, [rest[i] if i in sub else ones[i] for i in range(d)])
-                    if lam[t] <= 0:
-                        if contrib.max() > 0:
-                            var = var + np.where(contrib > 0, math.inf, 0.0)
-                        continue
-                    var = var + contrib / lam[t]
-            out.append(w * w * var)
-        return out
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        ones = [x.row_sums() * y.row_sums() / n for x, y, n in zip(fa, fb, workload.domain)]
+        full = [x.row_norms_sq() if a == b else _cross_diag(x, y, np.eye(n))
+                for x, y, n in zip(fa, fb, workload.domain)]
+        rest = [f - o for f, o in zip(full, ones)]
+        if a == b:
+            rest = [np.maximum(r, 0.0) for r in rest]
+        active = [i for i in range(d) if np.abs(rest[i]).max() > SUPPORT_TOL * max(1.0, np.abs(ones[i]).max())]
+        var = np.zeros(math.prod(f.shape[0] for f in fa))
+        for r in range(len(active) + 1):
+            for sub in itertools.combinations(active, r):
+                t = sum(1 << i for i in sub)
+                contrib = reduce(np.kron, [rest[i] if i in sub else ones[i] for i in range(d)])
+                if lam[t] <= 0:
+                    if np.abs(contrib).max() > 0:
+                        var = var + np.where(contrib != 0, math.inf, 0.0)
+                    continue
+                var = var + contrib / lam[t]
+        return wa * wb * var
+
+
+def _cross_diag(A: Matrix, B: Matrix, M: np.ndarray) -> np.ndarray:
+    """``diag(A M Bᵀ)`` for two factors with equal row counts."""
+    if A is B:
+        return A.quadratic_diag(M)
+    return np.einsum("ij,ij->i", A._matmat(M), B.dense())
 
 
 def eigen_trace_error(gamma: np.ndarray, lam: np.ndarray) -> float:

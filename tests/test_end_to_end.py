@@ -313,3 +313,23 @@ def test_relation_on_read_only_database(tmp_path):
     db = dpsql.connect(path, schema=SCHEMA, budget=HUGE, cache=False)
     rel = db.query("SELECT white, COUNT(*) AS n FROM people GROUP BY white", epsilon=1.0, noise="laplace").relation
     assert len(rel.filter("n > -1e9").fetchall()) == 2
+
+
+def test_avg_standard_error_includes_the_sum_count_covariance(monkeypatch):
+    con = make_table(2000, seed=8)
+    db = connect(con, source_of_noise=np.random.default_rng(5))
+    sql = "SELECT region, AVG(age) AS a FROM people GROUP BY region"
+    first = db.query(sql, epsilon=0.5, noise="laplace")
+    counts = {}
+    real = kernel_module.measure_marginals
+
+    def once(con_, table, schema, attributes, subsets):  # measure the table once, then reuse the counts
+        key = tuple(map(tuple, subsets))
+        if key not in counts:
+            counts[key] = real(con_, table, schema, attributes, subsets)
+        return counts[key]
+
+    monkeypatch.setattr(kernel_module, "measure_marginals", once)
+    runs = np.array([db.query(sql, epsilon=0.5, noise="laplace").df["a"].to_numpy() for _ in range(800)])
+    reported = first.df["std_error"].to_numpy()
+    assert np.all(np.abs(runs.std(axis=0) / reported - 1) < 0.1), runs.std(axis=0) / reported
