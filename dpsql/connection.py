@@ -1,4 +1,4 @@
-"""The user-facing API: ``dpsql.connect`` and private queries on a DuckDB table.
+"""The user-facing API: ``dpsql.connect`` and private queries on a DuckDB or Spark table.
 
 >>> import duckdb, dpsql
 >>> con = duckdb.connect()
@@ -32,6 +32,12 @@ How much a request spends, in the budget's currency:
 ``noise="laplace"`` or ``"gaussian"`` fixes the mechanism; by default both
 are considered when the budget allows both, and the one with the lower
 expected error for this workload is used.
+
+The private table can live in DuckDB (a connection or a file) or in Apache
+Spark (pass a ``SparkSession`` and the name of a table or temp view): only
+the counting query runs there (:mod:`dpsql.backend`); the ledger, the noise
+and the reconstruction stay in this process, and result relations live on
+a DuckDB connection (the caller's, or a local in-memory one for Spark).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from .cache import StrategyCache
 from .error import rmse as expected_rmse
 from .errors import BudgetExceededError, PrivacyError, UnsupportedSQLError
 from .kernel import PrivateTable
+from .backend import Backend, DuckDBBackend, SparkBackend, backend_for, is_spark_session
 from .ledger import Ledger
 from .noise import UniformSource
 from .optimize import select
@@ -68,14 +75,17 @@ NOISE_FAMILIES = ("laplace", "gaussian")
 _last: "Connection | None" = None
 
 
-def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike", table: str | None = None,
+def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | Any", table: str | None = None,
             schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
             ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
             progress: bool | None = None, source_of_noise: UniformSource | None = None) -> "Connection":
     """Open a private table for differentially private queries.
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
-    file (opened read-only), or a CSV or Parquet file (read as ``table``).
+    file (opened read-only), a CSV or Parquet file (read as ``table``), a
+    pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
+    view; the counting query runs on Spark and only the counts come back),
+    or any :class:`~dpsql.backend.Backend`.
     ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
     dict, or YAML/JSON path); queries name ``table``, which defaults to the
     schema's table name. ``budget``: the total privacy budget, required for a
@@ -100,11 +110,16 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike", table: str 
     return conn
 
 
-def _open(source: Any, table: str) -> duckdb.DuckDBPyConnection:
-    if isinstance(source, duckdb.DuckDBPyConnection):
+def _open(source: Any, table: str) -> "duckdb.DuckDBPyConnection | Backend":
+    """Where the private table lives: a DuckDB connection, or a backend (Spark: pyspark is
+    imported only here, when a SparkSession is passed)."""
+    if isinstance(source, (duckdb.DuckDBPyConnection, Backend)):
         return source
+    if is_spark_session(source):
+        return SparkBackend(source)
     if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"source must be a DuckDB connection or a file path, got {type(source).__name__}")
+        raise TypeError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
+                        f"got {type(source).__name__}")
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"no such data file: {path}")
@@ -122,15 +137,28 @@ def _open(source: Any, table: str) -> duckdb.DuckDBPyConnection:
 
 
 class Connection:
-    """A private table with a budget: ask it SQL, get noisy answers with error bars."""
+    """A private table with a budget: ask it SQL, get noisy answers with error bars.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, schema: Schema, ledger: Ledger, *,
+    ``con`` is where the table lives: a DuckDB connection or a
+    :class:`~dpsql.backend.Backend` (e.g. :class:`~dpsql.backend.SparkBackend`).
+    Results' ``relation`` is on that DuckDB connection; for any other backend
+    it is on a local in-memory DuckDB connection that this Connection owns
+    (and closes in :meth:`close`), holding nothing but released answers.
+    """
+
+    def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", schema: Schema, ledger: Ledger, *,
                  cache: "bool | str | os.PathLike" = True, progress: bool | None = None,
                  source_of_noise: UniformSource | None = None) -> None:
         self.schema = schema
         self.ledger = ledger
-        self._con = con
-        self._private = PrivateTable(con, schema.table, schema, ledger, source_of_noise)
+        self.backend = backend_for(con)
+        self._owned: duckdb.DuckDBPyConnection | None = None
+        if isinstance(self.backend, DuckDBBackend):
+            self._con = self.backend.con
+        else:
+            self._con = self._owned = duckdb.connect()  # for results' relations only
+        self._private = PrivateTable(self.backend if self._owned is not None else con, schema.table, schema,
+                                     ledger, source_of_noise)
         self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
         self._progress = progress
         self._strategies: dict[tuple[str, str], Strategy] = {}
@@ -177,7 +205,10 @@ class Connection:
         return self.query(query, **kwargs).relation
 
     def close(self) -> None:
+        """Close the ledger (and the local DuckDB connection of a non-DuckDB backend)."""
         self.ledger.close()
+        if self._owned is not None:
+            self._owned.close()
 
     def __enter__(self) -> "Connection":
         return self

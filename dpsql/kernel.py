@@ -10,7 +10,8 @@ Order of operations in ``measure``, and why:
 
 1. the ledger checks that the cost fits the budget, before any data is read
    (a refused request touches nothing and records nothing);
-2. exact marginals are counted in DuckDB (:mod:`dpsql.measure`), only over
+2. exact marginals are counted where the table lives, DuckDB or Spark
+   (:mod:`dpsql.measure`, :mod:`dpsql.backend`), only over
    the attributes each strategy block measures;
 3. noise is drawn from the OS CSPRNG (:mod:`dpsql.noise`);
 4. the spend is recorded in the ledger, atomically re-checked against the
@@ -28,6 +29,7 @@ from typing import Sequence
 import duckdb
 import numpy as np
 
+from .backend import Backend
 from .budget import Cost
 from .ledger import Ledger
 from .matrix import Kronecker, Matrix, Ones, kron_terms
@@ -125,10 +127,13 @@ class PrivateTable:
       (Balle & Wang 2018), or ``σ = k Δ₂ / √(2ρ)`` for ρ-zCDP.
 
     ``k`` is the unit's row bound (1 when each row is its own unit).
+    ``con`` is where the table lives: a DuckDB connection or a
+    :class:`~dpsql.backend.Backend` (e.g. Spark); only the counting query
+    runs there, and noise and ledger stay in this process.
     ``source`` replaces the secure generator, for reproducible tests only.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, table: str, schema: Schema, ledger: Ledger,
+    def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", table: str, schema: Schema, ledger: Ledger,
                  source: UniformSource | None = None) -> None:
         self._con = con
         self._table = table

@@ -1,6 +1,7 @@
 """Exact marginal histograms of the private table: the one module that reads private data.
 
-:func:`measure_marginals` counts, in DuckDB, the rows of a private table in
+:func:`measure_marginals` counts, in DuckDB or Apache Spark (wherever the
+table lives: :mod:`dpsql.backend`), the rows of a private table in
 every cell of a few low-dimensional marginals (contingency tables) over the
 workload's *attributes* (:class:`dpsql.sql.compile.Attribute`). Nothing here
 adds noise or releases anything: the counts go straight to
@@ -25,10 +26,11 @@ Privacy-relevant guarantees:
   column, at most ``max_rows`` rows per unit are kept, chosen uniformly at
   random in SQL, *before* the domain filter; rows whose unit column is NULL
   are each treated as a unit of their own (all kept).
-* **Errors do not echo data.** A DuckDB failure becomes a
-  :class:`dpsql.errors.MeasurementError`. DuckDB's own message is kept only
-  for catalog and binder errors (a missing table or column: schema-level);
-  any other failure is reported by its exception class alone. Every cast of
+* **Errors do not echo data.** A database failure becomes a
+  :class:`dpsql.errors.MeasurementError`. The engine's own message is kept
+  only for schema-level errors found before any row is read (DuckDB catalog
+  and binder errors, Spark analysis errors: a missing table or column); any
+  other failure is reported by its exception class alone. Every cast of
   a data value that could fail is a ``TRY_CAST``, arithmetic is widened
   first, and comparisons never coerce data to a narrower type, so no value
   can make the query fail in the first place.
@@ -37,7 +39,9 @@ Columns of the table that the schema does not declare are ignored. All
 marginals come from one scan (``GROUP BY GROUPING SETS``); only the requested
 marginals are built, never the full-domain vector unless it is requested
 (HDMM §10.1). The SQL is built with :mod:`sqlglot` expressions and rendered
-for DuckDB at the end (:func:`marginals_query` returns the expression).
+in the backend's dialect at the end (:func:`marginals_query` returns the
+expression); the few constructs that differ between DuckDB and Spark are
+chosen so the same counts come out on both (:func:`_for_dialect`).
 
 >>> import duckdb
 >>> from dpsql.schema import load_schema
@@ -64,10 +68,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-import duckdb
 import numpy as np
 from sqlglot import exp
 
+from .backend import Backend, BackendError, backend_for, duckdb_type_family, table_expression
 from .errors import MeasurementError, WorkloadError
 from .schema import Binned, Boolean, Categorical, Column, IntegerRange, Schema
 from .sql.compile import Attribute
@@ -84,21 +88,13 @@ _OUTSIDE, _OMITTED = -1, -2
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _INT128 = (-(2 ** 127), 2 ** 127 - 1)
 
-_FAMILIES = {
-    "varchar": "string", "enum": "string", "json": "string",
-    "tinyint": "int", "smallint": "int", "integer": "int", "bigint": "int", "hugeint": "int",
-    "utinyint": "int", "usmallint": "int", "uinteger": "int", "ubigint": "int", "uhugeint": "int",
-    "bignum": "int", "varint": "int",
-    "float": "float", "double": "float", "decimal": "decimal",
-    "boolean": "bool", "null": "null",
-}
-
 
 def sql_type_family(sql_type: Any) -> str | None:
-    """The family of a DuckDB column type, as far as domain indices go.
+    """The family of a column type, as far as domain indices go.
 
-    ``sql_type`` is a ``duckdb`` type object (its ``id`` is used) or a type
-    name. Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``,
+    ``sql_type`` is a ``duckdb`` type object (its ``id`` is used), a DuckDB
+    type name, or already a family (what :meth:`dpsql.backend.Backend.column_types`
+    returns). Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``,
     ``"float"`` (FLOAT, DOUBLE), ``"decimal"``, ``"bool"``, ``"null"`` (the
     type of an all-NULL column), ``"other"`` (dates, lists, blobs, ...), or
     None when ``sql_type`` is None (unknown).
@@ -106,15 +102,7 @@ def sql_type_family(sql_type: Any) -> str | None:
     >>> sql_type_family("DECIMAL(5,2)"), sql_type_family("VARCHAR"), sql_type_family("DATE"), sql_type_family(None)
     ('decimal', 'string', 'other', None)
     """
-    if sql_type is None:
-        return None
-    key = getattr(sql_type, "id", None)
-    if not isinstance(key, str):
-        key = str(sql_type)
-    key = key.strip().lower().split("(", 1)[0].strip()
-    if key.startswith("varchar") or key in ("text", "string", "char", "bpchar"):
-        key = "varchar"
-    return _FAMILIES.get(key, "other")
+    return duckdb_type_family(sql_type)
 
 
 # -- literals and small builders ---------------------------------------------------------
@@ -133,7 +121,9 @@ def _double(x: float) -> exp.Expression:
 
 
 def _try_cast(e: exp.Expression, to: str) -> exp.Expression:
-    return exp.TryCast(this=e.copy(), to=exp.DataType.build(to))
+    """A cast that yields NULL instead of failing (``safe``: sqlglot's spark
+    dialect renders an unsafe TryCast as a plain, failing, CAST)."""
+    return exp.TryCast(this=e.copy(), to=exp.DataType.build(to), safe=True)
 
 
 def _binary(e: exp.Expression) -> exp.Expression:
@@ -290,8 +280,11 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
             index = c.copy() if lo == 0 else exp.Sub(this=_try_cast(c, to), expression=_int(lo))
             return _case([(inside, index)], _outside(outside))
         v = _try_cast(c, "DOUBLE")
+        # integral: v % 1 = 0 (fmod; NaN and ±inf give NaN). Not v = FLOOR(v): Spark's FLOOR
+        # returns BIGINT and fails on overflow in ANSI mode, whatever the range test before it
+        integral_v = exp.EQ(this=exp.Mod(this=v.copy(), expression=_int(1)), expression=_int(0))
         inside = exp.and_(exp.GTE(this=v.copy(), expression=_int(lo)), exp.LTE(this=v.copy(), expression=_int(hi)),
-                          exp.EQ(this=v.copy(), expression=exp.Floor(this=v.copy())))
+                          integral_v)
         index = exp.Sub(this=_try_cast(v, to), expression=_int(lo)) if to is not None else \
             _try_cast(exp.Sub(this=v.copy(), expression=_int(lo)), "BIGINT")  # bounds beyond 128 bits
         return _case([(inside, index)], _outside(outside))
@@ -302,12 +295,6 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
 
 # -- the query ---------------------------------------------------------------------------
 
-def _table(table: "str | exp.Table") -> exp.Table:
-    if isinstance(table, exp.Table):
-        return table.copy()
-    return exp.Table(this=exp.to_identifier(table, quoted=True))
-
-
 def _ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
@@ -316,13 +303,50 @@ def _col(name: str, table: str | None = None) -> exp.Column:
     return exp.Column(this=_ident(name), table=_ident(table) if table else None)
 
 
+def _free_name(prefix: str, taken: set[str]) -> str:
+    """``prefix``, or ``prefix`` with the smallest number appended, that no name in ``taken`` (lower case) is."""
+    return next(n for n in (f"{prefix}{i or ''}" for i in range(len(taken) + 1)) if n not in taken)
+
+
+_SPARK = ("spark", "spark2", "databricks")
+
+
+def _for_dialect(query: exp.Select, dialect: str | None) -> exp.Select:
+    """Adapt the neutral query to ``dialect`` where the same sqlglot node
+    would mean something else there (None and ``"duckdb"``: unchanged).
+
+    Spark: ``COLLATE "binary"`` is dropped, since every string is compared
+    after ``CAST(... AS STRING)``, which in Spark yields the default
+    UTF8_BINARY collation (byte order, as in DuckDB's ``binary``), and Spark
+    3.5 has no COLLATE at all; DuckDB's HUGEINT becomes DECIMAL(38, 0), the
+    widest exact integer Spark has. (Other portable choices are made while
+    building: TRY_CAST is marked ``safe`` so sqlglot renders Spark's
+    ``TRY_CAST`` rather than a failing CAST; integrality is ``v % 1 = 0``,
+    not ``v = FLOOR(v)``; the unit bound is a subquery, not QUALIFY;
+    ``RAND()`` is rendered per dialect by sqlglot.)
+    """
+    if dialect not in _SPARK:
+        return query
+
+    def adapt(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Paren) and isinstance(node.this, exp.Collate):
+            return node.this.this
+        if isinstance(node, exp.Collate):
+            return node.this
+        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
+            return exp.DataType.build("DECIMAL(38, 0)")
+        return node
+
+    return query.transform(adapt)
+
+
 class _Plan:
     """The query and how to read its result: ``keys[j]`` is the output column
     of schema column ``key_columns[j]``; ``order[s]`` lists, for subset ``s``,
     the key positions in ravel order, ``dims[s]`` their sizes."""
 
     def __init__(self, schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
-                 table: "str | exp.Table", types: Mapping[str, Any] | None) -> None:
+                 table: "str | exp.Table", types: Mapping[str, Any] | None, dialect: str | None = None) -> None:
         cols = schema.columns
         position = {c.name: i for i, c in enumerate(cols)}
         self.subsets = [tuple(int(a) for a in s) for s in subsets]
@@ -353,19 +377,26 @@ class _Plan:
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
         if unit.column is None:
-            src = src.from_(_table(table), copy=False)
+            src = src.from_(table_expression(table), copy=False)
         else:
-            # DuckDB refuses a volatile window ORDER BY: draw the random key in a projection first
+            # ranked = rows numbered in random order within each unit, then a filter on the number
+            # (a subquery, not QUALIFY, which Spark SQL lacks). DuckDB refuses a volatile window
+            # ORDER BY: the random key is drawn in a projection first.
             taken = {c.name.lower() for c in read} | {unit.column.lower()}
-            rnd = next(n for n in (f"_dpsql_random{i or ''}" for i in range(len(taken) + 1)) if n not in taken)
+            rnd, rnk = _free_name("_dpsql_random", taken), _free_name("_dpsql_rank", taken)
             u = _col(unit.column)
-            drawn = exp.select(*[_col(c.name) for c in read], u.copy(), exp.alias_(exp.Rand(), _ident(rnd)))
-            drawn = drawn.from_(_table(table), copy=False)
+            carried = [_col(c.name) for c in read]
+            if unit.column.lower() not in {c.name.lower() for c in read}:
+                carried.append(u.copy())  # a column listed twice would be ambiguous in Spark
+            drawn = exp.select(*[c.copy() for c in carried], exp.alias_(exp.Rand(), _ident(rnd)))
+            drawn = drawn.from_(table_expression(table), copy=False)
             rank = exp.Window(this=exp.RowNumber(), partition_by=[u.copy()],
                               order=exp.Order(expressions=[exp.Ordered(this=_col(rnd), nulls_first=False)]))
-            src = src.from_(exp.Subquery(this=drawn, alias=exp.TableAlias(this=_ident("drawn"))), copy=False)
-            src = src.qualify(exp.or_(exp.Is(this=u.copy(), expression=exp.null()),
-                                      exp.LTE(this=rank, expression=_int(unit.max_rows))), copy=False)
+            ranked = exp.select(*[c.copy() for c in carried], exp.alias_(rank, _ident(rnk)))
+            ranked = ranked.from_(exp.Subquery(this=drawn, alias=exp.TableAlias(this=_ident("drawn"))), copy=False)
+            src = src.from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=_ident("ranked"))), copy=False)
+            src = src.where(exp.or_(exp.Is(this=u.copy(), expression=exp.null()),
+                                    exp.LTE(this=_col(rnk), expression=_int(unit.max_rows))), copy=False)
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
         proj = exp.select(*([exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()),
@@ -397,7 +428,7 @@ class _Plan:
             grouping = exp.GroupingSets(expressions=[
                 exp.Tuple(expressions=[_col(idx_names[j]) for j in s]) for s in sets])
             query.set("group", exp.Group(expressions=[grouping]))
-        self.query = query
+        self.query = _for_dialect(query, dialect)
 
     def split(self, result: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Scatter the result rows into one flat histogram per subset."""
@@ -430,7 +461,8 @@ class _Plan:
 
 
 def marginals_query(schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
-                    table: "str | exp.Table", types: Mapping[str, Any] | None = None) -> exp.Select:
+                    table: "str | exp.Table", types: Mapping[str, Any] | None = None,
+                    dialect: str | None = None) -> exp.Select:
     """One SELECT counting every requested marginal in one scan.
 
     Its shape (``i*`` index every column the marginals read, -1 outside the domain;
@@ -438,37 +470,47 @@ def marginals_query(schema: Schema, attributes: Sequence[Attribute], subsets: Se
 
         SELECT COALESCE(i0, -2) AS k0, ..., COUNT(*) AS n
         FROM (SELECT <index of column 0> AS i0, ...                -- index_expression
-              FROM (SELECT <columns read> FROM <table>
-                    [QUALIFY unit IS NULL OR ROW_NUMBER() OVER
-                       (PARTITION BY unit ORDER BY <random>) <= max_rows]) AS src) AS idx
+              FROM (SELECT <columns read> FROM <table>) AS src) AS idx
         WHERE (i0 | i1 | ...) >= 0                                  -- every read column in domain
         GROUP BY GROUPING SETS ((<columns of subset 1>), ...)
+
+    With a privacy unit, ``src`` keeps at most ``max_rows`` random rows per unit::
+
+        (SELECT <columns read> FROM
+           (SELECT <columns read>, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY r) AS rank
+            FROM (SELECT <columns read>, unit, RANDOM() AS r FROM <table>) AS drawn) AS ranked
+         WHERE unit IS NULL OR rank <= max_rows) AS src
 
     (one plain GROUP BY when there is one marginal; the WHERE skips the
     columns that every marginal keys on, whose -1 groups are dropped after
     counting; merged attributes are grouped by their columns and raveled in
     numpy). ``types`` maps column names to their SQL types (see
     :func:`index_expression`); :func:`measure_marginals` reads them from the
-    table. The expression is dialect-neutral sqlglot; render it with
+    table. Without ``dialect`` the expression is neutral sqlglot, as run on
+    DuckDB; with one (``"spark"``), the few nodes that mean something else
+    there are adapted (see :func:`_for_dialect`). Render it with
     ``.sql(dialect=...)``.
     """
-    return _Plan(schema, attributes, subsets, table, types).query
+    return _Plan(schema, attributes, subsets, table, types, dialect).query
 
 
 # -- running it --------------------------------------------------------------------------
 
-def _fail(table: Any, e: BaseException) -> MeasurementError:
-    name = table.sql(dialect="duckdb") if isinstance(table, exp.Expression) else repr(table)
-    if isinstance(e, (duckdb.CatalogException, duckdb.BinderException)):
-        return MeasurementError(f"measuring table {name} failed: {e}")
-    return MeasurementError(f"measuring table {name} failed ({type(e).__name__})")
+def _name(table: Any, dialect: str) -> str:
+    return table.sql(dialect=dialect) if isinstance(table, exp.Expression) else repr(table)
 
 
-def _column_types(con: duckdb.DuckDBPyConnection, table: "str | exp.Table", schema: Schema) -> dict[str, Any]:
-    """The SQL type of every schema column (binds a query, reads no rows)."""
-    rel = con.sql(exp.select(exp.Star()).from_(_table(table)).limit(0).sql(dialect="duckdb"))
-    found = {name.lower(): t for name, t in zip(rel.columns, rel.types)}
-    name = table.sql(dialect="duckdb") if isinstance(table, exp.Expression) else repr(table)
+def _fail(table: Any, e: BackendError, dialect: str) -> MeasurementError:
+    name = _name(table, dialect)
+    if e.schema_level:
+        return MeasurementError(f"measuring table {name} failed: {e.reason}")
+    return MeasurementError(f"measuring table {name} failed ({e.reason})")
+
+
+def _column_types(backend: Backend, table: "str | exp.Table", schema: Schema) -> dict[str, str]:
+    """The type family of every schema column (reads no rows)."""
+    found = {name.lower(): t for name, t in backend.column_types(table).items()}
+    name = _name(table, backend.dialect)
     missing = [c.name for c in schema.columns if c.name.lower() not in found]
     if missing:
         raise MeasurementError(f"table {name} has no column {', '.join(map(repr, missing))} declared in the schema")
@@ -478,9 +520,14 @@ def _column_types(con: duckdb.DuckDBPyConnection, table: "str | exp.Table", sche
     return {c.name: found[c.name.lower()] for c in schema.columns}
 
 
-def measure_marginals(con: duckdb.DuckDBPyConnection, table: "str | exp.Table", schema: Schema,
+def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
                       attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Exact histograms of ``table`` over subsets of ``attributes``.
+
+    ``source`` says where the table lives: a :class:`~dpsql.backend.Backend`
+    (e.g. :class:`~dpsql.backend.SparkBackend`), a ``SparkSession``, or a
+    DuckDB connection (see :func:`dpsql.backend.backend_for`). The same
+    counts come out on every backend.
 
     ``subsets[s]`` lists attribute positions (normally sorted; empty means
     the grand total). Result ``s`` is the histogram over those attributes,
@@ -491,14 +538,15 @@ def measure_marginals(con: duckdb.DuckDBPyConnection, table: "str | exp.Table", 
     Rows with any column the marginals read outside its declared domain are dropped
     before counting, from every marginal alike; with a privacy unit, at most
     ``max_rows`` random rows per unit are counted (see the module docstring).
-    DuckDB failures raise :class:`MeasurementError` without data values.
+    Database failures raise :class:`MeasurementError` without data values.
     """
     if not subsets:
         return []
+    backend = backend_for(source)
     try:
-        types = _column_types(con, table, schema)
-        plan = _Plan(schema, attributes, subsets, table, types)
-        result = con.execute(plan.query.sql(dialect="duckdb")).fetchnumpy()
-    except duckdb.Error as e:
-        raise _fail(table, e) from None
+        types = _column_types(backend, table, schema)
+        plan = _Plan(schema, attributes, subsets, table, types, backend.dialect)
+        result = backend.run(plan.query)
+    except BackendError as e:
+        raise _fail(table, e, backend.dialect) from None
     return plan.split(result)

@@ -5,7 +5,9 @@ DataFrame with the statement's SELECT columns (group keys and aggregates,
 after HAVING / ORDER BY / LIMIT, which run on the noisy answers) and, next to
 each aggregate, its standard error and a normal confidence interval.
 ``relation`` is the same table as a DuckDB relation on the connection it came
-from, so ``.df()``, ``.fetchall()``, ``.show()`` and further SQL work as usual.
+from (for a table on Spark: the Connection's own local in-memory DuckDB
+connection), so ``.df()``, ``.fetchall()``, ``.show()`` and further SQL work
+as usual.
 Everything in a Result is post-processing of noisy values: it costs no
 further budget to look at, filter or join.
 """
@@ -58,7 +60,8 @@ class Result:
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
-        """The answers as a DuckDB relation on the connection they came from."""
+        """The answers as a DuckDB relation on the connection they came from
+        (a local in-memory DuckDB connection when the table is on Spark)."""
         return self._con.from_df(self.df)
 
     @property
