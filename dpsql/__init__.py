@@ -10,8 +10,8 @@ private kernel (:mod:`dpsql.kernel`) and the error hierarchy (:class:`Error`).
 """
 
 from .errors import (BoundsError, BudgetExceededError, CacheError, DomainError, Error, GroupingError, LedgerError,
-                     MeasurementError, ParseError, PrivacyError, SchemaError, SQLError, UnknownColumnError,
-                     UnsupportedSQLError, WorkloadError)
+                     MeasurementError, ParseError, PrivacyError, ResourceLimitError, SchemaError, SQLError,
+                     UnknownColumnError, UnsupportedSQLError, WorkloadError)
 from .budget import Budget, Cost
 from .connection import Connection, batch, connect, query
 from .ledger import Ledger
@@ -25,6 +25,6 @@ __all__ = [
     "connect", "query", "batch", "Connection", "Result", "Budget", "Cost", "Ledger",
     "Error", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
     "BoundsError", "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "BudgetExceededError",
-    "LedgerError", "MeasurementError",
+    "LedgerError", "MeasurementError", "ResourceLimitError",
     "Schema", "load_schema", "CompiledBatch", "QueryPlan", "compile_batch", "compile_sql", "plan_statement",
 ]

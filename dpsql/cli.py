@@ -1,4 +1,4 @@
-"""The ``dpsql`` command line: private queries, batches and the budget ledger.
+"""The ``dpsql`` command line: private queries, batches, synthetic tables and the budget ledger.
 
 ::
 
@@ -6,6 +6,8 @@
         --data persons.parquet --schema persons.yaml --ledger persons.ledger --epsilon 0.5
     dpsql batch tables.sql --data persons.duckdb --schema persons.yaml --ledger persons.ledger \\
         --epsilon 1 --out results/
+    dpsql synth --data persons.parquet --schema persons.yaml --ledger persons.ledger \\
+        --epsilon 1 --workload 2 --out persons_synthetic.parquet
     dpsql budget --ledger persons.ledger
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
@@ -20,6 +22,8 @@ reader never sees half a file. Errors print one line and exit with status 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import secrets
 import sys
@@ -31,6 +35,8 @@ from .connection import connect
 from .errors import Error
 from .ledger import Ledger
 from .result import Result
+from .synth.synthesize import SyntheticTable
+from .validate import validate
 
 OUT_FORMATS = ("csv", "parquet")
 
@@ -78,6 +84,28 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch", help="answer a file of statements from one joint measurement")
     b.add_argument("file", help="a .sql file of ;-separated statements")
     _add_common(b)
+    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery or FEM)")
+    y.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
+    y.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
+    y.add_argument("--table", help="table name in --data (default: the schema's)")
+    y.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
+    y.add_argument("--epsilon", type=float, help="epsilon to spend")
+    y.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
+    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM); default 0, pure DP")
+    y.add_argument("--method", choices=("mwem", "dualquery", "fem"), default="mwem")
+    y.add_argument("--workload", default="2",
+                   help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
+    y.add_argument("--rounds", type=int,
+                   help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows)")
+    y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
+    y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
+    y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")
+    _add_budget(y)
+    v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
+    v.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
+    v.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
+    v.add_argument("--table", help="table name in --data (default: the schema's)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
     g.add_argument("--ledger", required=True)
     # accepted for symmetry with query and batch; the ledger alone holds the budget
@@ -88,8 +116,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_atomic(result: Result, path: Path) -> None:
-    """Write one result as CSV or Parquet (by extension) via a temporary file and a rename."""
+def _write_atomic(result: "Result | SyntheticTable", path: Path) -> None:
+    """Write one result (or a synthetic table) as CSV or Parquet (by extension) via a
+    temporary file and a rename."""
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in OUT_FORMATS:
         raise ValueError(f"--out {path}: use a .csv or .parquet file name")
@@ -122,7 +151,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
                          "give --budget-epsilon (and --budget-delta) or --budget-rho")
     out = Path(args.out) if getattr(args, "out", None) else None
-    if out is not None and args.command == "query" and out.suffix and not out.is_dir() and not _is_out_file(out):
+    if out is not None and args.command in ("query", "synth") and not _is_out_file(out) \
+            and (args.command == "synth" or (out.suffix and not out.is_dir())):
         raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
 
 
@@ -154,6 +184,34 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
     return 0
 
 
+def _workload(text: str):
+    """``--workload``: an int k, a .sql file, or column groups ``a,b;c``."""
+    if text.strip().isdigit():
+        return int(text)
+    if text.strip().lower().endswith(".sql"):
+        return text.strip()
+    return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
+
+
+def _run_synth(args: argparse.Namespace) -> int:
+    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
+                 progress=True)
+    try:
+        options = {} if args.rounds is None else {"rounds": args.rounds}
+        syn = db.synthesize(args.method, workload=_workload(args.workload), epsilon=args.epsilon, delta=args.delta,
+                            rho=args.rho, rows=args.rows, seed=args.seed, **options)
+        print(syn)
+        if args.out:
+            _write_atomic(syn, Path(args.out))
+            print(f"-- wrote {len(syn.df):,} rows to {args.out}")
+        else:
+            print(syn.df.head(10).to_string(index=False))
+        print(f"-- remaining budget: {_format_cost(db.remaining(), db.budget)}")
+    finally:
+        db.close()
+    return 0
+
+
 def _format_cost(c: Cost, budget: Budget) -> str:
     """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``)."""
     if budget.rho is not None:
@@ -176,14 +234,26 @@ def _run_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_validate(args: argparse.Namespace) -> int:
+    """The data owner's report (exact counts and data values: never for analysts). Exit status 3
+    when some row would be dropped or a column is missing, 0 when the table is clean."""
+    report = validate(args.data, args.schema, table=args.table)
+    print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else report)
+    return 3 if report.problems() else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.command == "validate":
+            return _run_validate(args)
         _check_args(args)
         if args.command == "budget":
             return _run_budget(args)
         if args.command == "query":
             return _run_query(args, args.sql, single=True)
+        if args.command == "synth":
+            return _run_synth(args)
         with open(args.file, encoding="utf-8") as fh:
             return _run_query(args, fh.read(), single=False)
     except Error as e:

@@ -46,7 +46,7 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import duckdb
 import numpy as np
@@ -59,14 +59,18 @@ from .errors import BudgetExceededError, PrivacyError, UnsupportedSQLError
 from .kernel import PrivateTable
 from .backend import Backend, DuckDBBackend, SparkBackend, backend_for, is_spark_session
 from .ledger import Ledger
+from .limits import check_workload
 from .noise import UniformSource
 from .optimize import select
 from .privacy import Gaussian, Laplace, NoiseModel
 from .reconstruct import least_squares, nonnegative
 from .result import Release, Result
 from .schema import Schema, load_schema
-from .sql.compile import CompiledBatch, compile_batch
+from .sql.compile import CompiledBatch, compile_batch, schema_attributes
 from .strategy import Strategy
+
+if TYPE_CHECKING:
+    from .synth.synthesize import SyntheticTable
 
 __all__ = ["Connection", "connect", "query", "batch"]
 
@@ -204,6 +208,40 @@ class Connection:
         """Like DuckDB's ``con.sql``: the private answers as a relation."""
         return self.query(query, **kwargs).relation
 
+    def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
+                   delta: float | None = None, rho: float | None = None, rows: int | None = None,
+                   name: str | None = None, seed: int | None = None, **options: Any) -> "SyntheticTable":
+        """A private synthetic table, registered on this connection's DuckDB as ``name``.
+
+        ``method``:
+
+        * ``"mwem"``: ε-DP multiplicative weights over a factored distribution
+          (:mod:`dpsql.synth.mwem`; options ``rounds``, ``replays``, ``init``,
+          ``average``);
+        * ``"dualquery"``: ε-DP, or (ε, δ)-DP with ``delta``, by DualQuery's
+          theorems (:mod:`dpsql.synth.dualquery`; options ``eta``,
+          ``rounds``, ``samples``, ``count_share``, ``oracle``, ``time_limit``);
+        * ``"fem"``: zCDP-accounted FEM, converted to (ε, δ) with ``delta``
+          (:mod:`dpsql.synth.fem`; options ``eps0``, ``rounds``, ``samples``,
+          ``noise``, ``oracle``, ``time_limit``, ``processes``).
+
+        ``workload``: the marginals to preserve, as ``k`` (all k-way
+        marginals), a list of tuples of column names (e.g. from
+        :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
+        is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is
+        checked against the budget before any data is read, and what the run
+        actually spends (never more) is in the result and the ledger. ``rows``
+        defaults to the noisy row count (MWEM, DualQuery) or the records FEM
+        made. ``seed`` drives only public randomness. Any SQL over the
+        synthetic table is free post-processing.
+        """
+        from .synth.synthesize import synthesize
+
+        name = name or f"{self.schema.table}_synthetic"
+        return synthesize(self._private, self._con, self.schema, schema_attributes(self.schema), method,
+                          workload, self.budget, epsilon, delta, rho, rows, name, seed=seed,
+                          progress=self._progress, **options)
+
     def close(self) -> None:
         """Close the ledger (and the local DuckDB connection of a non-DuckDB backend)."""
         self.ledger.close()
@@ -223,6 +261,7 @@ class Connection:
         W = compiled.workload
         k = self._private.rows_per_unit
         requested = self._noise_options(compiled, epsilon, delta, rho, noise)
+        check_workload(W)
         affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
         if not affordable:
             self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization

@@ -99,6 +99,12 @@ class BudgetExceededError(PrivacyError):
         super().__init__(message)
 
 
+class ResourceLimitError(Error):
+    """A request too large to answer within dpsql's memory and time limits
+    (:mod:`dpsql.limits`), refused before anything is read or spent. The
+    message estimates the size from public inputs (SQL text, schema) only."""
+
+
 class LedgerError(Error):
     """The privacy-budget ledger file is unusable, corrupt, not a dpsql
     ledger, or was created with a different budget."""

@@ -13,7 +13,9 @@ Order of operations in ``measure``, and why:
 2. exact marginals are counted where the table lives, DuckDB or Spark
    (:mod:`dpsql.measure`, :mod:`dpsql.backend`), only over
    the attributes each strategy block measures;
-3. noise is drawn from the OS CSPRNG (:mod:`dpsql.noise`);
+3. noise is drawn from the OS CSPRNG (:mod:`dpsql.noise`), on a power-of-two
+   lattice so no low-order bit of a release depends on the exact value
+   (Laplace: exact discrete Laplace noise on the rounded answers);
 4. the spend is recorded in the ledger, atomically re-checked against the
    budget and made durable (a failure in steps 1–4 spends nothing, and a
    concurrent spender that took the budget first makes this one fail);
@@ -23,7 +25,8 @@ Order of operations in ``measure``, and why:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import duckdb
@@ -32,15 +35,16 @@ import numpy as np
 from .backend import Backend
 from .budget import Cost
 from .ledger import Ledger
+from .limits import check_measured_cells
 from .matrix import Kronecker, Matrix, Ones, kron_terms
 from .measure import measure_marginals
-from .noise import UniformSource, gaussian, laplace
+from .noise import UniformSource, categorical, lattice_gaussian, lattice_laplace
 from .privacy import Gaussian, Laplace, NoiseModel
 from .schema import Schema
 from .sql.compile import Attribute
 from .strategy import Strategy
 
-__all__ = ["Measurement", "PrivateTable", "strategy_answers"]
+__all__ = ["Measurement", "PrivateTable", "Reservation", "strategy_answers"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,27 @@ def required_marginals(strategy: Strategy) -> list[tuple[int, ...]]:
     return sorted({kept for _, kept, _ in _block_plan(strategy)}, key=lambda s: (len(s), s))
 
 
+def max_column_nonzeros(strategy: Strategy) -> int:
+    """At most how many strategy answers one row moves: the most nonzeros in a column of ``A``
+    (a Kronecker block's is the product of its factors'; blocks add up). Factors too large to
+    densify count all their rows."""
+    total = 0
+    for _, factors in kron_terms(strategy.matrix):
+        block = 1
+        for f in factors:
+            rows, cols = f.shape
+            block *= int(np.count_nonzero(f.dense(), axis=0).max()) if rows * cols <= 4_000_000 else rows
+        total += block
+    return total
+
+
+def measured_cells(strategy: Strategy) -> int:
+    """How big a measurement of ``strategy`` is: its largest marginal's cells, or its rows if more."""
+    domain = [f.shape[1] for f in kron_terms(strategy.matrix)[0][1]]
+    largest = max(math.prod(domain[a] for a in s) for s in required_marginals(strategy))
+    return max(largest, strategy.matrix.shape[0])
+
+
 class PrivateTable:
     """A private table, its public schema and its budget ledger.
 
@@ -119,12 +144,17 @@ class PrivateTable:
     removing one privacy unit (a row, or all rows sharing the schema's unit
     column, of which at most ``max_rows`` are kept):
 
-    * :class:`~dpsql.privacy.Laplace` (ε): each strategy answer gets
-      independent Laplace noise of scale ``k Δ₁(A) / ε``: ε-DP, since one
-      unit moves ``A x`` by at most ``k Δ₁`` in L1 (HDMM Proposition 2).
+    * :class:`~dpsql.privacy.Laplace` (ε): each strategy answer is rounded
+      to a lattice ``γ·Z`` and gets independent discrete Laplace noise of
+      scale ``k Δ₁(A) / ε`` (to within 2^-23): ε-DP, since one unit moves
+      ``A x`` by at most ``k Δ₁`` in L1 (HDMM Proposition 2) and the
+      rounding is accounted for (:func:`~dpsql.noise.lattice_laplace`); no
+      floating-point noise, so no floating-point attack (Mironov 2012).
     * :class:`~dpsql.privacy.Gaussian` (ε, δ) or ρ: N(0, σ²) noise with
       ``σ`` calibrated to ``k Δ₂(A)`` by the analytic Gaussian mechanism
-      (Balle & Wang 2018), or ``σ = k Δ₂ / √(2ρ)`` for ρ-zCDP.
+      (Balle & Wang 2018), or ``σ = k Δ₂ / √(2ρ)`` for ρ-zCDP; the noisy
+      answers are rounded to a lattice of step at most ``σ/2^24``
+      (:func:`~dpsql.noise.lattice_gaussian`).
 
     ``k`` is the unit's row bound (1 when each row is its own unit).
     ``con`` is where the table lives: a DuckDB connection or a
@@ -140,11 +170,17 @@ class PrivateTable:
         self._schema = schema
         self._ledger = ledger
         self._source = source
+        # one query at a time on the shared connection (DuckDB connections are not thread-safe)
+        self._lock = threading.RLock()
 
     @property
     def rows_per_unit(self) -> int:
         unit = self._schema.privacy_unit
         return 1 if unit.column is None else int(unit.max_rows)
+
+    def check(self, cost: Cost) -> None:
+        """Refuse (BudgetExceededError) a request whose total cost does not fit, reading nothing."""
+        self._ledger.check(cost)
 
     def sensitivity(self, strategy: Strategy, noise: NoiseModel) -> float:
         """Most one privacy unit can move the strategy's answers, in the noise's norm."""
@@ -159,18 +195,119 @@ class PrivateTable:
         """
         self._ledger.check(cost)
         subsets = required_marginals(strategy)
-        counts = measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+        check_measured_cells(measured_cells(strategy), "this measurement needs")
+        with self._lock:
+            counts = measure_marginals(self._con, self._table, self._schema, attributes, subsets)
         exact = strategy_answers(strategy, dict(zip(subsets, counts)))
         sens = self.sensitivity(strategy, noise)
         if isinstance(noise, Laplace):
-            scale = noise.scale(sens)
-            z = laplace(scale, exact.size, self._source)
-            std = math.sqrt(2.0) * scale
+            changed = self.rows_per_unit * max_column_nonzeros(strategy)
+            values, std = lattice_laplace(exact, sens, noise.epsilon, changed, self._source)
         elif isinstance(noise, Gaussian):
             std = noise.sigma(sens)
-            z = gaussian(std, exact.size, self._source)
+            values = lattice_gaussian(exact, std, self._source)
         else:  # pragma: no cover - NoiseModel is a closed union
             raise TypeError(f"unknown noise model {noise!r}")
-        values = exact + z
         entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
         return Measurement(values=values, noise=noise, sensitivity=sens, noise_std=std, cost=cost, entry=entry)
+
+    def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
+                        estimates: Sequence[np.ndarray], epsilon: float, cost: Cost, description: str = "") -> int:
+        """The exponential mechanism over marginals (McSherry & Talwar 2007; MWEM's selection step).
+
+        Picks candidate ``j`` with probability ∝ ``exp(ε s_j / (2k))`` where
+        ``s_j = ‖m_j − estimates[j]‖₁`` is how badly a public estimate
+        misses the true marginal ``m_j`` on attributes ``candidates[j]``.
+        One privacy unit changes every ``m_j`` by at most ``k`` in L1, so each
+        score moves by at most ``k``: ε-DP. Only the chosen index leaves the
+        kernel; the spend is recorded before it does.
+        """
+        if not candidates:
+            raise ValueError("the exponential mechanism needs at least one candidate")
+        self._ledger.check(cost)
+        subsets = [tuple(c) for c in candidates]
+        unique = sorted(set(subsets), key=lambda t: (len(t), t))
+        counts = dict(zip(unique, measure_marginals(self._con, self._table, self._schema, attributes, unique)))
+        scores = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
+        choice = int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
+        self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
+        return choice
+
+    def reserve(self, cost: Cost, description: str, mechanism: str) -> "Reservation":
+        """Charge the ledger now for a whole multi-step mechanism, before its first release.
+
+        For algorithms whose total privacy loss composes by a formula over all
+        of their steps (advanced composition, zCDP converted to (ε, δ); e.g.
+        DualQuery and FEM), the total is recorded in one entry before any step
+        runs. Steps then draw against the returned :class:`Reservation`
+        instead of a cost; each records what it used in
+        :attr:`Reservation.charges`, so the caller's formula can be checked
+        against the steps actually taken. A refused reservation reads nothing
+        and records nothing.
+        """
+        self._ledger.check(cost)
+        entry = self._ledger.spend(cost, description=description, mechanism=mechanism)
+        return Reservation(cost=cost, entry=entry, _owner=self)
+
+    def sample_cells(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
+                     estimates: np.ndarray, epsilon: float, size: int, reservation: "Reservation") -> np.ndarray:
+        """``size`` independent exponential-mechanism draws over every cell query
+        of the marginals ``subsets`` and its negation (DualQuery's query
+        sampling, FEM's query selection).
+
+        Cells are numbered in order: the cells of ``subsets[0]`` in C order,
+        then those of ``subsets[1]``, and so on. For cell ``j`` of a marginal
+        whose exact counts are ``c`` (total ``n``), the score is
+        ``s_j = c_j − n·estimates[j]`` with ``estimates[j] ∈ [0, 1]`` a public
+        estimate of the cell's fraction. Each draw returns ``(j, +1)``, the
+        cell query, with probability ∝ ``exp(ε s_j / (2k))``, or ``(j, −1)``,
+        its negation (whose score is ``−s_j``), with probability ∝
+        ``exp(−ε s_j / (2k))``, as rows ``[j, sign]`` of the result.
+
+        **Guarantee.** Adding or removing one row ``x`` changes ``s_j`` by
+        ``[x ∈ cell j] − estimates[j] ∈ [−1, 1]``, so one privacy unit of at
+        most ``k`` rows moves every score by at most ``k``; each draw is
+        ``ε``-DP (McSherry & Talwar 2007) and the ``size`` draws compose to
+        ``size·ε``. The exact counts of one reservation are read once and kept
+        in it (never released), so every draw of a run sees the same data.
+        """
+        if reservation._owner is not self or reservation.closed:
+            raise ValueError("sample_cells needs an open reservation of this table")
+        estimates = np.asarray(estimates, dtype=float).reshape(-1)
+        if not np.all((estimates >= 0.0) & (estimates <= 1.0)):
+            raise ValueError("cell estimates must be fractions in [0, 1]")
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+        subsets = tuple(tuple(s) for s in subsets)
+        if subsets not in reservation._counts:
+            counts = measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+            reservation._counts[subsets] = (np.concatenate(counts),
+                                            np.concatenate([np.full(c.size, c.sum()) for c in counts]))
+        counts, totals = reservation._counts[subsets]
+        if estimates.size != counts.size:
+            raise ValueError(f"{counts.size} cells but {estimates.size} estimates")
+        scores = counts - totals * estimates
+        logits = (epsilon / (2.0 * self.rows_per_unit)) * np.concatenate([scores, -scores])
+        draws = categorical(logits, size, self._source)
+        reservation.charges.append(("exponential", float(epsilon), int(size)))
+        return np.stack([draws % counts.size, np.where(draws < counts.size, 1, -1)], axis=1)
+
+
+@dataclass(eq=False)
+class Reservation:
+    """Budget already recorded in the ledger for one multi-step mechanism
+    (see :meth:`PrivateTable.reserve`). ``charges`` lists each step drawn
+    against it as ``(mechanism, epsilon per draw, draws)``; the private
+    counts it caches for the steps never leave the kernel."""
+
+    cost: Cost
+    entry: int
+    _owner: "PrivateTable"
+    charges: list[tuple[str, float, int]] = field(default_factory=list)
+    closed: bool = False
+    _counts: dict = field(default_factory=dict, repr=False)
+
+    def close(self) -> None:
+        """End the run: no more steps may draw on it, and its cached counts are dropped."""
+        self.closed = True
+        self._counts.clear()

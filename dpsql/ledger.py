@@ -12,7 +12,8 @@ against the dataset's :class:`~dpsql.budget.Budget` in a SQLite file (stdlib
 * **No overspending, even across processes.** ``spend`` reads the total,
   checks it against the budget and inserts the entry in one
   ``BEGIN IMMEDIATE`` transaction. SQLite's write lock serializes these
-  transactions across threads and processes, so concurrent spenders cannot
+  transactions across processes, and a lock serializes them between the
+  threads of one process (which share one connection), so concurrent spenders cannot
   both see the same remaining budget. Waiting writers block for up to
   :data:`BUSY_TIMEOUT` seconds rather than fail.
 * **All or nothing.** A crash (even ``kill -9``) in the middle of a
@@ -47,6 +48,7 @@ import json
 import math
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional, Union
@@ -106,13 +108,16 @@ class Ledger:
         memory = path is None or (isinstance(path, str) and path == ":memory:")
         self._path: Optional[str] = None if memory else os.fsdecode(os.fspath(path))
         self._conn: Optional[sqlite3.Connection] = None
+        # one SQLite connection shared by this process's threads: each transaction holds the lock
+        self._lock = threading.RLock()
         if self._path is not None:
             if os.path.isdir(self._path):
                 raise LedgerError(f"{self._path}: is a directory, not a ledger file")
             if budget is None and not os.path.exists(self._path):
                 raise LedgerError(f"{self._path}: no ledger exists here, and a new ledger needs a budget")
         try:
-            conn = sqlite3.connect(self._path or ":memory:", timeout=BUSY_TIMEOUT, isolation_level=None)
+            conn = sqlite3.connect(self._path or ":memory:", timeout=BUSY_TIMEOUT, isolation_level=None,
+                                   check_same_thread=False)
         except sqlite3.Error as e:
             raise LedgerError(f"{self._where}: cannot open the ledger: {e}") from e
         try:
@@ -223,6 +228,10 @@ class Ledger:
         self._validate(cost)
         if not isinstance(description, str) or not isinstance(mechanism, str):
             raise LedgerError("description and mechanism must be strings")
+        with self._lock:
+            return self._spend(cost, description, mechanism)
+
+    def _spend(self, cost: Cost, description: str, mechanism: str) -> int:
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -267,6 +276,10 @@ class Ledger:
 
     def entries(self) -> "list[Entry]":
         """Every recorded spend, oldest first."""
+        with self._lock:
+            return self._entries()
+
+    def _entries(self) -> "list[Entry]":
         conn = self._connection()
         try:
             rows = conn.execute("SELECT id, time, epsilon, delta, rho, mechanism, description "
@@ -280,9 +293,10 @@ class Ledger:
 
     def close(self) -> None:
         """Close the file (idempotent). An in-memory ledger is discarded."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     def __enter__(self) -> "Ledger":
         return self
@@ -307,7 +321,8 @@ class Ledger:
 
     def _rows(self) -> list:
         try:
-            return self._connection().execute("SELECT epsilon, delta, rho FROM entries").fetchall()
+            with self._lock:
+                return self._connection().execute("SELECT epsilon, delta, rho FROM entries").fetchall()
         except sqlite3.Error as e:
             raise LedgerError(f"{self._where}: cannot read the ledger: {e}") from e
 

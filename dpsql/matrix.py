@@ -665,7 +665,12 @@ class Kronecker(Matrix):
         k = X.shape[1]
         sizes = [f.shape[0 if transpose else 1] for f in self.factors]
         T = X.reshape(*sizes, k)
-        for axis, f in enumerate(self.factors):
+        # Factors that shrink their axis go first and those that grow it last, so no
+        # intermediate is larger than the input or the output (a marginal's expansion of
+        # summed-out attributes would otherwise blow up before the other axes are summed).
+        growth = [f.shape[1 if transpose else 0] / f.shape[0 if transpose else 1] for f in self.factors]
+        for axis in sorted(range(len(self.factors)), key=growth.__getitem__):
+            f = self.factors[axis]
             T = np.moveaxis(T, axis, 0)
             shape = T.shape
             M = T.reshape(shape[0], -1)

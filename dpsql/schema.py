@@ -181,6 +181,10 @@ class IntegerRange(Column):
     def _index(self, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
             raise KeyError(value)
+        if isinstance(value, (int, np.integer)):  # exact, however large (float() would overflow)
+            if not self.min <= int(value) <= self.max:
+                raise KeyError(value)
+            return int(value) - self.min
         if not math.isfinite(float(value)) or float(value) != int(value) or not self.min <= value <= self.max:
             raise KeyError(value)
         return int(value) - self.min

@@ -247,12 +247,13 @@ def test_empirical_std_matches_reported_std_error(monkeypatch, shape, noise):
         expected_std = math.sqrt(2) * np.abs(A).sum(axis=0).max() / noise.epsilon
     else:
         expected_std = np.sqrt((A**2).sum(axis=0)).max() * noise.sigma(1.0)
-    assert m.noise_std == pytest.approx(expected_std, rel=1e-9)
+    # Laplace noise is discrete on a lattice whose rounding costs at most a relative 2^-23 in scale
+    assert m.noise_std == pytest.approx(expected_std, rel=1e-5 if isinstance(noise, Laplace) else 1e-9)
     reported = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
     # closed-form variance from dense algebra for full least squares shapes
     if shape != "union":
         Wd = W.dense()
-        cov = expected_std**2 * Wd @ np.linalg.pinv(A.T @ A) @ Wd.T
+        cov = m.noise_std**2 * Wd @ np.linalg.pinv(A.T @ A) @ Wd.T
         assert np.allclose(reported, np.sqrt(np.diag(cov)), rtol=1e-8)
     truth = W.matvec(x.ravel())
     assert np.allclose(answers.mean(axis=0), truth, atol=5 * reported.max() / math.sqrt(reps))

@@ -452,6 +452,30 @@ def test_large_kronecker_matvec_without_dense(monkeypatch):
     np.testing.assert_allclose(K.row_sums(), _einsum_kron_apply(dense_factors, np.ones(K.shape[1])), rtol=1e-12)
 
 
+def test_kronecker_products_never_grow_past_input_or_output():
+    """Summing factors run before expanding ones: a marginal's least-squares answer expands
+    attributes its measurement summed out, and expanding first would build a 30^4 intermediate
+    on the way from 30^2 measurements to 30^2 answers."""
+    seen = []
+
+    class Spy(Ones):
+        def _matmat(self, X):
+            out = super()._matmat(X)
+            seen.append(max(X.size, out.size))
+            return out
+
+        def _rmatmat(self, Y):
+            out = super()._rmatmat(Y)
+            seen.append(max(Y.size, out.size))
+            return out
+
+    K = Kronecker([Spy(30, 1), Spy(30, 1), Spy(1, 30), Spy(1, 30)])
+    x = np.random.default_rng(0).normal(size=K.shape[1])
+    np.testing.assert_allclose(K.matvec(x), K.dense() @ x)
+    np.testing.assert_allclose(K.rmatvec(x), K.dense().T @ x)
+    assert max(seen) <= 900
+
+
 def test_dense_limit_enforced_everywhere():
     big = 8000  # 64e6 entries > DENSE_LIMIT
     for A in [Identity(big), Ones(big, big), Prefix(big), Weighted(Identity(big), 2.0),

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Sequence
@@ -49,6 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 from sqlglot import exp
 
+from .. import limits
 from ..errors import UnsupportedSQLError
 from ..schema import Column, Schema, load_schema
 from .analyze import analyze
@@ -57,7 +59,7 @@ from .parse import Statement, parse_statements
 from .plan import QueryPlan
 
 __all__ = ["Attribute", "Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
-           "conjuncts", "MAX_ATTRIBUTE_SIZE"]
+           "conjuncts", "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
 
 #: Factors with more entries than this are stored sparse.
 _DENSE_ENTRIES = 200_000
@@ -193,9 +195,13 @@ class CompiledBatch:
                 if not st.plan.has_postprocessing:
                     out.append(df[[*st.plan.outputs, *columns]])
                     continue
-                con = con or duckdb.connect()
+                con = con or _scratch()
                 con.register("answers", df)
-                out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
+                try:
+                    out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
+                except duckdb.Error as e:  # checked at compile time (_check_postprocessing); a safety net
+                    raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT failed on the answers "
+                                              f"({type(e).__name__})", "post-processing", st.plan.line, 1) from None
                 con.unregister("answers")
         finally:
             if con is not None:
@@ -250,13 +256,99 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
         texts = [_read_if_path(sql)]
     else:
         texts = [_read_if_path(s) for s in sql]
+    _check_size(texts)
     for text in texts:
         statements.extend(parse_statements(text))
     if not statements:
         raise UnsupportedSQLError("no SQL statement to compile", "empty batch", 1, 1)
+    if len(statements) > limits.MAX_STATEMENTS:
+        raise limits.refuse("this batch has", len(statements), "statements", limits.MAX_STATEMENTS)
+    for st in statements:
+        _check_depth(st)
     plans = [analyze(st, schema) for st in statements]
     attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
-    return _compile(schema, plans, attributes)
+    batch = _compile(schema, plans, attributes)
+    _check_postprocessing(batch)
+    return batch
+
+
+_SCRATCH: list = []
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _scratch():
+    """A new cursor on one process-wide in-memory DuckDB, for post-processing answers (a cursor
+    is ten times cheaper than a new connection; each has its own registered views, so threads
+    do not share state)."""
+    import duckdb
+
+    with _SCRATCH_LOCK:
+        if not _SCRATCH:
+            _SCRATCH.append(duckdb.connect())
+        return _SCRATCH[0].cursor()
+
+
+def _check_size(texts: Sequence[str]) -> None:
+    """Refuse, before parsing, a batch whose text or statement count exceeds the limits
+    (statements are estimated by their ``;`` separators)."""
+    estimate = sum(max(1, t.rstrip().rstrip(";").count(";") + 1) for t in texts if isinstance(t, str))
+    if estimate > limits.MAX_STATEMENTS:
+        unit = "statements" if all(";" not in t.rstrip().rstrip(";") for t in texts) else "statements (about)"
+        raise limits.refuse("this batch has", estimate, unit, limits.MAX_STATEMENTS)
+    chars = sum(len(t) for t in texts if isinstance(t, str))
+    if chars > limits.MAX_SQL_CHARS:
+        raise limits.refuse("this SQL text has", chars, "characters", limits.MAX_SQL_CHARS)
+
+
+def _check_depth(st: Statement) -> None:
+    """Refuse a statement nested deeper than :data:`~dpsql.limits.MAX_SQL_DEPTH` (no recursion used)."""
+    stack = [(st.tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.MAX_SQL_DEPTH:
+            line, col = st.position(node)
+            raise UnsupportedSQLError(f"this statement nests more than {limits.MAX_SQL_DEPTH} levels deep",
+                                      "nesting", line, col)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+
+
+def _check_postprocessing(batch: CompiledBatch) -> None:
+    """Run every statement's HAVING, ORDER BY, LIMIT and OFFSET once on zero answers, at
+    compile time, so SQL that DuckDB cannot evaluate (a literal no DOUBLE holds, a bad
+    comparison) is refused before anything is spent rather than after the release."""
+    if not any(st.plan.has_postprocessing for st in batch.statements):
+        return
+    import duckdb
+
+    con = _scratch()
+    try:
+        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.workload.shape[0]))):
+            if not st.plan.has_postprocessing:
+                continue
+            con.register("answers", df)
+            try:
+                con.sql(st.plan.postprocess_sql("answers")).fetchall()
+            except duckdb.Error as e:
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT cannot be evaluated ({reason[:300]})",
+                                          "post-processing", st.plan.line, 1) from None
+            finally:
+                con.unregister("answers")
+    finally:
+        con.close()
+
+
+def schema_attributes(schema: "Schema | dict | str") -> tuple[Attribute, ...]:
+    """The attributes of a schema with no statement: each column alone, except
+    the columns its ``merge`` section measures together.
+
+    >>> from dpsql.schema import load_schema
+    >>> s = load_schema({"table": "t", "merge": {"ab": ["a", "b"]}, "columns": {
+    ...     "a": {"type": "boolean"}, "b": {"type": "boolean"}, "c": {"type": "integer", "min": 0, "max": 4}}})
+    >>> [(a.name, a.size) for a in schema_attributes(s)]
+    [('ab', 4), ('c', 5)]
+    """
+    return _attributes(load_schema(schema), [], [], [])
 
 
 def _read_if_path(s: str) -> str:
@@ -364,7 +456,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
     attr_of = {c: i for i, a in enumerate(attributes) for c in a.columns}
     terms: list[tuple[float, tuple[Any, ...]]] = []
     compiled: list[CompiledStatement] = []
-    row = 0
+    row = queries = 0
     from ..matrix import Dense, Identity, Ones, Sparse
 
     for s_index, plan in enumerate(plans):
@@ -392,6 +484,11 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
             hosted[a].append(k)
             key_domains.append(_KeyDomain(grids[a], key.expr))
 
+        # answers: one per group and measured aggregate, refused before the groups are listed
+        n_groups = math.prod(len(k.labels) for k in key_domains)
+        queries += n_groups * sum(1 if a.func != "avg" else 2 for a in plan.aggregates)
+        limits.check_queries(queries, f"statement {s_index + 1} ({n_groups:,} groups) and those before it need"
+                             if len(plans) > 1 else f"this statement has {n_groups:,} groups and needs")
         # group labels: product over attributes (attribute order), reordered to key order
         per_attr_labels = []
         for a in range(len(attributes)):

@@ -391,7 +391,7 @@ class Grid:
     def _check_member(self, col: Column, lit: Any, node) -> None:
         try:
             col.index_of(lit)
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             dom = _describe_domain(col)
             self._raise(DomainError, f"{_show(lit)} is outside the declared domain of column "
                         f"{col.name!r} ({dom})", f"literal {_show(lit)}", node)
@@ -402,7 +402,7 @@ class Grid:
         if not right.is_literal or right.kind != "num":
             self._raise(DomainError, f"binned column {col.name!r} can only be compared with a number "
                         "at a bin edge", f"column {col.name!r}", node)
-        v = float(right.literal)
+        v = right.literal if isinstance(right.literal, int) else float(right.literal)  # big ints compare exactly
         all_t, all_f = [], []
         for lo, hi, closed in col.intervals():
             below_hi = hi < v or (hi == v and not closed)   # every value < v
@@ -460,6 +460,9 @@ def _show(v: Any) -> str:
 
 
 def _fmtnum(v: float) -> str:
+    if isinstance(v, (int, np.integer)):
+        text = str(int(v))
+        return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 

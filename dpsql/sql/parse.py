@@ -206,6 +206,9 @@ def parse_statements(text: str) -> list[Statement]:
             desc = err.get("description") or _first_line(str(exc))
             desc = re.sub(r"<Token token_type: TokenType\.(\w+), text: ([^,]*),.*?>", r"\2", desc)
             raise ParseError(f"syntax error: {desc}", err.get("highlight") or "syntax", line, col) from None
+        except RecursionError:
+            line, col = original.position(begin)
+            raise ParseError("this statement is nested too deeply to parse", "nesting", line, col) from None
         except _SqlglotTokenError as exc:  # pragma: no cover - caught above
             line, col = original.position(begin)
             raise ParseError(f"cannot read the SQL text ({_first_line(str(exc))})", "token", line, col) from None
@@ -217,8 +220,12 @@ def parse_statements(text: str) -> list[Statement]:
         for at, o in options_at.items():
             if begin <= at < end:
                 opts = o
-        statements.append(Statement(tree=tree, sql=tree.sql(dialect=DIALECT), options=opts,
-                                    source=original, offset=begin))
+        try:
+            sql = tree.sql(dialect=DIALECT)
+        except RecursionError:
+            line, col = original.position(begin)
+            raise ParseError("this statement is nested too deeply to parse", "nesting", line, col) from None
+        statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin))
     return statements
 
 

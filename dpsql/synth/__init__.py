@@ -1,13 +1,25 @@
 """Private synthetic data (MWEM, DualQuery, FEM).
 
-DualQuery and FEM reduce synthetic data to repeated *best responses* of a data
-player: the record maximizing a weighted sum of conjunction queries plus
-per-attribute linear terms. :mod:`dpsql.synth.oracle` solves that problem
-(an integer program in CVXPY/HiGHS, a local-search heuristic, or both).
+:func:`dpsql.Connection.synthesize` is the entry point: it runs one of the
+methods through the private kernel, samples a table and registers it in
+DuckDB (:mod:`dpsql.synth.synthesize`). The pieces:
+
+* :mod:`~dpsql.synth.mwem`: MWEM over a factored distribution
+  (:mod:`~dpsql.synth.factored`);
+* :mod:`~dpsql.synth.dualquery` and :mod:`~dpsql.synth.fem`: the
+  query-release game with a best-response oracle, an integer program in
+  CVXPY/HiGHS or local search (:mod:`~dpsql.synth.oracle`), over the cells of
+  the workload marginals (:mod:`~dpsql.synth.cells`);
+* :mod:`~dpsql.synth.accounting`: their privacy formulas and inverses;
+* :mod:`~dpsql.synth.evaluate`: the data owner's NON-PRIVATE error report.
 """
 
+from .cells import MarginalCells, random_marginals
+from .evaluate import evaluate
 from .oracle import (METHODS, RESULT_METHODS, Conjunction, OracleProblem, Response, best_response, best_responses,
-                     objective)
+                     objective, perturbed_responses)
+from .synthesize import SyntheticTable
 
-__all__ = ["Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "objective", "METHODS",
-           "RESULT_METHODS"]
+__all__ = ["Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses",
+           "objective", "METHODS", "RESULT_METHODS", "MarginalCells", "random_marginals", "evaluate",
+           "SyntheticTable"]

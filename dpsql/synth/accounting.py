@@ -1,0 +1,165 @@
+"""Privacy accounting of the synthesis algorithms: closed forms and their inverses.
+
+Plain math, no data. Each function states the theorem it implements, so
+that the tests can check them by hand.
+
+* DualQuery (Gaboardi et al. 2014): each of the ``s`` query samples of round
+  ``t`` is an exponential mechanism with a ``(t − 1)/n``-sensitive score,
+  hence ``2η(t − 1)/n``-DP (their Lemma 4.1). Basic composition gives
+  Theorem 4.2, advanced composition Theorem 4.3, and zCDP (each
+  ``ε'``-DP draw is ``ε'²/2``-zCDP; Bun & Steinke 2016, Prop. 1.4) gives
+  :func:`dualquery_rho`.
+* FEM (Vietri et al. 2020): ``T`` rounds of an ``ε₀``-DP exponential
+  mechanism, ``ε₀²/8``-zCDP each (:func:`exponential_rho`; the paper used
+  the looser ``ε₀²/2``), composed in zCDP and converted to ``(ε, δ)`` by
+  ``ε = ρ + 2√(ρ ln(1/δ))`` (Bun & Steinke 2016, Prop. 1.3).
+
+The paper's KDD99 runs (η = 1.2, T = 170, s = 1750, n = 494,021) are
+reported as (1, 0.001)-DP "by Theorem 4.3", but the theorem as printed gives
+ε ≈ 1.86 for them (it would give 0.88 with per-draw ``ε' = η(T − 1)/n``,
+i.e. without Lemma 4.1's factor 2). dpsql applies the theorem as printed, so
+at ε = 1 it runs 116 rounds there, not 170:
+
+>>> round(dualquery_epsilon(eta=1.2, rounds=170, samples=1750, n=494_021, delta=1e-3), 3)
+1.859
+>>> dualquery_rounds(1.0, 1e-3, eta=1.2, samples=1750, n=494_021)
+116
+>>> fem_rounds(1.0, 1.0 / 48842**2, eps0=0.008, bounded_range=False)   # the published ADULT 3-way setting
+353
+>>> fem_rounds(1.0, 1.0 / 48842**2, eps0=0.008)     # the same ε₀ with the exponential mechanism's ρ = ε₀²/8
+1414
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..errors import PrivacyError
+
+__all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "zcdp_epsilon",
+           "zcdp_rho", "exponential_rho", "fem_rounds", "largest_integer"]
+
+
+def _check(name: str, value: float, low: float = 0.0) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > low):
+        raise PrivacyError(f"{name} must be a finite number > {low:g}, got {value!r}")
+    return value
+
+
+def dualquery_epsilon(eta: float, rounds: int, samples: int, n: float, delta: float = 0.0) -> float:
+    """DualQuery's ε for step size ``eta``, ``rounds`` T, ``samples`` s per round and
+    ``n`` rows: ``ηT(T − 1)s/n`` (Theorem 4.2) when ``delta`` is 0, else
+    Theorem 4.3's ``ε'[√(2k ln(1/δ)) + k(e^{ε'} − 1)]`` with ``ε' = 2η(T − 1)/n``
+    and ``k = s(T − 1)`` draws (the first round's draws are uniform, 0-DP).
+
+    >>> dualquery_epsilon(0.5, 3, 10, 100.0)
+    0.3
+    """
+    eta, n = _check("eta", eta), _check("n", n)
+    if rounds < 1 or samples < 1:
+        raise PrivacyError("DualQuery needs rounds >= 1 and samples >= 1")
+    if delta == 0.0:
+        return eta * rounds * (rounds - 1) * samples / n
+    if not 0.0 < delta < 1.0:
+        raise PrivacyError(f"delta must be in [0, 1), got {delta!r}")
+    per_draw = 2.0 * eta * (rounds - 1) / n
+    k = samples * (rounds - 1)
+    return per_draw * (math.sqrt(2.0 * k * math.log(1.0 / delta)) + k * math.expm1(per_draw))
+
+
+def dualquery_rho(eta: float, rounds: int, samples: int, n: float) -> float:
+    """DualQuery's ρ (zCDP): ``Σ_t s (2η(t − 1)/n)²/2 = 2sη²/n² · Σ_{t<T} t²``.
+
+    >>> dualquery_rho(1.0, 3, 1, 1.0)      # 2·(0² + 1² + 2²)
+    10.0
+    """
+    eta, n = _check("eta", eta), _check("n", n)
+    if rounds < 1 or samples < 1:
+        raise PrivacyError("DualQuery needs rounds >= 1 and samples >= 1")
+    squares = (rounds - 1) * rounds * (2 * rounds - 1) / 6.0
+    return 2.0 * samples * eta * eta / (n * n) * squares
+
+
+def largest_integer(fits: Callable[[int], bool], what: str, upper: int = 1 << 40) -> int:
+    """The largest integer m >= 1 with ``fits(m)``, for ``fits`` true up to a point and false after
+    (PrivacyError when not even 1 fits).
+
+    >>> largest_integer(lambda m: m * m <= 50, "m")
+    7
+    """
+    if not fits(1):
+        raise PrivacyError(f"no {what} fits this budget")
+    lo, hi = 1, 2
+    while hi < upper and fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def dualquery_rounds(epsilon: float, delta: float, eta: float, samples: int, n: float) -> int:
+    """The most rounds T whose DualQuery cost (:func:`dualquery_epsilon`) is within ``epsilon``."""
+    epsilon = _check("epsilon", epsilon)
+    return largest_integer(lambda t: dualquery_epsilon(eta, t, samples, n, delta) <= epsilon, "number of rounds")
+
+
+def dualquery_samples(epsilon: float, delta: float, eta: float, rounds: int, n: float) -> int:
+    """The most samples s per round whose DualQuery cost is within ``epsilon``
+    (any s fits a single round, whose draws are uniform; then s is capped at 2⁴⁰)."""
+    epsilon = _check("epsilon", epsilon)
+    return largest_integer(lambda s: dualquery_epsilon(eta, rounds, s, n, delta) <= epsilon, "number of samples")
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """The ε of ``(ε, δ)``-DP implied by ``ρ``-zCDP: ``ρ + 2√(ρ ln(1/δ))``.
+
+    >>> round(zcdp_epsilon(0.5, 1e-6), 4)
+    5.7565
+    """
+    if not 0.0 < delta < 1.0:
+        raise PrivacyError(f"delta must be in (0, 1), got {delta!r}")
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The largest ρ whose :func:`zcdp_epsilon` is ``epsilon``: ``(√(L + ε) − √L)²`` with ``L = ln(1/δ)``.
+
+    >>> round(zcdp_epsilon(zcdp_rho(1.0, 1e-9), 1e-9), 12)
+    1.0
+    """
+    epsilon = _check("epsilon", epsilon)
+    if not 0.0 < delta < 1.0:
+        raise PrivacyError(f"delta must be in (0, 1), got {delta!r}")
+    log_term = math.log(1.0 / delta)
+    return (math.sqrt(log_term + epsilon) - math.sqrt(log_term)) ** 2
+
+
+def exponential_rho(eps0: float, bounded_range: bool = True) -> float:
+    """The ρ (zCDP) of one ``ε₀``-DP exponential mechanism: ``ε₀²/8``, since the
+    exponential mechanism is ``ε₀``-bounded-range (Cesar & Rogers 2021,
+    Lemma 3.2 with Durfee & Rogers 2019), or with ``bounded_range=False`` the
+    ``ε₀²/2`` that holds for every ``ε₀``-DP mechanism (Bun & Steinke 2016,
+    Prop. 1.4; what the FEM paper used).
+
+    >>> exponential_rho(0.2), exponential_rho(0.2, bounded_range=False)
+    (0.005000000000000001, 0.020000000000000004)
+    """
+    eps0 = _check("eps0", eps0)
+    return eps0 * eps0 / (8.0 if bounded_range else 2.0)
+
+
+def fem_rounds(epsilon: float, delta: float, eps0: float, bounded_range: bool = True) -> int:
+    """The most FEM rounds T whose ``T·``:func:`exponential_rho` is within the ρ
+    that ``(ε, δ)`` allows (:func:`zcdp_rho`); ``delta = 0`` means pure DP by
+    basic composition, ``T = ⌊ε/ε₀⌋``."""
+    epsilon, eps0 = _check("epsilon", epsilon), _check("eps0", eps0)
+    if delta == 0.0:
+        rounds = int(math.floor(epsilon / eps0 * (1 + 1e-12)))
+    else:
+        rounds = int(math.floor(zcdp_rho(epsilon, delta) / exponential_rho(eps0, bounded_range) * (1 + 1e-12)))
+    if rounds < 1:
+        raise PrivacyError(f"eps0={eps0:g} is more than the budget epsilon={epsilon:g} allows for one round")
+    return rounds

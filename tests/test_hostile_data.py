@@ -1,0 +1,285 @@
+"""Hostile and messy private data, resource limits and concurrency.
+
+Oracles: with the same seeded noise, a query on a messy table must release
+exactly the values the same query releases on the table with the messy rows
+dropped (or each unit cut to ``max_rows``), as documented; the owner's
+validation report must count exactly what ``Column.encode`` calls outside
+the domain.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql import limits
+from dpsql.cli import main as cli_main
+from dpsql.budget import Cost
+from dpsql.errors import MeasurementError, ResourceLimitError
+from dpsql.kernel import PrivateTable
+from dpsql.ledger import Ledger
+from dpsql.matrix import Identity, Ones
+from dpsql.privacy import Laplace
+from dpsql.strategy import KronStrategy
+from dpsql.validate import validate
+
+SCHEMA = {"table": "t", "columns": {
+    "age": {"type": "integer", "min": 0, "max": 99, "bounds": [0, 99]},
+    "sex": {"type": "categorical", "values": ["F", "M"]}}}
+QUERIES = ["SELECT sex, COUNT(*) AS n FROM t WHERE age >= 18 GROUP BY sex",
+           "SELECT sex, SUM(age) AS n FROM t GROUP BY sex",
+           "SELECT COUNT(*) AS n FROM t WHERE age BETWEEN 20 AND 29 AND sex = 'F'"]
+
+
+def clean_frame(n=300):
+    i = np.arange(n)
+    return pd.DataFrame({"age": (i * 7) % 100, "sex": np.where(i % 3 == 0, "F", "M")})
+
+
+def released(con, schema=SCHEMA, seed=11, cache=None):
+    """Every value the QUERIES release, with seeded noise (same seed: same noise)."""
+    db = dpsql.connect(con, schema=schema, budget=dpsql.Budget(epsilon=100.0), cache=cache,
+                       source_of_noise=np.random.default_rng(seed))
+    out = [db.query(q, epsilon=1.0, noise="laplace").df["n"].to_numpy() for q in QUERIES]
+    db.close()
+    return np.concatenate(out)
+
+
+def table(sql_types: str, rows: list) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t ({sql_types})")
+    con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return con
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("strategies"))
+
+
+@pytest.fixture(scope="module")
+def clean_answers(cache):
+    df = clean_frame()
+    return released(table("age INTEGER, sex VARCHAR", list(df.itertuples(index=False))), cache=cache)
+
+
+MESSY = {
+    "integers": ("age BIGINT, sex VARCHAR",
+                 [(-1, "F"), (100, "M"), (2 ** 62, "F"), (None, "M"), (30, None), (30, "X"), (30, ""), (30, "f"),
+                  (30, "F "), (None, None)]),
+    "floats": ("age DOUBLE, sex VARCHAR",
+               [(float("nan"), "F"), (float("inf"), "M"), (float("-inf"), "F"), (30.5, "M"), (1e308, "F"),
+                (-0.5, "M")]),
+    "decimals": ("age DECIMAL(10, 3), sex VARCHAR", [(30.25, "F"), (99.001, "M"), (-0.001, "F")]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MESSY))
+def test_out_of_domain_rows_are_dropped_exactly(kind, cache, clean_answers):
+    """NULLs where none are declared, NaN, ±inf, out-of-range and fractional numbers, unlisted
+    categories: dropped, so the release equals the clean table's, value for value."""
+    types, bad = MESSY[kind]
+    rows = list(clean_frame().itertuples(index=False)) + bad
+    rows = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]  # messy rows anywhere
+    np.testing.assert_array_equal(released(table(types, rows), cache=cache), clean_answers)
+
+
+def test_wrong_column_types_drop_every_row(cache):
+    """A column whose SQL type cannot hold the domain (VARCHAR ages, DATE sexes) has no row in the domain:
+    the release is that of an empty table, with no error."""
+    empty = released(table("age INTEGER, sex VARCHAR", [(None, None)]), cache=cache)
+    for types, rows in [("age VARCHAR, sex VARCHAR", [("30", "F"), ("x", "M")]),
+                        ("age INTEGER, sex DATE", [(30, "2020-01-01"), (40, None)])]:
+        np.testing.assert_array_equal(released(table(types, rows), cache=cache), empty)
+
+
+def test_a_unit_with_many_rows_counts_max_rows(cache):
+    """One privacy unit with 200,000 rows moves the release by exactly max_rows rows."""
+    schema = {**SCHEMA, "privacy_unit": {"column": "pid", "max_rows": 3}}
+    base = clean_frame().assign(pid=[f"p{i}" for i in range(300)])
+    con = duckdb.connect()
+    con.register("base", base)
+    con.execute("CREATE TABLE t AS SELECT * FROM base UNION ALL "
+                "SELECT 40 AS age, 'F' AS sex, 'whale' AS pid FROM range(200000)")
+    oracle = duckdb.connect()
+    oracle.register("base", base)
+    oracle.execute("CREATE TABLE t AS SELECT * FROM base UNION ALL SELECT 40, 'F', 'whale' FROM range(3)")
+    np.testing.assert_array_equal(released(con, schema, cache=cache), released(oracle, schema, cache=cache))
+
+
+def test_a_failing_view_reports_no_data_and_spends_nothing():
+    """A data-dependent database failure (the owner's view casts a name to INTEGER) becomes a
+    MeasurementError naming only the exception class; nothing is recorded."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('31', 'F'), ('Alice Smith', 'M')) v(a, sex)")
+    con.execute("CREATE VIEW t AS SELECT CAST(a AS INTEGER) AS age, sex FROM raw")
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    with pytest.raises(MeasurementError) as info:
+        db.query("SELECT COUNT(*) FROM t WHERE age > 3", epsilon=0.5)
+    assert "Alice" not in str(info.value) and "ConversionException" in str(info.value)
+    assert db.ledger.entries() == []
+
+
+# -- the data owner's report ---------------------------------------------------------------
+
+def test_validate_counts_what_encode_rejects(tmp_path, capsys):
+    types, bad = MESSY["integers"]
+    rows = list(clean_frame(50).itertuples(index=False)) + bad
+    path = tmp_path / "messy.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(f"CREATE TABLE t ({types})")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.close()
+    schema = dpsql.load_schema(SCHEMA)
+    report = validate(str(path), SCHEMA)
+    age, sex = (schema.column(c).encode([r[i] for r in rows]) for i, c in enumerate(("age", "sex")))
+    assert report.rows == len(rows)
+    assert report.clean_rows == int(np.sum((age >= 0) & (sex >= 0)))
+    by_name = {c.name: c for c in report.columns}
+    assert by_name["age"].dropped == int(np.sum(age < 0)) == 5
+    assert by_name["age"].counts == {"null": 2, "outside": 3}
+    assert by_name["sex"].counts == {"null": 2, "outside": 4}
+    assert by_name["sex"].examples == ["", "F ", "X", "f"]
+    # the command line: exit status 3 for problems, JSON on request
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    assert cli_main(["validate", "--data", str(path), "--schema", str(schema_file)]) == 3
+    out = capsys.readouterr().out
+    assert "age (BIGINT): 5 rows outside the domain: 2 null, 3 outside" in out and "data owner only" in out
+    assert cli_main(["validate", "--data", str(path), "--schema", str(schema_file), "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["clean_rows"] == report.clean_rows
+
+
+def test_validate_floats_types_and_units():
+    con = table("age DOUBLE, sex INTEGER, pid VARCHAR",
+                [(1.0, 1, "a"), (float("nan"), 1, "a"), (float("inf"), 2, "a"), (-float("inf"), 3, None), (5.5, 4, "b")])
+    schema = {**SCHEMA, "privacy_unit": {"column": "pid", "max_rows": 2}}
+    report = validate(con, schema)
+    by_name = {c.name: c for c in report.columns}
+    assert by_name["age"].counts == {"nan": 1, "inf": 2, "outside": 1}
+    assert by_name["sex"].counts == {"type": 5} and "INTEGER" in by_name["sex"].type_problem
+    assert report.clean_rows == 0
+    u = report.unit
+    assert (u.units, u.largest, u.units_over, u.rows_over, u.null_rows) == (2, 3, 1, 1, 1)
+    clean = validate(table("age INTEGER, sex VARCHAR", [(1, "F")]), SCHEMA)
+    assert clean.problems() == 0 and "problems: none" in str(clean)
+
+
+# -- resource limits -----------------------------------------------------------------------
+
+BIG = {"table": "t", "columns": {f"c{i}": {"type": "integer", "min": 0, "max": 999} for i in range(4)}}
+
+
+@pytest.fixture
+def big():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 1000 c0, i % 999 c1, i % 998 c2, i % 997 c3 FROM range(100) r(i)")
+    db = dpsql.connect(con, schema=BIG, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    yield db
+    db.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT c0, c1, c2, c3, COUNT(*) FROM t GROUP BY c0, c1, c2, c3",                 # 1e12 cells
+    ["SELECT COUNT(*) FROM t WHERE c0 > %d" % (i % 999) for i in range(100_000)],   # 100,000 statements
+    "SELECT COUNT(*) FROM t WHERE c0 > 5;\n" * 100_000,
+])
+def test_oversized_requests_are_refused_up_front(big, sql):
+    start = time.perf_counter()
+    with pytest.raises(ResourceLimitError) as info:
+        big.batch(sql, epsilon=1.0)
+    assert time.perf_counter() - start < 5.0
+    message = str(info.value)
+    assert ("1,000,000,000,000" in message or "100,000 statements" in message) and "synthesize" in message
+    assert big.ledger.entries() == []
+
+
+def test_measurement_size_is_checked_before_reading(monkeypatch):
+    """A strategy whose marginal exceeds the limit is refused by the kernel before the table is read."""
+    monkeypatch.setattr(limits, "MAX_MEASURED_CELLS", 500_000)
+    read = []
+    monkeypatch.setattr("dpsql.kernel.measure_marginals", lambda *a, **k: read.append(1))
+    ledger = Ledger(None, dpsql.Budget(epsilon=1.0))
+    private = PrivateTable(None, "t", dpsql.load_schema(BIG), ledger)
+    strategy = KronStrategy((Identity(1000), Identity(1000), Ones(1, 1000), Ones(1, 1000)))
+    with pytest.raises(ResourceLimitError, match="this measurement needs 1,000,000 cells to count"):
+        private.measure([], strategy, Laplace(1.0), Cost(epsilon=1.0))
+    assert read == [] and ledger.entries() == []
+
+
+def test_workload_with_a_huge_term_is_refused_before_selection(monkeypatch):
+    monkeypatch.setattr(limits, "MAX_MEASURED_CELLS", 500_000)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 c0, 2 c1, 3 c2, 4 c3")
+    db = dpsql.connect(con, schema=BIG, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    selected = []
+    monkeypatch.setattr("dpsql.connection.select", lambda *a, **k: selected.append(1))
+    with pytest.raises(ResourceLimitError, match="1,000,000 cells to count"):
+        db.query("SELECT c0, COUNT(*) FROM t WHERE c1 > 3 GROUP BY c0", epsilon=1.0)
+    assert selected == [] and db.ledger.entries() == []
+
+
+# -- concurrency ---------------------------------------------------------------------------
+
+def test_threads_share_one_connection_safely(tmp_path):
+    con = table("age INTEGER, sex VARCHAR", list(clean_frame().itertuples(index=False)))
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=3.0), ledger=str(tmp_path / "l.ledger"),
+                       cache=str(tmp_path))
+    db.query(QUERIES[0], epsilon=0.1)  # select the strategy once
+    outcomes: list[str] = []
+
+    def work():
+        for _ in range(10):
+            try:
+                db.query(QUERIES[0], epsilon=0.1)
+                outcomes.append("ok")
+            except dpsql.BudgetExceededError:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("ok") == 29 and outcomes.count("refused") == 11   # 3.0 / 0.1 = 30 spends in all
+    assert db.spent().epsilon == pytest.approx(3.0) and len(db.ledger.entries()) == 30
+    db.close()
+
+
+def _spend_in_process(args):
+    data, ledger, cache = args
+    db = dpsql.connect(data, schema=SCHEMA, ledger=ledger, cache=cache)
+    ok = 0
+    for _ in range(8):
+        try:
+            db.query(QUERIES[0], epsilon=0.25)
+            ok += 1
+        except dpsql.BudgetExceededError:
+            pass
+    db.close()
+    return ok
+
+
+def test_processes_share_one_database_and_ledger(tmp_path):
+    data = tmp_path / "people.duckdb"
+    con = duckdb.connect(str(data))
+    con.register("df", clean_frame())
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    con.close()
+    ledger = str(tmp_path / "people.ledger")
+    db = dpsql.connect(str(data), schema=SCHEMA, budget=dpsql.Budget(epsilon=4.0), ledger=ledger, cache=str(tmp_path))
+    db.query(QUERIES[0], epsilon=0.25)
+    db.close()
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        done = pool.map(_spend_in_process, [(str(data), ledger, str(tmp_path))] * 3)
+    assert sum(done) == 15   # 4.0 / 0.25 = 16 spends, one made before
+    with dpsql.Ledger(ledger) as check:
+        assert check.spent().epsilon == pytest.approx(4.0) and len(check.entries()) == 16
