@@ -115,10 +115,42 @@ def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _S
     raise WorkloadError(f"no reconstruction for strategy type {type(strategy).__name__}")
 
 
+def _sums(M: Matrix) -> bool:
+    """Whether ``M`` is the total row ``1ᵀ`` (the attribute is summed out)."""
+    return isinstance(M, Ones) and M.shape[0] == 1
+
+
+def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
+                 B: Sequence[Matrix]) -> list[tuple[float, list[Matrix]]]:
+    """The Gram pseudo-inverse's terms for one workload term ``W`` and block ``B``,
+    with the terms that act alike on them merged.
+
+    A marginal strategy's pseudo-inverse has a term per attribute subset (up
+    to ``2^d``), with factors ``I`` or ``J = 11ᵀ``. Where ``W_i`` or ``B_i`` is
+    a total row, ``W_i J B_iᵀ = n_i · W_i I B_iᵀ`` (``J 1 = n 1``, ``1ᵀ J = n 1ᵀ``), so
+    ``J`` there is ``I`` times ``n_i``: terms then differ only on the attributes
+    both keep, and at most ``2^(that many)`` distinct products remain.
+    """
+    if len(pinv) == 1:
+        return pinv
+    merged: dict[tuple[bool, ...], float] = {}
+    for c, K in pinv:
+        key = []
+        for W_i, K_i, B_i in zip(W, K, B):
+            ones = isinstance(K_i, Ones)
+            if ones and (_sums(W_i) or _sums(B_i)):
+                c *= K_i.shape[0]
+                ones = False
+            key.append(ones)
+        merged[tuple(key)] = merged.get(tuple(key), 0.0) + c
+    sizes = [K_i.shape[0] for K_i in pinv[0][1]]
+    return [(c, [Ones(n, n) if ones else Identity(n) for ones, n in zip(key, sizes)]) for key, c in merged.items()]
+
+
 def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: np.ndarray) -> np.ndarray:
     out = np.zeros(math.prod(f.shape[0] for f in factors))
-    for c, K in system.pinv:
-        for w_b, B, rows in system.blocks:
+    for w_b, B, rows in system.blocks:
+        for c, K in _merged_pinv(system.pinv, factors, B):
             M = [Product(W_i, Product(K_i, Transpose(B_i))) for W_i, K_i, B_i in zip(factors, K, B)]
             out += (weight * c * w_b) * Kronecker(M).matvec(y[rows])
     return out

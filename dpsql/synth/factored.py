@@ -45,6 +45,9 @@ class FactoredDistribution:
         self.total = float(total)
         self.groups: list[tuple[tuple[int, ...], np.ndarray]] = [
             ((a,), np.zeros(n)) for a, n in enumerate(self.domain)]
+        # each group's normalized probabilities, by the identity of its log-weight array
+        # (every change to a group replaces that array, so a stale entry is never hit)
+        self._cached: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # -- structure -------------------------------------------------------------------
     def group_of(self, attribute: int) -> int:
@@ -78,8 +81,14 @@ class FactoredDistribution:
     # -- queries ---------------------------------------------------------------------
     def _probabilities(self, g: int) -> np.ndarray:
         log_w = self.groups[g][1]
+        hit = self._cached.get(id(log_w))
+        if hit is not None and hit[0] is log_w:
+            return hit[1]
         p = np.exp(log_w - log_w.max())
-        return p / p.sum()
+        p /= p.sum()
+        self._cached = {id(t): (t, c) for t, c in self._cached.values() if any(t is w for _, w in self.groups)}
+        self._cached[id(log_w)] = (log_w, p)
+        return p
 
     def marginal(self, subset: Sequence[int]) -> np.ndarray:
         """Expected counts on ``subset`` (sorted attribute positions), flattened in C order."""
