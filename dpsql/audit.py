@@ -38,6 +38,7 @@ mechanism (Laplace with half the noise its ε needs) that the audit must flag.
 from __future__ import annotations
 
 import math
+import tempfile
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
@@ -180,14 +181,16 @@ def _queries(statements: Sequence[str], epsilon: float, noise: str, trials: int,
              budget: Budget) -> tuple[np.ndarray, np.ndarray]:
     """Each table's released COUNT columns (all statements, concatenated) over ``trials`` runs."""
     outs = []
-    for i, con in enumerate(_tables()[:2]):
-        db = connect(con, schema=SCHEMA, budget=budget, cache=False, source_of_noise=np.random.default_rng(seed + i))
-        rows = []
-        for _ in range(trials):
-            results = db.batch(list(statements), epsilon=epsilon, noise=noise)
-            rows.append(np.concatenate([r.df["n"].to_numpy(dtype=float) for r in results]))
-        db.close()
-        outs.append(np.array(rows))
+    with tempfile.TemporaryDirectory() as cache:  # the strategy is selected once, not per trial
+        for i, con in enumerate(_tables()[:2]):
+            db = connect(con, schema=SCHEMA, budget=budget, cache=cache, progress=False,
+                         source_of_noise=np.random.default_rng(seed + i))
+            rows = []
+            for _ in range(trials):
+                results = db.batch(list(statements), epsilon=epsilon, noise=noise)
+                rows.append(np.concatenate([r.df["n"].to_numpy(dtype=float) for r in results]))
+            db.close()
+            outs.append(np.array(rows))
     return outs[0], outs[1]
 
 
@@ -207,12 +210,13 @@ def audit_query_gaussian(sizes: Sizes, seed: int = 0, epsilon: float = 1.0, delt
     _, _, counts = _tables()
     db_budget = Budget(epsilon=1e9, delta=0.5)
     outs = []
-    for i, con in enumerate(_tables()[:2]):
-        db = connect(con, schema=SCHEMA, budget=db_budget, cache=False,
-                     source_of_noise=np.random.default_rng(seed + i))
-        outs.append(np.array([db.query(_BY_A, epsilon=epsilon, delta=delta, noise="gaussian").df["n"].to_numpy(float)
-                              for _ in range(sizes.queries)]))
-        db.close()
+    with tempfile.TemporaryDirectory() as cache:
+        for i, con in enumerate(_tables()[:2]):
+            db = connect(con, schema=SCHEMA, budget=db_budget, cache=cache, progress=False,
+                         source_of_noise=np.random.default_rng(seed + i))
+            outs.append(np.array([db.query(_BY_A, epsilon=epsilon, delta=delta, noise="gaussian").df["n"]
+                                  .to_numpy(float) for _ in range(sizes.queries)]))
+            db.close()
     c = counts["x"]
     events = [(f"answer[0] > {t:g}", lambda o, t=t: o[:, 0] > t) for t in (c + 0.5, c + 4.0, c + 8.0)]
     return audit_outputs("query_gaussian", outs[0], outs[1], events, epsilon, delta)

@@ -263,9 +263,9 @@ def _fem(private: PrivateTable, attributes, marginals, budget: "Budget", total: 
     zcdp = budget.rho is not None
     rho = total.rho if zcdp else (zcdp_rho(total.epsilon, total.delta) if total.delta else None)
     rounds, eps0 = options.get("rounds"), options.get("eps0")
-    if rounds is not None and eps0 is None:  # exponential_rho(eps0) = rho / rounds
-        eps0 = math.sqrt((8.0 if tight else 2.0) * rho / int(rounds)) if rho is not None \
-            else total.epsilon / int(rounds)
+    if rounds is not None and eps0 is None:  # exponential_rho(eps0) = rho / rounds, rounded down
+        eps0 = (1.0 - 1e-12) * (math.sqrt((8.0 if tight else 2.0) * rho / int(rounds)) if rho is not None
+                                else total.epsilon / int(rounds))
     if eps0 is None:
         eps0 = PUBLISHED_EPS0_FACTOR * math.sqrt(math.sqrt(2.0 * total.rho) if zcdp else total.epsilon)
     eps0 = float(eps0)
