@@ -368,6 +368,11 @@ def Total(n: int) -> Ones:
     return Ones(1, n)
 
 
+def is_total(M: Matrix) -> bool:
+    """Whether ``M`` is a :func:`Total` row ``1ᵀ``: the factor of an attribute that is summed out."""
+    return isinstance(M, Ones) and M.shape[0] == 1
+
+
 def IdentityTotal(n: int) -> "VStack":
     """HDMM's ``IT(n) = [I(n); T(n)]``: the GROUP BY and the total."""
     return VStack([Identity(n), Total(n)])

@@ -50,7 +50,7 @@ from scipy.optimize import Bounds, minimize
 
 from .errors import WorkloadError
 from .marginals import MarginalsGram
-from .matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, kron_terms
+from .matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
 from .strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from .workload import Workload
 
@@ -115,11 +115,6 @@ def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _S
     raise WorkloadError(f"no reconstruction for strategy type {type(strategy).__name__}")
 
 
-def _sums(M: Matrix) -> bool:
-    """Whether ``M`` is the total row ``1ᵀ`` (the attribute is summed out)."""
-    return isinstance(M, Ones) and M.shape[0] == 1
-
-
 def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
                  B: Sequence[Matrix]) -> list[tuple[float, list[Matrix]]]:
     """The Gram pseudo-inverse's terms for one workload term ``W`` and block ``B``,
@@ -138,7 +133,7 @@ def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
         key = []
         for W_i, K_i, B_i in zip(W, K, B):
             ones = isinstance(K_i, Ones)
-            if ones and (_sums(W_i) or _sums(B_i)):
+            if ones and (is_total(W_i) or is_total(B_i)):
                 c *= K_i.shape[0]
                 ones = False
             key.append(ones)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..budget import Budget, Cost
 from ..errors import PrivacyError, WorkloadError
 from ..kernel import PrivateTable
+from ..matrix import is_total
 from ..privacy import Laplace
 from ..sql.compile import Attribute, compile_batch
 from .accounting import (dualquery_epsilon, dualquery_rho, exponential_rho, fem_rounds, largest_integer,
@@ -92,7 +93,7 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
                                 "needs the schema's merge section to declare those columns together")
         out = []
         for _, factors in batch.terms:
-            kept = tuple(i for i, f in enumerate(factors) if not _sums_out(f))
+            kept = tuple(i for i, f in enumerate(factors) if not is_total(f))
             if kept and kept not in out:
                 out.append(kept)
         return out
@@ -107,12 +108,6 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
         if kept not in out:
             out.append(kept)
     return out
-
-
-def _sums_out(f) -> bool:
-    from ..matrix import Ones
-
-    return isinstance(f, Ones) and f.shape[0] == 1
 
 
 def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema") -> "pd.DataFrame":
