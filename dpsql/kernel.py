@@ -178,6 +178,11 @@ class PrivateTable:
         unit = self._schema.privacy_unit
         return 1 if unit.column is None else int(unit.max_rows)
 
+    def _count(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+        """Exact marginals of the private table (never released as they are), one query at a time."""
+        with self._lock:
+            return measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+
     def check(self, cost: Cost) -> None:
         """Refuse (BudgetExceededError) a request whose total cost does not fit, reading nothing."""
         self._ledger.check(cost)
@@ -196,8 +201,7 @@ class PrivateTable:
         self._ledger.check(cost)
         subsets = required_marginals(strategy)
         check_measured_cells(measured_cells(strategy), "this measurement needs")
-        with self._lock:
-            counts = measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+        counts = self._count(attributes, subsets)
         exact = strategy_answers(strategy, dict(zip(subsets, counts)))
         sens = self.sensitivity(strategy, noise)
         if isinstance(noise, Laplace):
@@ -227,7 +231,7 @@ class PrivateTable:
         self._ledger.check(cost)
         subsets = [tuple(c) for c in candidates]
         unique = sorted(set(subsets), key=lambda t: (len(t), t))
-        counts = dict(zip(unique, measure_marginals(self._con, self._table, self._schema, attributes, unique)))
+        counts = dict(zip(unique, self._count(attributes, unique)))
         scores = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
         choice = int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
         self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
@@ -280,7 +284,7 @@ class PrivateTable:
             raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
         subsets = tuple(tuple(s) for s in subsets)
         if subsets not in reservation._counts:
-            counts = measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+            counts = self._count(attributes, subsets)
             reservation._counts[subsets] = (np.concatenate(counts),
                                             np.concatenate([np.full(c.size, c.sum()) for c in counts]))
         counts, totals = reservation._counts[subsets]
