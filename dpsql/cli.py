@@ -53,14 +53,24 @@ def _budget(args: argparse.Namespace) -> Budget | None:
     return None
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_table(p: argparse.ArgumentParser) -> None:
+    """Where the private table is and its public schema."""
     p.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
     p.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
     p.add_argument("--table", help="table name in --data (default: the schema's)")
+
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    """The private table, its ledger and the spend: what every spending command takes."""
+    _add_table(p)
     p.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
     p.add_argument("--epsilon", type=float, help="epsilon to spend on this request")
-    p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
     p.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    _add_source(p)
+    p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
     p.add_argument("--noise", choices=("laplace", "gaussian"), help="default: the lower-error one")
     p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
     p.add_argument("--out", help="write results here (.csv or .parquet; a directory for several statements)")
@@ -85,12 +95,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("file", help="a .sql file of ;-separated statements")
     _add_common(b)
     y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery or FEM)")
-    y.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
-    y.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
-    y.add_argument("--table", help="table name in --data (default: the schema's)")
-    y.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
-    y.add_argument("--epsilon", type=float, help="epsilon to spend")
-    y.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
+    _add_source(y)
     y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM); default 0, pure DP")
     y.add_argument("--method", choices=("mwem", "dualquery", "fem"), default="mwem")
     y.add_argument("--workload", default="2",
@@ -102,9 +107,7 @@ def parser() -> argparse.ArgumentParser:
     y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")
     _add_budget(y)
     v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
-    v.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
-    v.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
-    v.add_argument("--table", help="table name in --data (default: the schema's)")
+    _add_table(v)
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
     g.add_argument("--ledger", required=True)

@@ -253,16 +253,22 @@ def test_workload_descriptions():
         workload_marginals(7, schema, attrs)
 
 
-def test_cli_synth_writes_the_table_atomically(tmp_path, capsys):
+def cli_files(tmp_path, rows: int):
+    """A generated table as ``t.parquet`` and its schema as ``t.json`` in ``tmp_path``, for the CLI."""
     import json
 
-    from dpsql.cli import main
-
-    con, _ = make_table(1000)
+    con, _ = make_table(rows)
     data = tmp_path / "t.parquet"
     con.sql("SELECT * FROM t").write_parquet(str(data))
     schema = tmp_path / "t.json"
     schema.write_text(json.dumps(SCHEMA))
+    return data, schema
+
+
+def test_cli_synth_writes_the_table_atomically(tmp_path, capsys):
+    from dpsql.cli import main
+
+    data, schema = cli_files(tmp_path, 1000)
     out = tmp_path / "syn.csv"
     code = main(["synth", "--data", str(data), "--schema", str(schema), "--ledger", str(tmp_path / "l"),
                  "--budget-epsilon", "2", "--epsilon", "1", "--workload", "a,b;c", "--rounds", "3",

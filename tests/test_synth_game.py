@@ -23,7 +23,7 @@ from dpsql.synth.accounting import (dualquery_epsilon, dualquery_rho, dualquery_
                                     exponential_rho, fem_rounds, zcdp_epsilon, zcdp_rho)
 from dpsql.synth.oracle import Conjunction, objective, perturbed_responses
 
-from test_mwem import SCHEMA, make_table
+from test_mwem import SCHEMA, cli_files, make_table
 
 # -- accounting, by hand -------------------------------------------------------------------
 
@@ -281,15 +281,9 @@ def test_game_methods_refuse_before_reading(tmp_path):
 
 
 def test_cli_synth_fem(tmp_path, capsys):
-    import json
-
     from dpsql.cli import main
 
-    con, _ = make_table(800)
-    data = tmp_path / "t.parquet"
-    con.sql("SELECT * FROM t").write_parquet(str(data))
-    schema = tmp_path / "t.json"
-    schema.write_text(json.dumps(SCHEMA))
+    data, schema = cli_files(tmp_path, 800)
     out = tmp_path / "syn.parquet"
     code = main(["synth", "--data", str(data), "--schema", str(schema), "--ledger", str(tmp_path / "l"),
                  "--budget-epsilon", "5", "--budget-delta", "1e-5", "--epsilon", "2", "--delta", "1e-6",
