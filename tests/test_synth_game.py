@@ -202,6 +202,7 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
     syn = db.synthesize("fem", workload=2, epsilon=eps, delta=delta, eps0=eps0, samples=20, seed=1, name="f")
     T = fem_rounds(eps, delta, eps0)
     assert len(syn.records) == 20 * T and syn.method == "fem"
+    assert syn.oracle == {"heuristic": 20 * T} and "records by heuristic" in repr(syn)
     assert syn.epsilon == pytest.approx(zcdp_epsilon(T * eps0 ** 2 / 8, delta)) and syn.epsilon <= eps
     entries = Ledger(tmp_path / "l").entries()
     assert len(entries) == 1 and entries[0].cost == Cost(epsilon=syn.epsilon, delta=delta)

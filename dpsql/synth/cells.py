@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import WorkloadError
 from .oracle import Conjunction
 
-__all__ = ["MarginalCells", "random_marginals"]
+__all__ = ["MarginalCells", "marginal_name", "random_marginals"]
 
 
 class MarginalCells:
@@ -73,6 +73,11 @@ class MarginalCells:
         """The fraction of ``records`` in each cell (all zeros for no records)."""
         records = np.asarray(records).reshape(-1, len(self.domain))
         return self.counts(records) / max(len(records), 1)
+
+
+def marginal_name(attributes: Sequence, subset: Sequence[int]) -> str:
+    """How reports name a marginal: its attributes' names joined by `` x ``."""
+    return " x ".join(attributes[a].name for a in subset)
 
 
 def random_marginals(attributes: int, k: int, count: int | None = None, seed: int | None = None) -> list[tuple[int, ...]]:

@@ -56,7 +56,7 @@ def dualquery(table: PrivateTable, attributes: Sequence[Attribute], subsets: Seq
     rng = np.random.default_rng(seed)
     answered = np.zeros(cells.size)  # Σ over past records of each cell's answer
     records: list[tuple[int, ...]] = []
-    result = GameResult(np.zeros((0, len(domain)), dtype=np.int64), rounds=rounds)
+    result = GameResult(np.zeros((0, len(domain)), dtype=np.int64))
     for t in range(1, rounds + 1):
         if t == 1:  # Q^1 is uniform: these draws do not look at the data
             flat = rng.integers(0, 2 * cells.size, size=samples)

@@ -18,7 +18,7 @@ import numpy as np
 from ..measure import measure_marginals
 from ..schema import Schema, load_schema
 from ..sql.compile import schema_attributes
-from .cells import MarginalCells
+from .cells import MarginalCells, marginal_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,7 +52,7 @@ def evaluate(con: Any, table: str, schema: "Schema | dict | str", synthetic: np.
     for m, (subset, exact) in enumerate(zip(cells.subsets, truth)):
         err = np.abs(exact / max(exact.sum(), 1.0) - fake[cells.offsets[m]:cells.offsets[m + 1]])
         errors.append(err)
-        rows.append({"marginal": " x ".join(attributes[a].name for a in subset), "cells": int(err.size),
+        rows.append({"marginal": marginal_name(attributes, subset), "cells": int(err.size),
                      "max_error": float(err.max()), "mean_error": float(err.mean()), "private": False})
     every = np.concatenate(errors)
     rows.append({"marginal": "all", "cells": int(every.size), "max_error": float(every.max()),

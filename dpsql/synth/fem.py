@@ -71,7 +71,7 @@ def fem(table: PrivateTable, attributes: Sequence[Attribute], subsets: Sequence[
     rng = np.random.default_rng(seed)
     scale = noise * math.sqrt(rounds)
     loss = np.zeros(cells.size)  # Σ over selections of sign · q_cell: the leader maximizes loss · q(x)
-    result = GameResult(np.zeros((0, len(domain)), dtype=np.int64), rounds=rounds)
+    result = GameResult(np.zeros((0, len(domain)), dtype=np.int64))
     batches: list[np.ndarray] = []
     previous = None
     for t in range(1, rounds + 1):

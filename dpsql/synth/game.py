@@ -22,15 +22,13 @@ class GameResult:
     """Records (an (r, d) int array of domain indices) and their provenance.
 
     ``methods[i]`` names what produced record ``i``: an oracle label of
-    :data:`dpsql.synth.oracle.RESULT_METHODS`, or ``"uniform"`` for a round
-    with no query yet. ``selected`` lists the private draws as
+    :data:`dpsql.synth.oracle.RESULT_METHODS`. ``selected`` lists the private draws as
     ``(cell, sign)`` pairs (see :meth:`dpsql.kernel.PrivateTable.sample_cells`).
     """
 
     records: np.ndarray
     methods: list[str] = field(default_factory=list)
     selected: list[tuple[int, int]] = field(default_factory=list)
-    rounds: int = 0
 
     def oracle_summary(self) -> dict[str, int]:
         """How many records each oracle method produced."""

@@ -32,7 +32,7 @@ from ..privacy import Laplace
 from ..sql.compile import Attribute, compile_batch
 from .accounting import (dualquery_epsilon, dualquery_rho, exponential_rho, fem_rounds, largest_integer,
                          zcdp_epsilon, zcdp_rho)
-from .cells import MarginalCells
+from .cells import MarginalCells, marginal_name
 from .dualquery import dualquery
 from .fem import PUBLISHED_EPS0_FACTOR, fem
 from .game import GameResult
@@ -49,7 +49,9 @@ METHODS = ("mwem", "dualquery", "fem")
 
 @dataclass(frozen=True, eq=False)
 class SyntheticTable:
-    """A synthetic table registered in DuckDB, and how it was made."""
+    """A synthetic table registered in DuckDB, and how it was made. ``oracle``
+    counts the learned records (DualQuery, FEM) by what produced each one,
+    a label of :data:`dpsql.synth.oracle.RESULT_METHODS`."""
 
     name: str
     df: "pd.DataFrame"
@@ -59,6 +61,7 @@ class SyntheticTable:
     rho: float
     report: "pd.DataFrame"
     records: np.ndarray
+    oracle: dict[str, int]
     _con: "duckdb.DuckDBPyConnection"
 
     @property
@@ -67,7 +70,8 @@ class SyntheticTable:
 
     def __repr__(self) -> str:
         spend = f"rho={self.rho:g}" if self.rho else f"epsilon={self.epsilon:g}, delta={self.delta:g}"
-        return (f"-- synthetic table {self.name!r}: {len(self.df):,} rows by {self.method} ({spend})\n"
+        made = f"; records by {', '.join(f'{k} {v:,}' for k, v in self.oracle.items())}" if self.oracle else ""
+        return (f"-- synthetic table {self.name!r}: {len(self.df):,} rows by {self.method} ({spend}{made})\n"
                 f"{self.report.to_string(index=False, float_format=lambda v: f'{v:,.2f}')}")
 
 
@@ -152,20 +156,21 @@ def synthesize(private: PrivateTable, con: "duckdb.DuckDBPyConnection", schema: 
                            progress=_advance(bar), **options)
             n = int(round(learned.distribution.total)) if rows is None else _rows(rows)
             records = learned.distribution.sample(n, rng)
-            report = _report(learned, records, attributes, n)
+            report, oracle = _report(learned, records, attributes, n), {}
         else:
             run = _dualquery if method == "dualquery" else _fem
             learned, default_rows, total = run(private, attributes, marginals, budget, total, bar, seed, options)
             n = default_rows if rows is None else _rows(rows)
             records = learned.records if n == len(learned.records) and rows is None \
                 else learned.records[rng.integers(0, len(learned.records), size=n)]
-            report = _game_report(learned, marginals, attributes)
+            report, oracle = _game_report(learned, marginals, attributes), learned.oracle_summary()
     finally:
         bar.close()
     df = decode(records, attributes, schema)
     con.register(name, df)
     return SyntheticTable(name=name, df=df, method=method, epsilon=total.epsilon, delta=total.delta,
-                          rho=total.rho, report=report, records=records, _con=con)
+                          rho=total.rho, report=report, records=records, oracle=oracle,
+                          _con=con)
 
 
 #: The options each method takes (besides the spend, ``rows`` and ``seed``).
@@ -296,12 +301,12 @@ def _within(cost: Cost, limit: Cost) -> bool:
 
 def _game_report(learned: GameResult, marginals, attributes: Sequence[Attribute]) -> "pd.DataFrame":
     """Per workload marginal: how often the private selections picked one of its
-    cells, and the oracle methods behind the records (released numbers only)."""
+    cells (released numbers only)."""
     import pandas as pd
 
     cells = MarginalCells([a.size for a in attributes], marginals)
     picked = np.bincount([cells.locate(j)[0] for j, _ in learned.selected], minlength=len(marginals))
-    return pd.DataFrame({"marginal": [" x ".join(attributes[a].name for a in m) for m in marginals],
+    return pd.DataFrame({"marginal": [marginal_name(attributes, m) for m in marginals],
                          "cells": np.diff(cells.offsets), "times_selected": picked})
 
 
@@ -313,10 +318,8 @@ def _report(result, records: np.ndarray, attributes: Sequence[Attribute], rows: 
     scale = rows / max(result.distribution.total, 1e-12)
     out = []
     for subset, measured in result.measurements:
-        flat = np.ravel_multi_index(tuple(records[:, a] for a in subset), [domain[a] for a in subset]) \
-            if subset else np.zeros(len(records), dtype=np.int64)
-        synth = np.bincount(flat, minlength=int(np.prod([domain[a] for a in subset]))) / scale
+        synth = MarginalCells(domain, [subset]).counts(records) / scale
         err = np.abs(synth - measured)
-        out.append({"marginal": " x ".join(attributes[a].name for a in subset), "cells": len(measured),
+        out.append({"marginal": marginal_name(attributes, subset), "cells": len(measured),
                     "max_abs_error_vs_noisy": float(err.max()), "mean_abs_error_vs_noisy": float(err.mean())})
     return pd.DataFrame(out)
