@@ -321,25 +321,13 @@ class _Compiled:
     def n_active(self) -> int:
         return len(self.weights)
 
-    def allows(self, i: int, value: int) -> np.ndarray:
-        """Whether each literal on attribute ``i`` allows ``value`` (booleans, in ``attr_lits[i]`` order)."""
-        mask = self.attr_masks[i]
-        column = mask[:, value] if isinstance(mask, np.ndarray) else mask[:, [value]].toarray().ravel()
-        return column != 0
-
     def unsatisfied(self, record: np.ndarray) -> np.ndarray:
         """How many literals of each active query ``record`` violates."""
-        unsat = np.zeros(self.n_active, dtype=np.int64)
-        for i, qs in enumerate(self.attr_queries):
-            unsat[qs] += ~self.allows(i, record[i])
-        return unsat
+        return _unsatisfied_many(self, np.asarray(record, dtype=np.int64)[None, :])[0]
 
     def value(self, record: Sequence[int] | np.ndarray) -> float:
         """The exact objective of one record."""
-        record = np.asarray(record, dtype=np.int64)
-        lin = float(self.linear[self.offsets[:-1] + record].sum())
-        active = float(self.weights[self.unsatisfied(record) == 0].sum()) if self.n_active else 0.0
-        return self.constant + lin + active
+        return float(_values_many(self, self.linear[None, :], np.asarray(record, dtype=np.int64)[None, :])[0])
 
     def check_record(self, record: Sequence[int] | None) -> np.ndarray | None:
         if record is None:
@@ -354,36 +342,9 @@ class _Compiled:
 
 
 def _climb(problem: _Compiled, record: np.ndarray, rng: np.random.Generator, deadline: float) -> float:
-    """Coordinate ascent from ``record`` (modified in place) to a local optimum;
-    returns its value.
-
-    For attribute ``i`` the value of ``x_i = v`` given the others is the linear
-    term plus the weights of the active queries whose *other* literals hold and
-    whose literal on ``i`` allows ``v``: one small matrix-vector product per
-    attribute. A move is taken only when it strictly improves, so the loop
-    ends; it also ends at the deadline.
-    """
-    d = len(problem.domain)
-    unsat = problem.unsatisfied(record)
-    changed = True
-    while changed and time.monotonic() < deadline:
-        changed = False
-        for i in rng.permutation(d):
-            if problem.domain[i] == 1:
-                continue
-            lo, hi = problem.offsets[i], problem.offsets[i + 1]
-            score = problem.linear[lo:hi].copy()
-            qs, mask = problem.attr_queries[i], problem.attr_masks[i]
-            if len(qs):
-                current = problem.allows(i, record[i])
-                others_hold = unsat[qs] - ~current == 0
-                score += np.asarray(mask.T @ (problem.weights[qs] * others_hold)).ravel()
-            best = int(np.argmax(score))
-            if score[best] > score[record[i]] + 1e-12 * (1.0 + abs(score[record[i]])):
-                if len(qs):
-                    unsat[qs] += current.astype(np.int64) - problem.allows(i, best)
-                record[i] = best
-                changed = True
+    """Coordinate ascent from ``record`` (modified in place) to a local optimum
+    (:func:`_climb_batch` on one record); returns its value."""
+    _climb_batch(problem, problem.linear[None, :], record[None, :], rng, deadline)
     return problem.value(record)
 
 
@@ -420,13 +381,20 @@ def _heuristic(problem: _Compiled, rng: np.random.Generator, deadline: float, st
     return best, best_value, from_start
 
 
-def _climb_batch(problem: _Compiled, linear: np.ndarray, records: np.ndarray, rng: np.random.Generator) -> None:
-    """:func:`_climb` for many records at once, record ``r`` under its own linear
-    terms ``linear[r]`` (same queries): coordinate ascent, vectorized over the
-    records, until no record improves. ``records`` is modified in place."""
+def _climb_batch(problem: _Compiled, linear: np.ndarray, records: np.ndarray, rng: np.random.Generator,
+                 deadline: float = math.inf) -> None:
+    """Coordinate ascent for many records at once, record ``r`` under its own
+    linear terms ``linear[r]`` (same queries), until no record improves or the
+    deadline passes. ``records`` is modified in place.
+
+    For attribute ``i`` the value of ``x_i = v`` given the others is the linear
+    term plus the weights of the active queries whose *other* literals hold and
+    whose literal on ``i`` allows ``v``: one small matrix product per
+    attribute. A move is taken only when it strictly improves, so the loop ends.
+    """
     unsat = _unsatisfied_many(problem, records)
     changed = True
-    while changed:
+    while changed and time.monotonic() < deadline:
         changed = False
         for i in rng.permutation(len(problem.domain)):
             if problem.domain[i] == 1:
