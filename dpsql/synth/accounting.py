@@ -38,7 +38,7 @@ from typing import Callable
 from ..errors import PrivacyError
 
 __all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "zcdp_epsilon",
-           "zcdp_rho", "exponential_rho", "fem_rounds", "largest_integer"]
+           "zcdp_rho", "exponential_rho", "fem_rounds", "fem_rounds_zcdp", "largest_integer"]
 
 
 def _check(name: str, value: float, low: float = 0.0) -> float:
@@ -158,8 +158,20 @@ def fem_rounds(epsilon: float, delta: float, eps0: float, bounded_range: bool = 
     epsilon, eps0 = _check("epsilon", epsilon), _check("eps0", eps0)
     if delta == 0.0:
         rounds = int(math.floor(epsilon / eps0 * (1 + 1e-12)))
-    else:
-        rounds = int(math.floor(zcdp_rho(epsilon, delta) / exponential_rho(eps0, bounded_range) * (1 + 1e-12)))
+        if rounds < 1:
+            raise PrivacyError(f"eps0={eps0:g} is more than the budget epsilon={epsilon:g} allows for one round")
+        return rounds
+    return fem_rounds_zcdp(zcdp_rho(epsilon, delta), eps0, bounded_range)
+
+
+def fem_rounds_zcdp(rho: float, eps0: float, bounded_range: bool = True) -> int:
+    """The most FEM rounds T with ``T·``:func:`exponential_rho` within ``rho``.
+
+    >>> fem_rounds_zcdp(0.01, 0.05)     # 0.01 / (0.05²/8)
+    32
+    """
+    rho, eps0 = _check("rho", rho), _check("eps0", eps0)
+    rounds = int(math.floor(rho / exponential_rho(eps0, bounded_range) * (1 + 1e-12)))
     if rounds < 1:
-        raise PrivacyError(f"eps0={eps0:g} is more than the budget epsilon={epsilon:g} allows for one round")
+        raise PrivacyError(f"eps0={eps0:g} is more than the budget rho={rho:g} allows for one round")
     return rounds

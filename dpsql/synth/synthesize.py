@@ -30,8 +30,8 @@ from ..kernel import PrivateTable
 from ..matrix import is_total
 from ..privacy import Laplace
 from ..sql.compile import Attribute, compile_batch
-from .accounting import (dualquery_epsilon, dualquery_rho, exponential_rho, fem_rounds, largest_integer,
-                         zcdp_epsilon, zcdp_rho)
+from .accounting import (dualquery_epsilon, dualquery_rho, exponential_rho, fem_rounds, fem_rounds_zcdp,
+                         largest_integer, zcdp_epsilon, zcdp_rho)
 from .cells import MarginalCells, marginal_name
 from .dualquery import dualquery
 from .fem import PUBLISHED_EPS0_FACTOR, fem
@@ -271,8 +271,7 @@ def _fem(private: PrivateTable, attributes, marginals, budget: "Budget", total: 
     eps0 = float(eps0)
     per_round = exponential_rho(eps0, tight)
     if rounds is None:
-        rounds = int(math.floor(rho / per_round * (1 + 1e-12))) if zcdp else \
-            fem_rounds(total.epsilon, total.delta, eps0, tight)
+        rounds = fem_rounds_zcdp(rho, eps0, tight) if zcdp else fem_rounds(total.epsilon, total.delta, eps0, tight)
     rounds = int(rounds)
     if zcdp:
         cost = Cost(rho=rounds * per_round)
