@@ -47,7 +47,7 @@ from .strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from .workload import Workload
 
 #: Bump when the stored format or the optimizers change in a way that should invalidate entries.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def default_directory() -> Path:
@@ -93,7 +93,9 @@ class _Encoder:
                 "parts": [self.strategy(p) for p in s.parts],
             }
         if isinstance(s, MarginalStrategy):
-            return {"type": "MarginalStrategy", "operator": s.operator, "strategy": self.matrix(s.strategy)}
+            fixed = None if s.fixed is None else [None if f is None else self.matrix(f) for f in s.fixed]
+            return {"type": "MarginalStrategy", "operator": s.operator, "strategy": self.matrix(s.strategy),
+                    "fixed": fixed}
         raise CacheError(f"cannot cache a strategy of type {type(s).__name__}")
 
 
@@ -124,7 +126,10 @@ def _decode_strategy(spec: dict[str, Any], arrays) -> Strategy:
         parts = [_decode_strategy(p, arrays) for p in spec["parts"]]
         return UnionStrategy(parts, list(spec["weights"]), [list(g) for g in spec["groups"]], operator=spec["operator"])
     if t == "MarginalStrategy":
-        return MarginalStrategy(_decode_matrix(spec["strategy"], arrays), operator=spec["operator"])
+        fixed = spec["fixed"]
+        if fixed is not None:
+            fixed = tuple(None if f is None else _decode_matrix(f, arrays) for f in fixed)
+        return MarginalStrategy(_decode_matrix(spec["strategy"], arrays), operator=spec["operator"], fixed=fixed)
     raise CacheError(f"unknown cached strategy type {t!r}")
 
 

@@ -256,6 +256,24 @@ class ResidualMarginals(_MarginalStack):
         return self.stack.sensitivity(1)
 
 
+def in_algebra(f: Matrix) -> bool:
+    """Whether factor ``f``'s Gram matrix is ``αI + βJ``: an identity, a total,
+    IT or a multiple, the factors for which a marginal strategy on that
+    attribute is natural (a range or prefix set is not).
+
+    >>> from dpsql.matrix import IdentityTotal, Prefix
+    >>> in_algebra(IdentityTotal(4)), in_algebra(Prefix(4))
+    (True, False)
+    """
+    G = f.gram().dense()
+    n = G.shape[0]
+    if n == 1:
+        return True
+    tol = RANK_TOL * max(1.0, float(np.abs(G).max()))
+    off_diagonal = G[~np.eye(n, dtype=bool)]
+    return bool(np.ptp(off_diagonal) <= tol and np.ptp(np.diag(G)) <= tol)
+
+
 def workload_eigen_weights(domain: Sequence[int], terms: Sequence[tuple[float, Sequence[Matrix]]]) -> np.ndarray:
     """``γ_t = tr(WᵀW Π_t)`` for every eigenspace ``t`` of the marginal algebra.
 

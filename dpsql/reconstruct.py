@@ -49,7 +49,6 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from .errors import WorkloadError
-from .marginals import MarginalsGram
 from .matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
 from .strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from .workload import Workload
@@ -82,14 +81,22 @@ def _blocks(matrix: Matrix, offset: int, weight: float = 1.0) -> list[tuple[floa
     return out
 
 
-def _kron_pinv(strategy: KronStrategy, scale: float = 1.0) -> list[tuple[float, list[Matrix]]]:
-    return [(scale, [Dense(P) for P in strategy._pinvs])]
+def _pinv_terms(strategy: KronStrategy | MarginalStrategy, scale: float = 1.0) -> list[tuple[float, list[Matrix]]]:
+    """``scale · (AᵀA)⁺`` as a sum of Kronecker products ``[(c, factors)]``.
 
-
-def _marginal_pinv(gram: MarginalsGram) -> list[tuple[float, list[Matrix]]]:
-    u = gram.pinv().weights
+    A product strategy's is one product of dense factor pseudo-inverses; a
+    marginal strategy's follows from the algebra (Theorem 8), one product per
+    marginal, times the fixed factors' pseudo-inverses if it has any.
+    """
+    if isinstance(strategy, KronStrategy):
+        return [(scale, [Dense(P) for P in strategy._pinvs])]
+    _, kron = strategy._fixed
+    fixed = [] if kron is None else [Dense(P) for P in kron._pinvs]
+    domain = strategy.strategy.domain
+    u = strategy.strategy.gram().pinv().weights
     return [
-        (float(u[a]), [Identity(n) if a >> i & 1 else Ones(n, n) for i, n in enumerate(gram.domain)])
+        (scale * float(u[a]),
+         strategy.interleave(fixed, [Identity(n) if a >> j & 1 else Ones(n, n) for j, n in enumerate(domain)]))
         for a in np.flatnonzero(u)
     ]
 
@@ -97,10 +104,8 @@ def _marginal_pinv(gram: MarginalsGram) -> list[tuple[float, list[Matrix]]]:
 def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _System]]:
     """The least-squares systems of a strategy and the workload terms each answers."""
     all_terms = list(range(len(workload.terms)))
-    if isinstance(strategy, KronStrategy):
-        return [(all_terms, _System(_blocks(strategy.matrix, 0), _kron_pinv(strategy)))]
-    if isinstance(strategy, MarginalStrategy):
-        return [(all_terms, _System(_blocks(strategy.matrix, 0), _marginal_pinv(strategy.strategy.gram())))]
+    if isinstance(strategy, (KronStrategy, MarginalStrategy)):
+        return [(all_terms, _System(_blocks(strategy.matrix, 0), _pinv_terms(strategy)))]
     if isinstance(strategy, UnionStrategy):
         owner = {k: l for l, g in enumerate(strategy.groups) for k in g}
         if sorted(owner) != all_terms:
@@ -108,7 +113,7 @@ def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _S
         out = []
         offset = 0
         for l, (part, c) in enumerate(zip(strategy.parts, strategy.weights)):
-            system = _System(_blocks(part.matrix, offset, c), _kron_pinv(part, 1.0 / c**2))
+            system = _System(_blocks(part.matrix, offset, c), _pinv_terms(part, 1.0 / c**2))
             out.append(([k for k in all_terms if owner[k] == l], system))
             offset += part.matrix.shape[0]
         return out
@@ -121,7 +126,8 @@ def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
     with the terms that act alike on them merged.
 
     A marginal strategy's pseudo-inverse has a term per attribute subset (up
-    to ``2^d``), with factors ``I`` or ``J = 11ᵀ``. Where ``W_i`` or ``B_i`` is
+    to ``2^d``), with factors ``I`` or ``J = 11ᵀ`` (and its fixed factors, if
+    any, the same in every term). Where ``W_i`` or ``B_i`` is
     a total row, ``W_i J B_iᵀ = n_i · W_i I B_iᵀ`` (``J 1 = n 1``, ``1ᵀ J = n 1ᵀ``), so
     ``J`` there is ``I`` times ``n_i``: terms then differ only on the attributes
     both keep, and at most ``2^(that many)`` distinct products remain.
@@ -138,8 +144,11 @@ def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
                 ones = False
             key.append(ones)
         merged[tuple(key)] = merged.get(tuple(key), 0.0) + c
-    sizes = [K_i.shape[0] for K_i in pinv[0][1]]
-    return [(c, [Ones(n, n) if ones else Identity(n) for ones, n in zip(key, sizes)]) for key, c in merged.items()]
+    # a fixed factor (neither I nor J) is the same matrix in every term
+    first = pinv[0][1]
+    return [(c, [K_i if not isinstance(K_i, (Ones, Identity)) else Ones(n, n) if ones else Identity(n)
+                 for ones, K_i, n in zip(key, first, (K.shape[0] for K in first))])
+            for key, c in merged.items()]
 
 
 def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: np.ndarray) -> np.ndarray:

@@ -32,8 +32,8 @@ import numpy as np
 
 from .errors import WorkloadError
 from .marginals import Marginals, ResidualMarginals, workload_eigen_weights
-from .matrix import InvertibleGram, Kronecker, Matrix, VStack, Weighted
-from .workload import Workload
+from .matrix import InvertibleGram, Kronecker, Matrix, VStack, Weighted, kron_terms
+from .workload import Term, Workload
 
 #: Relative residual above which a workload factor counts as unsupported.
 SUPPORT_TOL = 1e-8
@@ -139,18 +139,20 @@ class KronStrategy(Strategy):
             products = np.prod(T, axis=1)
         return float(np.sum(w2 * np.where((T == 0).any(axis=1), 0.0, products)))
 
+    def factor_cross_diag(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
+        """``diag(x X_i⁺ yᵀ)`` for two factors on attribute ``i``; for ``x is y``, ``inf``
+        on the rows this factor cannot answer."""
+        v = _cross_diag(x, y, self._pinvs[i])
+        if x is y and self._projectors[i] is not None and not self._supports(i, x.gram().dense()):
+            v = np.where(self._supported_rows(i, x), v, math.inf)
+        return v
+
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         self._check_domain(workload, self.domain)
         out = []
         for w, fs in workload.terms:
-            parts = []
-            for i, f in enumerate(fs):
-                v = f.quadratic_diag(self._pinvs[i])
-                if self._projectors[i] is not None and not self._supports(i, f.gram().dense()):
-                    v = np.where(self._supported_rows(i, f), v, math.inf)
-                parts.append(v)
             with np.errstate(invalid="ignore"):
-                var = reduce(np.kron, parts)
+                var = reduce(np.kron, [self.factor_cross_diag(i, f, f) for i, f in enumerate(fs)])
             # 0 · inf: an all-zero query row (answered exactly) times an unsupported factor row
             out.append(w * w * np.where(np.isnan(var), 0.0, var))
         return out
@@ -164,7 +166,8 @@ class KronStrategy(Strategy):
 
 @dataclass
 class UnionStrategy(Strategy):
-    """A weighted union of Kronecker strategies (HDMM Definition 19).
+    """A weighted union of strategies (HDMM Definition 19): Kronecker products,
+    or marginal strategies with fixed factors for clusters of marginal-like terms.
 
     Part ``l`` is measured with weight ``c_l`` and answers exactly the workload
     terms in ``groups[l]`` by its own least squares, so term errors add up as
@@ -172,7 +175,7 @@ class UnionStrategy(Strategy):
     of joint least squares over the whole union.
     """
 
-    parts: list[KronStrategy]
+    parts: list[KronStrategy | MarginalStrategy]
     weights: list[float]
     groups: list[list[int]]
     operator: str = "OPT_plus"
@@ -181,7 +184,7 @@ class UnionStrategy(Strategy):
     def matrix(self) -> VStack:
         return VStack([Weighted(p.matrix, c) for p, c in zip(self.parts, self.weights)])
 
-    def _assignment(self, workload: Workload) -> list[tuple[int, KronStrategy, float]]:
+    def _assignment(self, workload: Workload) -> list[tuple[int, KronStrategy | MarginalStrategy, float]]:
         listed = sorted(k for g in self.groups for k in g)
         if listed != list(range(len(workload.terms))):
             raise WorkloadError("union strategy groups do not cover the workload's terms exactly once")
@@ -210,29 +213,102 @@ class UnionStrategy(Strategy):
 
 @dataclass
 class MarginalStrategy(Strategy):
-    """A strategy whose Gram matrix lies in the marginal algebra (HDMM §8).
+    """A strategy whose Gram matrix lies in the marginal algebra (HDMM §8),
+    optionally in Kronecker product with fixed factors on some attributes.
 
-    Either weighted marginals (:class:`~dpsql.marginals.Marginals`) or the
-    residual realization of the same Gram matrices
+    ``strategy`` is weighted marginals (:class:`~dpsql.marginals.Marginals`)
+    or the residual realization of the same Gram matrices
     (:class:`~dpsql.marginals.ResidualMarginals`). The error is
     ``Σ_t γ_t / λ_t`` (Theorem 11) with ``γ`` from
     :func:`~dpsql.marginals.workload_eigen_weights`.
+
+    ``fixed``, when given, has one entry per attribute of the full domain: a
+    factor matrix ``A_i`` on the attributes ``S`` it names, None on the
+    attributes ``strategy`` spans (in domain order). The strategy is then
+    ``(⊗_{i∈S} A_i) ⊗ M`` with the attributes in domain order, and since
+    ``(AᵀA)⁺ = ⊗_{i∈S} X_i⁺ ⊗ X_M⁺`` a term's error is
+    ``Π_{i∈S} tr(G_i X_i⁺) · Σ_t γ_t / λ_t``, the eigen weights taken over the
+    marginal attributes. OPT_+ uses it for a group of workload terms that
+    share their structured factors (ranges, prefixes) and differ only in
+    marginal ones (identities, totals).
     """
 
     strategy: Marginals | ResidualMarginals
     operator: str = "OPT_M"
+    fixed: tuple[Matrix | None, ...] | None = None
 
-    @property
+    def __post_init__(self) -> None:
+        if self.fixed is not None and all(f is None for f in self.fixed):
+            self.fixed = None
+        if self.fixed is not None and [f is None for f in self.fixed].count(True) != len(self.strategy.domain):
+            raise WorkloadError("a marginal strategy's fixed factors must leave one attribute per marginal attribute")
+
+    @cached_property
+    def marginal_attributes(self) -> list[int]:
+        """Positions, in the full domain, of the attributes ``strategy`` spans."""
+        if self.fixed is None:
+            return list(range(len(self.strategy.domain)))
+        return [i for i, f in enumerate(self.fixed) if f is None]
+
+    @cached_property
+    def _fixed(self) -> tuple[list[int], KronStrategy | None]:
+        """The fixed attributes and their product (None when there are none)."""
+        if self.fixed is None:
+            return [], None
+        S = [i for i, f in enumerate(self.fixed) if f is not None]
+        return S, KronStrategy(tuple(self.fixed[i] for i in S))
+
+    @cached_property
+    def domain(self) -> tuple[int, ...]:
+        if self.fixed is None:
+            return tuple(self.strategy.domain)
+        sizes = iter(self.strategy.domain)
+        return tuple(next(sizes) if f is None else f.shape[1] for f in self.fixed)
+
+    def interleave(self, fixed: Sequence, marginal: Sequence) -> list:
+        """One entry per attribute: ``fixed[j]`` on the j-th fixed attribute,
+        ``marginal[j]`` on the j-th marginal one."""
+        if self.fixed is None:
+            return list(marginal)
+        f, m = iter(fixed), iter(marginal)
+        return [next(m) if x is None else next(f) for x in self.fixed]
+
+    @cached_property
     def matrix(self) -> Matrix:
-        return self.strategy
+        if self.fixed is None:
+            return self.strategy
+        S, kron = self._fixed
+        return VStack([Weighted(Kronecker(self.interleave(kron.factors, fs)), w)
+                       for w, fs in kron_terms(self.strategy)])
 
     @cached_property
     def eigenvalues(self) -> np.ndarray:
         return self.strategy.gram().eigenvalues()
 
+    def _split(self, terms: Sequence[Term]) -> tuple[np.ndarray, list[Term]]:
+        """Per term, the product of the fixed attributes' traces ``Π_{i∈S} tr(G_i X_i⁺)``
+        (0 for a zero factor, ``inf`` if unsupported), and the terms' marginal-attribute parts."""
+        R = self.marginal_attributes
+        marginal = [(w, tuple(fs[i] for i in R)) for w, fs in terms]
+        S, kron = self._fixed
+        if kron is None:
+            return np.ones(len(terms)), marginal
+        T = np.array([[kron.factor_trace(j, fs[i].gram().dense()) for j, i in enumerate(S)] for _, fs in terms])
+        with np.errstate(invalid="ignore"):
+            return np.where((T == 0).any(axis=1), 0.0, np.prod(T, axis=1)), marginal
+
     def trace_error(self, workload: Workload) -> float:
-        self._check_domain(workload, self.strategy.domain)
-        return eigen_trace_error(workload_eigen_weights(workload.domain, workload.terms), self.eigenvalues)
+        self._check_domain(workload, self.domain)
+        scale, marginal = self._split(workload.terms)
+        sub = self.strategy.domain
+        if self.fixed is None:
+            return eigen_trace_error(workload_eigen_weights(sub, marginal), self.eigenvalues)
+        total = 0.0
+        for c, term in zip(scale, marginal):
+            e = eigen_trace_error(workload_eigen_weights(sub, [term]), self.eigenvalues) if c > 0 else 0.0
+            if e > 0:  # a term whose marginal part is zero has no error, whatever its fixed part
+                total += c * e
+        return float(total)
 
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         """``diag(W_k X⁺ W_kᵀ)`` for every term (see :meth:`cross_variances`)."""
@@ -241,33 +317,39 @@ class MarginalStrategy(Strategy):
     def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
         """``diag(W_a X⁺ W_bᵀ) = Σ_t (1/λ_t) ⊗_i diag(W_ai Π_t,i W_biᵀ)``.
 
-        On attribute ``i`` the projector onto the ones vector contributes
-        ``row_sum_a · row_sum_b / n_i`` and its complement the rest of
-        ``diag(W_ai W_biᵀ)``; only subsets of the attributes where a term is
-        not constant contribute.
+        On a marginal attribute ``i`` the projector onto the ones vector
+        contributes ``row_sum_a · row_sum_b / n_i`` and its complement the rest
+        of ``diag(W_ai W_biᵀ)``; only subsets of the attributes where a term is
+        not constant contribute. A fixed attribute contributes
+        ``diag(W_ai X_i⁺ W_biᵀ)`` to every subset.
         """
-        self._check_domain(workload, self.strategy.domain)
+        self._check_domain(workload, self.domain)
         lam = self.eigenvalues
-        d = len(workload.domain)
         (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
-        ones = [x.row_sums() * y.row_sums() / n for x, y, n in zip(fa, fb, workload.domain)]
-        full = [x.row_norms_sq() if a == b else _cross_diag(x, y, np.eye(n))
-                for x, y, n in zip(fa, fb, workload.domain)]
+        R = self.marginal_attributes
+        S, kron = self._fixed
+        pinned = [kron.factor_cross_diag(j, fa[i], fb[i]) for j, i in enumerate(S)]
+        sizes = self.strategy.domain
+        ones = [fa[i].row_sums() * fb[i].row_sums() / n for i, n in zip(R, sizes)]
+        full = [fa[i].row_norms_sq() if a == b else _cross_diag(fa[i], fb[i], np.eye(n)) for i, n in zip(R, sizes)]
         rest = [f - o for f, o in zip(full, ones)]
         if a == b:
             rest = [np.maximum(r, 0.0) for r in rest]
-        active = [i for i in range(d) if np.abs(rest[i]).max() > SUPPORT_TOL * max(1.0, np.abs(ones[i]).max())]
+        active = [j for j in range(len(R)) if np.abs(rest[j]).max() > SUPPORT_TOL * max(1.0, np.abs(ones[j]).max())]
         var = np.zeros(math.prod(f.shape[0] for f in fa))
-        for r in range(len(active) + 1):
-            for sub in itertools.combinations(active, r):
-                t = sum(1 << i for i in sub)
-                contrib = reduce(np.kron, [rest[i] if i in sub else ones[i] for i in range(d)])
-                if lam[t] <= 0:
-                    if np.abs(contrib).max() > 0:
-                        var = var + np.where(contrib != 0, math.inf, 0.0)
-                    continue
-                var = var + contrib / lam[t]
-        return wa * wb * var
+        with np.errstate(invalid="ignore"):
+            for r in range(len(active) + 1):
+                for sub in itertools.combinations(active, r):
+                    t = sum(1 << j for j in sub)
+                    contrib = reduce(np.kron, self.interleave(
+                        pinned, [rest[j] if j in sub else ones[j] for j in range(len(R))]))
+                    if lam[t] <= 0:
+                        if np.abs(np.nan_to_num(contrib)).max() > 0:
+                            var = var + np.where(contrib != 0, math.inf, 0.0)
+                        continue
+                    var = var + contrib / lam[t]
+        # 0 · inf: an all-zero query row (answered exactly) times an unsupported fixed-factor row
+        return wa * wb * np.where(np.isnan(var), 0.0, var)
 
 
 def _cross_diag(A: Matrix, B: Matrix, M: np.ndarray) -> np.ndarray:

@@ -58,8 +58,12 @@ def test_roundtrip_all_strategy_types(tmp_path):
     cache = StrategyCache(tmp_path)
     W1 = Workload.of(AllRange(8))
     W2 = marginals_workload((2, 3, 4), 1)
+    # OPT_+ with a part that fixes a prefix on attribute 0 and has marginals on the rest
+    W3 = Workload((5, 2, 3), [(1.0, (Prefix(5), Identity(2), Total(3))), (1.0, (Prefix(5), Total(2), Identity(3))),
+                              (1.0, (Prefix(5), Total(2), Prefix(3)))])
     for W, noise, ops in [(W1, LAP, ["OPT_0"]), (W1, GAU, ["OPT_0"]), (W2, GAU, ["OPT_M"]), (W2, LAP, ["OPT_M"]),
-                          (W2, LAP, ["OPT_plus"]), (W2, GAU, ["OPT_kron"])]:
+                          (W2, LAP, ["OPT_plus"]), (W2, GAU, ["OPT_kron"]), (W3, LAP, ["OPT_plus"]),
+                          (W3, GAU, ["OPT_plus"])]:
         sel = select(W, noise, operators=ops, restarts=1)
         key = cache.key(W, noise, operators=ops)
         cache.put(key, sel.strategy)

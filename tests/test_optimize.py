@@ -281,3 +281,55 @@ def test_select_gaussian_marginals_reaches_svd_bound():
     W = marginals_workload((3, 4, 5), 2)
     sel = select(W, GAU, restarts=1)
     assert sel.rmse == pytest.approx(svd_bound(W, GAU), rel=1e-6)
+
+
+def prefix_marginals_workload():
+    """Prefix on attribute 0 times each 1-way marginal of the others, the 2-way
+    marginals among the others, and a prefix-by-prefix term."""
+    domain = (6, 3, 2, 4, 5)
+    terms = []
+    for j in range(1, 4):
+        terms.append((1.0, tuple(Prefix(6) if i == 0 else Identity(n) if i == j else Total(n)
+                                 for i, n in enumerate(domain))))
+    for a, b in [(1, 2), (1, 3), (2, 3)]:
+        terms.append((1.0, tuple(Identity(n) if i in (a, b) else Total(n) for i, n in enumerate(domain))))
+    terms.append((1.0, (Prefix(6), Total(3), Total(2), Total(4), Prefix(5))))
+    return Workload(domain, terms)
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=IDS)
+def test_opt_plus_marginal_clusters(noise):
+    W = prefix_marginals_workload()
+    U = opt_plus(W, noise, seed=1)
+    default = opt_plus(W, noise, seed=1, clusters=False)
+    assert len(default.parts) == len(W.terms)
+    # the prefix x 1-way marginal terms share one part with the prefix fixed, and so do the 2-way marginals
+    groups = {tuple(sorted(g)): p for g, p in zip(U.groups, U.parts)}
+    assert set(groups) == {(0, 1, 2), (3, 4, 5), (6,)}
+    fixed = groups[(0, 1, 2)]
+    assert isinstance(fixed, MarginalStrategy) and fixed.marginal_attributes == [1, 2, 3]
+    assert isinstance(groups[(3, 4, 5)], MarginalStrategy) and groups[(3, 4, 5)].marginal_attributes == [1, 2, 3]
+    assert isinstance(groups[(6,)], KronStrategy)
+    # exact local least-squares error, unit sensitivity, and better than HDMM's default clustering
+    assert expected_error(W, U, noise) == pytest.approx(union_oracle_tse(W, U, noise), rel=1e-6)
+    A = np.vstack([c * p.matrix.dense() for p, c in zip(U.parts, U.weights)])
+    assert U.sensitivity(noise.norm) == pytest.approx(dense_sens(A, noise.norm), rel=1e-9)
+    assert dense_sens(A, noise.norm) <= 1.0 + 1e-9
+    assert expected_error(W, U, noise) < 0.95 * expected_error(W, default, noise)
+
+
+def test_opt_plus_keeps_default_groups_when_a_cluster_does_not_help(monkeypatch):
+    """A cluster is merged only if its joint part beats the sum of its groups'
+    shares. Given a poor marginal part (every marginal weighted alike), the
+    default groups must stay, with the default clustering's error."""
+    import dpsql.optimize.union as union
+
+    def uniform(workload, noise, restarts=1, seed=0):
+        return MarginalStrategy(Marginals(workload.domain, np.ones(2 ** len(workload.domain))))
+
+    monkeypatch.setattr(union, "opt_marginal", uniform)
+    W = prefix_marginals_workload()
+    U = opt_plus(W, LAP, seed=1)
+    assert all(isinstance(p, KronStrategy) for p in U.parts) and len(U.parts) == len(W.terms)
+    default = opt_plus(W, LAP, seed=1, clusters=False)
+    assert expected_error(W, U, LAP) == pytest.approx(expected_error(W, default, LAP), rel=1e-9)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql.marginals import Marginals
+from dpsql.marginals import Marginals, ResidualMarginals
 from dpsql.matrix import Identity, Prefix, Total
 from dpsql.reconstruct import least_squares
-from dpsql.strategy import KronStrategy, MarginalStrategy
+from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
 from dpsql.workload import Workload
 
 DOMAIN = (3, 2, 4)
@@ -46,3 +46,31 @@ def test_kronecker_strategy_least_squares_matches_dense_pseudo_inverse():
     W = _workload()
     y = np.random.default_rng(1).normal(size=A.matrix.shape[0])
     np.testing.assert_allclose(least_squares(W, A, y), W.dense() @ np.linalg.pinv(A.matrix.dense()) @ y, atol=1e-9)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["marginals", "residual"])
+def test_marginal_strategy_with_fixed_factors_least_squares_matches_dense_pseudo_inverse(residual):
+    """``(Prefix on attribute 0) ⊗ M`` on the others: the pseudo-inverse's
+    marginal terms carry the fixed factor's pseudo-inverse along."""
+    rng = np.random.default_rng(7 + residual)
+    theta = rng.uniform(0.5, 2.0, size=4)
+    M = ResidualMarginals(DOMAIN[1:], theta) if residual else Marginals(DOMAIN[1:], theta)
+    A = MarginalStrategy(M, fixed=(Prefix(3), None, None))
+    W = _workload()
+    y = rng.normal(size=A.matrix.shape[0])
+    np.testing.assert_allclose(least_squares(W, A, y), W.dense() @ np.linalg.pinv(A.matrix.dense()) @ y, atol=1e-9)
+
+
+def test_union_with_marginal_part_least_squares_is_local():
+    """An OPT_+ union answers each group from its own part only (local least squares)."""
+    W = _workload()
+    parts = [MarginalStrategy(Marginals(DOMAIN[1:], np.array([0.2, 0.5, 0.3, 0.4])), fixed=(Identity(3), None, None)),
+             KronStrategy((Prefix(3), Identity(2), Prefix(4)))]
+    U = UnionStrategy(parts, [0.6, 0.4], [[0, 1, 3], [2]])
+    y = np.random.default_rng(3).normal(size=U.matrix.shape[0])
+    n0 = parts[0].matrix.shape[0]
+    own = {k: (0.6 * parts[0].matrix.dense(), y[:n0]) for k in (0, 1, 3)}
+    own[2] = (0.4 * parts[1].matrix.dense(), y[n0:])
+    want = np.concatenate([W.dense()[W.term_rows(k)] @ np.linalg.pinv(A) @ y_part
+                           for k, (A, y_part) in sorted(own.items())])
+    np.testing.assert_allclose(least_squares(W, U, y), want, atol=1e-9)

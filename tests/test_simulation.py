@@ -137,3 +137,16 @@ def test_simulation_marginal_strategy(noise, kind):
     S = MarginalStrategy(A)
     sq = simulate_global(W.dense(), A.dense(), noise, rng)
     compare(sq, query_variances(W, S, noise), expected_error(W, S, noise))
+
+
+@pytest.mark.parametrize("noise", [LAP, GAU], ids=["laplace", "gaussian"])
+def test_simulation_marginal_strategy_with_fixed_factors(noise):
+    """(p-Identity on attribute 0) ⊗ (weighted marginals on attributes 1, 2): OPT_+'s cluster part."""
+    rng = np.random.default_rng(500 + noise.norm)
+    domain = (4, 2, 3)
+    W = Workload(domain, [(1.0, (Prefix(4), Identity(2), Total(3))), (1.0, (Prefix(4), Total(2), Identity(3))),
+                          (0.5, (AllRange(4), Identity(2), Identity(3)))])
+    theta = np.random.default_rng(10).random(4) + 0.2
+    S = MarginalStrategy(Marginals(domain[1:], theta), fixed=(PIdentity(_theta(1, 4, 3), noise.norm), None, None))
+    sq = simulate_global(W.dense(), S.matrix.dense(), noise, rng)
+    compare(sq, query_variances(W, S, noise), expected_error(W, S, noise))

@@ -333,3 +333,94 @@ def test_published_conventions():
     assert round(svd_bound(W, gau), 2) == 9.62
     # and the same through the dense oracle
     assert math.sqrt(oracle(W.dense(), np.eye(64), lap)[0] / W.shape[0]) == pytest.approx(rmse(W, I, lap))
+
+
+# ---------------------------------------------------------------------------
+# MarginalStrategy with fixed factors: (⊗_{i∈S} A_i) ⊗ M, attributes interleaved
+# ---------------------------------------------------------------------------
+
+FDOM = (4, 3, 5, 2)
+
+
+def fixed_workloads():
+    return {
+        # the OPT_+ cluster shape: a structured factor shared, marginals elsewhere
+        "prefix_marginals": Workload(FDOM, [
+            (1.0, (Prefix(4), Identity(3), Total(5), Total(2))),
+            (2.0, (Prefix(4), Total(3), Identity(5), Total(2))),
+            (0.5, (Prefix(4), Identity(3), Total(5), Identity(2))),
+        ]),
+        # any conjunctive workload is still evaluated exactly
+        "general": Workload(FDOM, [
+            (1.0, (AllRange(4), IdentityTotal(3), Prefix(5), Total(2))),
+            (-0.7, (Identity(4), Total(3), WidthRange(5, 2), Identity(2))),
+        ]),
+    }
+
+
+FW = fixed_workloads()
+
+
+def _fixed_strategies():
+    p1 = PIdentity(_theta(1, 4, 11), 1)
+    p2 = PIdentity(_theta(2, 5, 12), 2)
+    return {
+        # fixed on attribute 0, marginals on attributes 1-3
+        "one_fixed": MarginalStrategy(Marginals((3, 5, 2), _theta_full(5)), fixed=(p1, None, None, None)),
+        # fixed on attributes 0 and 2 (not contiguous), residual marginals on 1 and 3
+        "two_fixed_residual": MarginalStrategy(ResidualMarginals((3, 2), np.array([0.4, 1.0, 0.7, 1.3])),
+                                               fixed=(p1, None, p2, None)),
+        # a sparse marginal part: only some subsets measured
+        "sparse": MarginalStrategy(Marginals((3, 5, 2), _theta_full(6, zero=(0, 2, 4, 6))),
+                                   fixed=(Prefix(4), None, None, None)),
+    }
+
+
+FSTRATS = _fixed_strategies()
+
+
+@pytest.mark.parametrize("noise", NOISES[:2], ids=NOISE_IDS[:2])
+@pytest.mark.parametrize("wname", list(FW))
+@pytest.mark.parametrize("sname", list(FSTRATS))
+def test_marginal_strategy_with_fixed_factors(sname, wname, noise):
+    S = FSTRATS[sname]
+    A = S.matrix.dense()
+    assert A.shape[1] == math.prod(FDOM) and S.domain == FDOM
+    sens = (np.abs(A).sum(axis=0) if noise.norm == 1 else np.sqrt((A**2).sum(axis=0))).max()
+    assert S.sensitivity(noise.norm) == pytest.approx(sens, rel=1e-12)
+    check(FW[wname], S, noise)
+
+
+def test_marginal_strategy_fixed_factor_matrix_is_the_kronecker_product():
+    """Up to row order, the stacked blocks are ``A_0 ⊗ M`` for a fixed first attribute."""
+    S = FSTRATS["one_fixed"]
+    A0 = S.fixed[0].dense()
+    M = S.strategy.dense()
+    np.testing.assert_allclose(S.matrix.gram().dense(), np.kron(A0.T @ A0, M.T @ M), atol=1e-12)
+
+
+def test_marginal_strategy_fixed_factor_unsupported_is_inf():
+    # a total on attribute 0 cannot answer a prefix there; the other terms stay finite
+    S = MarginalStrategy(Marginals((3, 5, 2), _theta_full(7)), fixed=(Total(4), None, None, None))
+    W = FW["prefix_marginals"]
+    check(W, S, Laplace(1.0))
+    assert math.isinf(expected_error(W, S, Laplace(1.0)))
+    W_total = Workload(FDOM, [(1.0, (Total(4), Identity(3), Total(5), Identity(2)))])
+    check(W_total, S, Laplace(1.0))
+    assert math.isfinite(expected_error(W_total, S, Laplace(1.0)))
+
+
+@pytest.mark.parametrize("sname", list(FSTRATS))
+def test_marginal_strategy_with_fixed_factors_cross_variances(sname):
+    S = FSTRATS[sname]
+    W = Workload(FDOM, [(1.0, (Prefix(4), Identity(3), Total(5), Identity(2))),
+                        (-2.0, (Identity(4), Identity(3), Dense(np.array([[1.0, 0, 1, 1, 0]])), Identity(2)))])
+    A = S.matrix.dense()
+    Xp = np.linalg.pinv(A.T @ A, rcond=1e-10, hermitian=True)
+    Wa, Wb = W.dense()[W.term_rows(0)], W.dense()[W.term_rows(1)]
+    np.testing.assert_allclose(S.cross_variances(W, 0, 1), np.einsum("ij,jk,ik->i", Wa, Xp, Wb), rtol=1e-9, atol=1e-12)
+
+
+def test_marginal_strategy_fixed_factors_must_match_the_marginal_domain():
+    with pytest.raises(WorkloadError):
+        MarginalStrategy(Marginals((3, 5), np.ones(4)), fixed=(Prefix(4), None, None, None))

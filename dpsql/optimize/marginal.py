@@ -27,6 +27,7 @@ import numpy as np
 import scipy.optimize
 
 from ..marginals import (
+    MAX_ATTRIBUTES,
     Marginals,
     MarginalsGram,
     ResidualMarginals,
@@ -40,6 +41,9 @@ from ..privacy import NoiseModel
 from ..strategy import MarginalStrategy
 from ..workload import Workload
 
+
+#: Largest number of attributes OPT_M optimizes over (``2^d`` marginal weights).
+MAX_SEARCH_ATTRIBUTES = min(16, MAX_ATTRIBUTES)
 
 #: Random starts per requested restart for the (cheap) Laplace OPT_M search.
 STARTS_PER_RESTART = 6

@@ -26,12 +26,11 @@ from tqdm.auto import tqdm
 from ..cache import StrategyCache
 from ..error import rmse as expected_rmse
 from ..errors import WorkloadError
-from ..marginals import MAX_ATTRIBUTES
 from ..privacy import NoiseModel
 from ..strategy import Strategy
 from ..workload import Workload
 from .kron import opt_kron
-from .marginal import opt_marginal
+from .marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from .opt0 import opt_0
 from .union import opt_plus, product_groups
 
@@ -39,9 +38,6 @@ log = logging.getLogger("dpsql.optimize")
 
 #: Operators that take longer than this many seconds print a progress line.
 PROGRESS_AFTER = 2.0
-
-#: Largest number of attributes OPT_M optimizes over (2^d marginal weights).
-OPT_M_MAX_ATTRIBUTES = 16
 
 OPERATORS: dict[str, Callable[..., Strategy]] = {
     "OPT_0": opt_0,
@@ -60,7 +56,7 @@ def feasible(workload: Workload) -> list[str]:
         ops.append("OPT_kron")
     if len(product_groups(workload)) > 1:
         ops.append("OPT_plus")
-    if len(workload.domain) <= min(OPT_M_MAX_ATTRIBUTES, MAX_ATTRIBUTES):
+    if len(workload.domain) <= MAX_SEARCH_ATTRIBUTES:
         ops.append("OPT_M")
     return ops
 
