@@ -16,8 +16,9 @@ not in the row space of ``A``).
 
 The shapes match the HDMM operators: :class:`KronStrategy` (OPT_0 and
 OPT_⊗), :class:`UnionStrategy` (OPT_+, each group of workload terms answered
-by its own product, "local least squares") and :class:`MarginalStrategy`
-(OPT_M).
+by its own part, "local least squares") and :class:`MarginalStrategy` (OPT_M,
+and with fixed factors on some attributes an OPT_+ part for a cluster of
+marginal-like terms).
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ class MarginalStrategy(Strategy):
     def matrix(self) -> Matrix:
         if self.fixed is None:
             return self.strategy
-        S, kron = self._fixed
+        _, kron = self._fixed
         return VStack([Weighted(Kronecker(self.interleave(kron.factors, fs)), w)
                        for w, fs in kron_terms(self.strategy)])
 

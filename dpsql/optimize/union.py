@@ -147,9 +147,8 @@ def opt_plus(
     for l in kept:
         if l not in live:
             groups[live[0]] = groups[live[0]] + groups[l]
-    # parts have unit sensitivity except marginal ones (OPT_M's Gaussian weights are not normalized)
-    sens = np.array([parts[l].sensitivity(noise.norm) if isinstance(parts[l], MarginalStrategy) else 1.0
-                     for l in live])
+    # errors are at unit sensitivity; OPT_M's Gaussian weights, for one, are not normalized
+    sens = np.array([parts[l].sensitivity(noise.norm) for l in live])
     weights = budget_weights(np.array([errors[l] for l in live]), noise.norm) if len(live) > 1 else np.ones(1)
     return UnionStrategy([parts[l] for l in live], [float(c) for c in weights / sens], [groups[l] for l in live],
                          operator="OPT_plus")
