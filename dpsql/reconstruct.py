@@ -144,11 +144,15 @@ def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
                 ones = False
             key.append(ones)
         merged[tuple(key)] = merged.get(tuple(key), 0.0) + c
-    # a fixed factor (neither I nor J) is the same matrix in every term
-    first = pinv[0][1]
-    return [(c, [K_i if not isinstance(K_i, (Ones, Identity)) else Ones(n, n) if ones else Identity(n)
-                 for ones, K_i, n in zip(key, first, (K.shape[0] for K in first))])
-            for key, c in merged.items()]
+    return [(c, [_rebuilt(ones, K_i) for ones, K_i in zip(key, pinv[0][1])]) for key, c in merged.items()]
+
+
+def _rebuilt(ones: bool, K_i: Matrix) -> Matrix:
+    """A merged term's factor: ``J`` or ``I``, or the fixed factor (the same matrix in every term)."""
+    if not isinstance(K_i, (Ones, Identity)):
+        return K_i
+    n = K_i.shape[0]
+    return Ones(n, n) if ones else Identity(n)
 
 
 def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: np.ndarray) -> np.ndarray:

@@ -241,8 +241,11 @@ class MarginalStrategy(Strategy):
     def __post_init__(self) -> None:
         if self.fixed is not None and all(f is None for f in self.fixed):
             self.fixed = None
-        if self.fixed is not None and [f is None for f in self.fixed].count(True) != len(self.strategy.domain):
-            raise WorkloadError("a marginal strategy's fixed factors must leave one attribute per marginal attribute")
+        if self.fixed is not None:
+            free = sum(f is None for f in self.fixed)
+            if free != len(self.strategy.domain):
+                raise WorkloadError(f"a marginal strategy over {len(self.strategy.domain)} attributes needs as many "
+                                    f"None entries in fixed, got {free}")
 
     @cached_property
     def marginal_attributes(self) -> list[int]:
