@@ -87,10 +87,12 @@ def _factored_part(workload: Workload, terms: Sequence[Term], noise: NoiseModel,
     """``(⊗_{i∈S} A_i) ⊗ M`` for a cluster and its error at unit sensitivity, or None
     when the marginal attributes are too many for OPT_M.
 
-    The error is ``Σ_k w_k² Π_{i∈S} tr(G_ki X_i⁺) · err_k(M)`` and the
-    sensitivity the product of the parts', so the fixed factors are found
-    first (OPT_⊗ on the structured attributes) and ``M`` is then OPT_M on the
-    marginal attributes with each term reweighted by its fixed traces.
+    Every term of a cluster has the same factors on ``S`` (its structured
+    attributes, and those it only totals), so a term's error is
+    ``w_k² · Π_{i∈S} tr(G_i X_i⁺) · err_k(M)`` with a common first factor and
+    the sensitivity is the product of the two parts'. The fixed factors are
+    thus OPT_⊗ for the shared factors alone, and ``M`` is OPT_M for the
+    terms' marginal attributes.
     """
     d = len(workload.domain)
     R = [i for i in range(d) if in_algebra(terms[0][1][i]) and not all(is_total(fs[i]) for _, fs in terms)]
@@ -99,18 +101,12 @@ def _factored_part(workload: Workload, terms: Sequence[Term], noise: NoiseModel,
         return None
     fixed: list[Matrix | None] = [None] * d
     if S:
-        S_terms = [(1.0, tuple(fs[i] for i in S)) for _, fs in terms]
-        factors, _ = _best_kron([workload.domain[i] for i in S], S_terms, noise.norm, rng, memos)
-        traces = KronStrategy(factors).term_traces(Workload([workload.domain[i] for i in S], S_terms))
-        scale = np.prod(traces, axis=1)
+        shared = [(1.0, tuple(terms[0][1][i] for i in S))]
+        factors, _ = _best_kron([workload.domain[i] for i in S], shared, noise.norm, rng, memos)
         for i, f in zip(S, factors):
             fixed[i] = f
-    else:
-        scale = np.ones(len(terms))
-    marginal = [(w * math.sqrt(c), tuple(fs[i] for i in R)) for c, (w, fs) in zip(scale, terms) if c > 0]
-    if not marginal:
-        return None
-    M = opt_marginal(Workload([workload.domain[i] for i in R], marginal), noise, restarts=restarts, seed=seed)
+    marginal = Workload([workload.domain[i] for i in R], [(w, tuple(fs[i] for i in R)) for w, fs in terms])
+    M = opt_marginal(marginal, noise, restarts=restarts, seed=seed)
     part = MarginalStrategy(M.strategy, operator="OPT_plus", fixed=tuple(fixed))
     error = part.trace_error(Workload(workload.domain, terms)) * part.sensitivity(noise.norm) ** 2
     return part, error
