@@ -19,6 +19,7 @@ from dpsql.kernel import PrivateTable, required_marginals, strategy_answers
 from dpsql.ledger import Ledger
 from dpsql.marginals import Marginals
 from dpsql.matrix import Dense, Identity, IdentityTotal, Prefix, Total
+from dpsql.optimize import select
 from dpsql.privacy import Gaussian, Laplace
 from dpsql.reconstruct import least_squares
 from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
@@ -342,8 +343,6 @@ def test_filtered_group_bys_use_a_factored_opt_plus_part_and_stay_exact():
     """GROUP BYs that share one WHERE and differ in their keys form an OPT_+
     cluster: the filter fixed on its attribute, marginals on the keys. The
     answers through that part equal DuckDB's at a huge budget."""
-    from dpsql.optimize import select
-
     con = make_table(400, seed=8)
     sqls = ["SELECT region, COUNT(*) AS n FROM people WHERE age < 12 GROUP BY region",
             "SELECT sex, COUNT(*) AS n FROM people WHERE age < 12 GROUP BY sex",

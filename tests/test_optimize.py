@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import dpsql.optimize.union as union_module
 from dpsql.error import expected_error, rmse, svd_bound
 from dpsql.errors import WorkloadError
 from dpsql.marginals import Marginals, ResidualMarginals
@@ -322,12 +323,10 @@ def test_opt_plus_keeps_default_groups_when_a_cluster_does_not_help(monkeypatch)
     """A cluster is merged only if its joint part beats the sum of its groups'
     shares. Given a poor marginal part (every marginal weighted alike), the
     default groups must stay, with the default clustering's error."""
-    import dpsql.optimize.union as union
-
     def uniform(workload, noise, restarts=1, seed=0):
         return MarginalStrategy(Marginals(workload.domain, np.ones(2 ** len(workload.domain))))
 
-    monkeypatch.setattr(union, "opt_marginal", uniform)
+    monkeypatch.setattr(union_module, "opt_marginal", uniform)
     W = prefix_marginals_workload()
     U = opt_plus(W, LAP, seed=1)
     assert all(isinstance(p, KronStrategy) for p in U.parts) and len(U.parts) == len(W.terms)
