@@ -132,13 +132,16 @@ class KronStrategy(Strategy):
             [[self.factor_trace(i, f.gram().dense()) for i, f in enumerate(fs)] for _, fs in workload.terms]
         )
 
-    def trace_error(self, workload: Workload) -> float:
+    def term_errors(self, workload: Workload) -> np.ndarray:
+        """``Π_i tr(G_ki X_i⁺)`` per term, weights aside: ``inf`` if unsupported, and 0 for a
+        term with a zero factor (its queries are all zero, with zero error)."""
         T = self.term_traces(workload)
-        w2 = np.array([w * w for w, _ in workload.terms])
-        # a zero factor trace means a zero factor: the term's queries are all zero, with zero error
         with np.errstate(invalid="ignore"):
-            products = np.prod(T, axis=1)
-        return float(np.sum(w2 * np.where((T == 0).any(axis=1), 0.0, products)))
+            return np.where((T == 0).any(axis=1), 0.0, np.prod(T, axis=1))
+
+    def trace_error(self, workload: Workload) -> float:
+        w2 = np.array([w * w for w, _ in workload.terms])
+        return float(np.sum(w2 * self.term_errors(workload)))
 
     def factor_cross_diag(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
         """``diag(x X_i⁺ yᵀ)`` for two factors on attribute ``i``; for ``x is y``, ``inf``
@@ -297,9 +300,7 @@ class MarginalStrategy(Strategy):
         S, kron = self._fixed
         if kron is None:
             return np.ones(len(terms)), marginal
-        T = np.array([[kron.factor_trace(j, fs[i].gram().dense()) for j, i in enumerate(S)] for _, fs in terms])
-        with np.errstate(invalid="ignore"):
-            return np.where((T == 0).any(axis=1), 0.0, np.prod(T, axis=1)), marginal
+        return kron.term_errors(Workload(kron.domain, [(1.0, tuple(fs[i] for i in S)) for _, fs in terms])), marginal
 
     def trace_error(self, workload: Workload) -> float:
         self._check_domain(workload, self.domain)
