@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import duckdb
+
 from .budget import Budget, Cost
 from .connection import connect
 from .errors import Error
@@ -133,8 +135,9 @@ def _write_atomic(result: "Result | SyntheticTable", path: Path) -> None:
     try:
         if fmt == "csv":
             result.df.to_csv(tmp, index=False)
-        else:
-            result.relation.write_parquet(tmp)
+        else:  # the analyst's DuckDB cannot write files: a scratch one writes the released frame
+            with duckdb.connect() as writer:
+                writer.from_df(result.df).write_parquet(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)

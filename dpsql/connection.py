@@ -14,10 +14,11 @@
 
 Each call compiles its SQL into one workload, selects a measurement strategy
 for it with HDMM (data-independent, cached on disk), has the private kernel
-(:mod:`dpsql.kernel`) measure it once with noise and record the spend, and
-reconstructs every answer by least squares with its standard error. Nothing
-that fails before the kernel's ledger write (bad SQL, an unaffordable
-request, a table that cannot be read) spends anything.
+(:mod:`dpsql.kernel`) record the spend and then measure it once with noise,
+and reconstructs every answer by least squares with its standard error.
+Nothing that fails before the kernel's ledger write (bad SQL or parameters,
+an unaffordable request, a table or column that does not exist) spends
+anything; a failure while the table is read keeps the charge.
 
 How much a request spends, in the budget's currency:
 
@@ -36,8 +37,10 @@ expected error for this workload is used.
 The private table can live in DuckDB (a connection or a file) or in Apache
 Spark (pass a ``SparkSession`` and the name of a table or temp view): only
 the counting query runs there (:mod:`dpsql.backend`); the ledger, the noise
-and the reconstruction stay in this process, and result relations live on
-a DuckDB connection (the caller's, or a local in-memory one for Spark).
+and the reconstruction stay in this process. What the analyst gets (results,
+their relations, synthetic tables) lives on :attr:`Connection.released`, a
+separate DuckDB database that holds released data only and has no access
+to files (:mod:`dpsql.released`).
 """
 
 from __future__ import annotations
@@ -57,13 +60,14 @@ from .cache import StrategyCache
 from .error import rmse as expected_rmse
 from .errors import BudgetExceededError, PrivacyError, UnsupportedSQLError
 from .kernel import PrivateTable
-from .backend import Backend, DuckDBBackend, SparkBackend, backend_for, is_spark_session
+from .backend import Backend, backend_for, open_source
 from .ledger import Ledger
 from .limits import check_workload
 from .noise import UniformSource
 from .optimize import select
 from .privacy import Gaussian, Laplace, NoiseModel
 from .reconstruct import least_squares, nonnegative
+from .released import ReleasedData
 from .result import Release, Result
 from .schema import Schema, load_schema
 from .sql.compile import CompiledBatch, compile_batch, schema_attributes
@@ -107,47 +111,22 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     name = table or schema.table
     if name != schema.table:
         schema = dataclasses.replace(schema, table=name)
-    con = _open(source, name)
-    conn = Connection(con, schema, Ledger(ledger, budget), cache=cache, progress=progress,
-                      source_of_noise=source_of_noise)
+    conn = Connection(open_source(source, name, schema), schema, Ledger(ledger, budget), cache=cache,
+                      progress=progress, source_of_noise=source_of_noise)
     _last = conn
     return conn
-
-
-def _open(source: Any, table: str) -> "duckdb.DuckDBPyConnection | Backend":
-    """Where the private table lives: a DuckDB connection, or a backend (Spark: pyspark is
-    imported only here, when a SparkSession is passed)."""
-    if isinstance(source, (duckdb.DuckDBPyConnection, Backend)):
-        return source
-    if is_spark_session(source):
-        return SparkBackend(source)
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
-                        f"got {type(source).__name__}")
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"no such data file: {path}")
-    suffixes = "".join(path.suffixes).lower()
-    if path.suffix.lower() in (".duckdb", ".db", ".ddb"):
-        return duckdb.connect(str(path), read_only=True)
-    con = duckdb.connect()
-    if ".parquet" in suffixes:
-        con.read_parquet(str(path)).create_view(table)
-    elif ".csv" in suffixes or ".tsv" in suffixes:
-        con.read_csv(str(path)).create_view(table)
-    else:
-        raise ValueError(f"cannot tell the format of {path}: use .duckdb, .csv or .parquet")
-    return con
 
 
 class Connection:
     """A private table with a budget: ask it SQL, get noisy answers with error bars.
 
-    ``con`` is where the table lives: a DuckDB connection or a
+    ``con`` is where the private table lives: a DuckDB connection or a
     :class:`~dpsql.backend.Backend` (e.g. :class:`~dpsql.backend.SparkBackend`).
-    Results' ``relation`` is on that DuckDB connection; for any other backend
-    it is on a local in-memory DuckDB connection that this Connection owns
-    (and closes in :meth:`close`), holding nothing but released answers.
+    Only the private kernel (:mod:`dpsql.kernel`) holds it; no public
+    attribute of a Connection, a :class:`~dpsql.result.Result` or a
+    synthetic table leads to it. Everything handed out lives on
+    :attr:`released`, a separate, locked-down DuckDB database holding
+    released data only (:mod:`dpsql.released`).
     """
 
     def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", schema: Schema, ledger: Ledger, *,
@@ -155,17 +134,18 @@ class Connection:
                  source_of_noise: UniformSource | None = None) -> None:
         self.schema = schema
         self.ledger = ledger
-        self.backend = backend_for(con)
-        self._owned: duckdb.DuckDBPyConnection | None = None
-        if isinstance(self.backend, DuckDBBackend):
-            self._con = self.backend.con
-        else:
-            self._con = self._owned = duckdb.connect()  # for results' relations only
-        self._private = PrivateTable(self.backend if self._owned is not None else con, schema.table, schema,
-                                     ledger, source_of_noise)
+        self._private = PrivateTable(backend_for(con), schema.table, schema, ledger, source_of_noise)
+        self._released = ReleasedData()
         self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
         self._progress = progress
         self._strategies: dict[tuple[str, str], Strategy] = {}
+
+    @property
+    def released(self) -> duckdb.DuckDBPyConnection:
+        """The analyst's DuckDB: synthetic tables are registered here, results' relations live
+        here, and any SQL over them is free. It holds released data only and cannot read files
+        or the private table (:mod:`dpsql.released`)."""
+        return self._released.con
 
     # -- budget -----------------------------------------------------------------------
     @property
@@ -205,13 +185,13 @@ class Connection:
         return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)
 
     def sql(self, query: str, **kwargs: Any) -> duckdb.DuckDBPyRelation:
-        """Like DuckDB's ``con.sql``: the private answers as a relation."""
+        """Like DuckDB's ``con.sql``: the private answers as a relation on :attr:`released`."""
         return self.query(query, **kwargs).relation
 
     def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
                    delta: float | None = None, rho: float | None = None, rows: int | None = None,
                    name: str | None = None, seed: int | None = None, **options: Any) -> "SyntheticTable":
-        """A private synthetic table, registered on this connection's DuckDB as ``name``.
+        """A private synthetic table, registered on :attr:`released` as ``name`` (a new name).
 
         ``method``:
 
@@ -238,15 +218,14 @@ class Connection:
         from .synth.synthesize import synthesize
 
         name = name or f"{self.schema.table}_synthetic"
-        return synthesize(self._private, self._con, self.schema, schema_attributes(self.schema), method,
+        return synthesize(self._private, self._released, self.schema, schema_attributes(self.schema), method,
                           workload, self.budget, epsilon, delta, rho, rows, name, seed=seed,
                           progress=self._progress, **options)
 
     def close(self) -> None:
-        """Close the ledger (and the local DuckDB connection of a non-DuckDB backend)."""
+        """Close the ledger and :attr:`released` (results keep their ``df``)."""
         self.ledger.close()
-        if self._owned is not None:
-            self._owned.close()
+        self._released.close()
 
     def __enter__(self) -> "Connection":
         return self
@@ -283,7 +262,7 @@ class Connection:
 
         frames = compiled.results(answers, [_error_columns(st, answers, se, z, covariance)
                                             for st in compiled.statements])
-        return [Result(st.plan.sql, _ordered(st, df), release, self._con)
+        return [Result(st.plan.sql, _ordered(st, df), release, self._released)
                 for st, df in zip(compiled.statements, frames)]
 
     def _fits(self, cost: Cost) -> bool:

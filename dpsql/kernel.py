@@ -3,23 +3,40 @@
 Everything else in dpsql (compiling SQL, selecting a strategy, reconstructing
 answers, post-processing) is public math on public inputs and on the noisy
 values this layer releases. :class:`PrivateTable` holds the connection to
-the private data and the ledger, and its only output is
-:meth:`PrivateTable.measure`: noisy answers to a strategy's queries.
+the private data and the ledger. Its outputs that depend on the data, each a
+differentially private release charged to the ledger before it is made:
 
-Order of operations in ``measure``, and why:
+* :meth:`PrivateTable.measure`: noisy answers to a strategy's queries
+  (Laplace or Gaussian noise), with their noise scale;
+* :meth:`PrivateTable.select_marginal`: the index of one candidate marginal
+  (an exponential mechanism; MWEM's selection);
+* :meth:`PrivateTable.sample_cells`: exponential-mechanism draws of cell
+  queries (DualQuery's and FEM's selections), against a budget charged in
+  advance by :meth:`PrivateTable.reserve`.
 
-1. the ledger checks that the cost fits the budget, before any data is read
-   (a refused request touches nothing and records nothing);
-2. exact marginals are counted where the table lives, DuckDB or Spark
-   (:mod:`dpsql.measure`, :mod:`dpsql.backend`), only over
-   the attributes each strategy block measures;
-3. noise is drawn from the OS CSPRNG (:mod:`dpsql.noise`), on a power-of-two
+Its other outputs (``rows_per_unit``, ``sensitivity``, ``check``) are
+functions of the public schema, the strategy and the ledger alone.
+
+Order of operations in ``measure`` (and alike in the others), and why:
+
+1. the ledger checks that the cost fits the budget, and everything that can
+   be known without reading a row is checked: the size of the measurement,
+   the noise parameters, and the table's catalog entry (its columns and
+   their types). A request refused here reads nothing and records nothing;
+2. the spend is recorded in the ledger, atomically re-checked against the
+   budget and made durable (a concurrent spender that took the budget first
+   makes this one fail, still before any row is read);
+3. only then are exact marginals counted where the table lives, DuckDB or
+   Spark (:mod:`dpsql.measure`, :mod:`dpsql.backend`), over the attributes
+   each strategy block measures. The counting query is built so that no
+   row's value can make it fail; should it fail anyway (say, an owner's view
+   calling a function that raises on some value), the charge is kept and the
+   error says so: whether a read fails might depend on the data, so failing
+   must cost what succeeding costs (fail closed);
+4. noise is drawn from the OS CSPRNG (:mod:`dpsql.noise`), on a power-of-two
    lattice so no low-order bit of a release depends on the exact value
-   (Laplace: exact discrete Laplace noise on the rounded answers);
-4. the spend is recorded in the ledger, atomically re-checked against the
-   budget and made durable (a failure in steps 1–4 spends nothing, and a
-   concurrent spender that took the budget first makes this one fail);
-5. only then are the noisy values returned.
+   (Laplace: exact discrete Laplace noise on the rounded answers), and the
+   noisy values are returned.
 """
 
 from __future__ import annotations
@@ -32,12 +49,13 @@ from typing import Sequence
 import duckdb
 import numpy as np
 
-from .backend import Backend
+from .backend import Backend, BackendError, backend_for
 from .budget import Cost
 from .ledger import Ledger
 from .limits import check_measured_cells
 from .matrix import Kronecker, Matrix, Ones, kron_terms
-from .measure import measure_marginals
+from .errors import MeasurementError
+from .measure import Counting, prepare_counting
 from .noise import UniformSource, categorical, lattice_gaussian, lattice_laplace
 from .privacy import Gaussian, Laplace, NoiseModel
 from .schema import Schema
@@ -178,10 +196,31 @@ class PrivateTable:
         unit = self._schema.privacy_unit
         return 1 if unit.column is None else int(unit.max_rows)
 
-    def _count(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
-        """Exact marginals of the private table (never released as they are), one query at a time."""
+    def _counting(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]]) -> Counting:
+        """The counting query, checked against the table's catalog entry (no row read): every
+        failure that does not depend on the rows happens here, before anything is charged."""
         with self._lock:
-            return measure_marginals(self._con, self._table, self._schema, attributes, subsets)
+            return prepare_counting(self._con, self._table, self._schema, attributes, subsets)
+
+    def _read(self, counting: Counting, entry: int) -> list[np.ndarray]:
+        """Exact marginals of the private table (never released as they are), one query at a time,
+        read only after ledger entry ``entry`` has charged for them. A failure now keeps the
+        charge (fail closed): whether a read fails may depend on the rows."""
+        with self._lock:
+            try:
+                return counting.run()
+            except MeasurementError as e:
+                raise MeasurementError(f"{e}; the spend recorded before the table was read (ledger entry "
+                                       f"{entry}) is kept, since a failure while reading may depend on "
+                                       "the data") from None
+
+    def has_table(self, name: str) -> bool:
+        """Whether ``name`` is taken on the private table's connection (a catalog lookup: no row read)."""
+        with self._lock:
+            try:
+                return backend_for(self._con).has_table(name)
+            except BackendError as e:
+                raise MeasurementError(f"looking up the name {name!r} failed ({e.reason})") from None
 
     def check(self, cost: Cost) -> None:
         """Refuse (BudgetExceededError) a request whose total cost does not fit, reading nothing."""
@@ -201,9 +240,11 @@ class PrivateTable:
         self._ledger.check(cost)
         subsets = required_marginals(strategy)
         check_measured_cells(measured_cells(strategy), "this measurement needs")
-        counts = self._count(attributes, subsets)
-        exact = strategy_answers(strategy, dict(zip(subsets, counts)))
         sens = self.sensitivity(strategy, noise)
+        counting = self._counting(attributes, subsets)
+        entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
+        counts = self._read(counting, entry)
+        exact = strategy_answers(strategy, dict(zip(subsets, counts)))
         if isinstance(noise, Laplace):
             changed = self.rows_per_unit * max_column_nonzeros(strategy)
             values, std = lattice_laplace(exact, sens, noise.epsilon, changed, self._source)
@@ -212,7 +253,6 @@ class PrivateTable:
             values = lattice_gaussian(exact, std, self._source)
         else:  # pragma: no cover - NoiseModel is a closed union
             raise TypeError(f"unknown noise model {noise!r}")
-        entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
         return Measurement(values=values, noise=noise, sensitivity=sens, noise_std=std, cost=cost, entry=entry)
 
     def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
@@ -231,11 +271,11 @@ class PrivateTable:
         self._ledger.check(cost)
         subsets = [tuple(c) for c in candidates]
         unique = sorted(set(subsets), key=lambda t: (len(t), t))
-        counts = dict(zip(unique, self._count(attributes, unique)))
+        counting = self._counting(attributes, unique)
+        entry = self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
+        counts = dict(zip(unique, self._read(counting, entry)))
         scores = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
-        choice = int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
-        self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
-        return choice
+        return int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
 
     def reserve(self, cost: Cost, description: str, mechanism: str) -> "Reservation":
         """Charge the ledger now for a whole multi-step mechanism, before its first release.
@@ -284,7 +324,7 @@ class PrivateTable:
             raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
         subsets = tuple(tuple(s) for s in subsets)
         if subsets not in reservation._counts:
-            counts = self._count(attributes, subsets)
+            counts = self._read(self._counting(attributes, subsets), reservation.entry)
             reservation._counts[subsets] = (np.concatenate(counts),
                                             np.concatenate([np.full(c.size, c.sum()) for c in counts]))
         counts, totals = reservation._counts[subsets]

@@ -66,17 +66,19 @@ chosen so the same counts come out on both (:func:`_for_dialect`).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from sqlglot import exp
 
-from .backend import Backend, BackendError, backend_for, duckdb_type_family, table_expression
+from .backend import Backend, BackendError, backend_for, duckdb_type_family, integer_cast_type, table_expression
 from .errors import MeasurementError, WorkloadError
 from .schema import Binned, Boolean, Categorical, Column, IntegerRange, Schema
 from .sql.compile import Attribute
 
-__all__ = ["index_expression", "marginals_query", "measure_marginals", "sql_type_family", "MeasurementError"]
+__all__ = ["Counting", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
+           "sql_type_family", "MeasurementError"]
 
 #: Above this many cases, value lookups are a balanced binary search of nested
 #: CASEs (O(log n) comparisons per row) rather than one flat CASE.
@@ -85,8 +87,6 @@ _FLAT_CASES = 16
 #: Index of a value outside the domain, and the key of a column a grouping set omits.
 _OUTSIDE, _OMITTED = -1, -2
 
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
-_INT128 = (-(2 ** 127), 2 ** 127 - 1)
 
 
 def sql_type_family(sql_type: Any) -> str | None:
@@ -191,14 +191,6 @@ def _bins(v: exp.Expression, edges: Sequence[float], outside: int | None) -> exp
     return _case([(inside, build(0, n))], _outside(outside))
 
 
-def _integer_cast_type(lo: int, hi: int) -> str | None:
-    if _INT64[0] <= lo and hi <= _INT64[1]:
-        return "BIGINT"
-    if _INT128[0] <= lo and hi <= _INT128[1]:
-        return "HUGEINT"
-    return None
-
-
 # -- index expressions -------------------------------------------------------------------
 
 def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None, *,
@@ -273,7 +265,7 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         return _lookup(x, keys, outside)
     if isinstance(column, IntegerRange):
         lo, hi = column.min, column.max
-        to = _integer_cast_type(lo, hi)
+        to = integer_cast_type(lo, hi)
         if integral and to is not None:
             inside = exp.Between(this=c.copy(), low=_int(lo), high=_int(hi))
             # c - lo in c's own type could overflow (a TINYINT 100 minus -100): widen first
@@ -306,6 +298,12 @@ def _col(name: str, table: str | None = None) -> exp.Column:
 def _free_name(prefix: str, taken: set[str]) -> str:
     """``prefix``, or ``prefix`` with the smallest number appended, that no name in ``taken`` (lower case) is."""
     return next(n for n in (f"{prefix}{i or ''}" for i in range(len(taken) + 1)) if n not in taken)
+
+
+def _from_item(table: "str | exp.Table | exp.Subquery") -> exp.Expression:
+    """What to read FROM: a table name (one identifier), a table, or a subquery
+    (:meth:`dpsql.backend.Backend.source`, e.g. a view made safe)."""
+    return table.copy() if isinstance(table, exp.Subquery) else table_expression(table)
 
 
 _SPARK = ("spark", "spark2", "databricks")
@@ -377,7 +375,7 @@ class _Plan:
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
         if unit.column is None:
-            src = src.from_(table_expression(table), copy=False)
+            src = src.from_(_from_item(table), copy=False)
         else:
             # ranked = rows numbered in random order within each unit, then a filter on the number
             # (a subquery, not QUALIFY, which Spark SQL lacks). DuckDB refuses a volatile window
@@ -389,7 +387,7 @@ class _Plan:
             if unit.column.lower() not in {c.name.lower() for c in read}:
                 carried.append(u.copy())  # a column listed twice would be ambiguous in Spark
             drawn = exp.select(*[c.copy() for c in carried], exp.alias_(exp.Rand(), _ident(rnd)))
-            drawn = drawn.from_(table_expression(table), copy=False)
+            drawn = drawn.from_(_from_item(table), copy=False)
             rank = exp.Window(this=exp.RowNumber(), partition_by=[u.copy()],
                               order=exp.Order(expressions=[exp.Ordered(this=_col(rnd), nulls_first=False)]))
             ranked = exp.select(*[c.copy() for c in carried], exp.alias_(rank, _ident(rnk)))
@@ -520,6 +518,42 @@ def _column_types(backend: Backend, table: "str | exp.Table", schema: Schema) ->
     return {c.name: found[c.name.lower()] for c in schema.columns}
 
 
+@dataclass(frozen=True)
+class Counting:
+    """A counting query made ready from the catalog and public inputs only: ``read()`` reads the
+    table and returns the histograms (see :func:`prepare_counting`)."""
+
+    read: Callable[[], list[np.ndarray]]
+
+    def run(self) -> list[np.ndarray]:
+        """The histograms (see :func:`measure_marginals`); MeasurementError without data values."""
+        return self.read()
+
+
+def _run(backend: Backend, table: "str | exp.Table", plan: _Plan) -> list[np.ndarray]:
+    try:
+        result = backend.run(plan.query)
+    except BackendError as e:
+        raise _fail(table, e, backend.dialect) from None
+    return plan.split(result)
+
+
+def prepare_counting(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
+                     attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> Counting:
+    """Check that ``table`` has every schema column (reading its catalog entry, no rows) and
+    build the counting query, so that every failure that does not depend on the rows happens
+    here, before the kernel charges the budget. Arguments as for :func:`measure_marginals`."""
+    if not subsets:
+        return Counting(list)
+    backend = backend_for(source)
+    try:
+        types = _column_types(backend, table, schema)
+        plan = _Plan(schema, attributes, subsets, backend.source(table), types, backend.dialect)
+    except BackendError as e:
+        raise _fail(table, e, backend.dialect) from None
+    return Counting(lambda: _run(backend, table, plan))
+
+
 def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
                       attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Exact histograms of ``table`` over subsets of ``attributes``.
@@ -540,13 +574,4 @@ def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema:
     ``max_rows`` random rows per unit are counted (see the module docstring).
     Database failures raise :class:`MeasurementError` without data values.
     """
-    if not subsets:
-        return []
-    backend = backend_for(source)
-    try:
-        types = _column_types(backend, table, schema)
-        plan = _Plan(schema, attributes, subsets, table, types, backend.dialect)
-        result = backend.run(plan.query)
-    except BackendError as e:
-        raise _fail(table, e, backend.dialect) from None
-    return plan.split(result)
+    return prepare_counting(source, table, schema, attributes, subsets).run()

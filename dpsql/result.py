@@ -4,10 +4,10 @@ A :class:`Result` is one statement's answer table. ``df`` is a pandas
 DataFrame with the statement's SELECT columns (group keys and aggregates,
 after HAVING / ORDER BY / LIMIT, which run on the noisy answers) and, next to
 each aggregate, its standard error and a normal confidence interval.
-``relation`` is the same table as a DuckDB relation on the connection it came
-from (for a table on Spark: the Connection's own local in-memory DuckDB
-connection), so ``.df()``, ``.fetchall()``, ``.show()`` and further SQL work
-as usual.
+``relation`` is the same table as a DuckDB relation on the analyst's DuckDB
+(:attr:`dpsql.connection.Connection.released`, a database of released data
+only, never the one holding the private table), so ``.df()``,
+``.fetchall()``, ``.show()`` and further SQL work as usual.
 Everything in a Result is post-processing of noisy values: it costs no
 further budget to look at, filter or join.
 """
@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
+
+    from .released import ReleasedData
 
 
 @dataclass(frozen=True)
@@ -56,13 +58,12 @@ class Result:
     sql: str
     df: "pd.DataFrame"
     release: Release
-    _con: "duckdb.DuckDBPyConnection" = field(repr=False)
+    _released: "ReleasedData" = field(repr=False)
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
-        """The answers as a DuckDB relation on the connection they came from
-        (a local in-memory DuckDB connection when the table is on Spark)."""
-        return self._con.from_df(self.df)
+        """The answers as a DuckDB relation on the analyst's DuckDB (released data only)."""
+        return self._released.relation(self.df)
 
     @property
     def mechanism(self) -> str:

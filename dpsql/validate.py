@@ -41,7 +41,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from .backend import duckdb_type_family
+from .backend import DuckDBBackend, duckdb_type_family, open_source
 from .measure import index_expression
 from .schema import Binned, Boolean, Categorical, IntegerRange, Schema, load_schema
 
@@ -146,13 +146,12 @@ def validate(source: "duckdb.DuckDBPyConnection | str | os.PathLike", schema: "S
     ``source`` is a DuckDB connection holding the table, a ``.duckdb`` file,
     or a CSV or Parquet file (read as ``table``, default the schema's).
     """
-    from .connection import _open  # the same reading rules as dpsql.connect
-
     schema = load_schema(schema)
     name = table or schema.table
-    con = _open(source, name)
-    if not isinstance(con, duckdb.DuckDBPyConnection):
+    backend = open_source(source, name, schema)  # the same reading rules as dpsql.connect
+    if not isinstance(backend, DuckDBBackend):
         raise TypeError("validate reads DuckDB connections and files")
+    con = backend.con
     ref = exp.Table(this=exp.to_identifier(name, quoted=True))
     rel = con.sql(exp.select(exp.Star()).from_(ref).limit(0).sql(dialect="duckdb"))
     types = {c.lower(): t for c, t in zip(rel.columns, rel.types)}

@@ -13,6 +13,7 @@ import pytest
 import dpsql
 from dpsql import connection as connection_module
 from dpsql import kernel as kernel_module
+from dpsql.measure import Counting
 from dpsql.budget import Budget, Cost
 from dpsql.errors import BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
 from dpsql.kernel import PrivateTable, required_marginals, strategy_answers
@@ -153,7 +154,7 @@ def _forbid_data(monkeypatch):
 
     def no_selection(*a, **k):
         raise AssertionError("an unaffordable request should be refused before strategy selection")
-    monkeypatch.setattr(kernel_module, "measure_marginals", boom)
+    monkeypatch.setattr(kernel_module, "prepare_counting", boom)
     monkeypatch.setattr(connection_module, "select", no_selection)
 
 
@@ -206,8 +207,8 @@ def test_file_sources(tmp_path, kind):
 
 def _fixed_marginals(monkeypatch, x_by_subset):
     def fake(con, table, schema, attributes, subsets):
-        return [x_by_subset(tuple(s)) for s in subsets]
-    monkeypatch.setattr(kernel_module, "measure_marginals", fake)
+        return Counting(lambda: [x_by_subset(tuple(s)) for s in subsets])
+    monkeypatch.setattr(kernel_module, "prepare_counting", fake)
 
 
 def _strategies(domain):
@@ -325,15 +326,19 @@ def test_avg_standard_error_includes_the_sum_count_covariance(monkeypatch):
     sql = "SELECT region, AVG(age) AS a FROM people GROUP BY region"
     first = db.query(sql, epsilon=0.5, noise="laplace")
     counts = {}
-    real = kernel_module.measure_marginals
+    real = kernel_module.prepare_counting
 
     def once(con_, table, schema, attributes, subsets):  # measure the table once, then reuse the counts
         key = tuple(map(tuple, subsets))
-        if key not in counts:
-            counts[key] = real(con_, table, schema, attributes, subsets)
-        return counts[key]
+        counting = real(con_, table, schema, attributes, subsets)
 
-    monkeypatch.setattr(kernel_module, "measure_marginals", once)
+        def read():
+            if key not in counts:
+                counts[key] = counting.run()
+            return counts[key]
+        return Counting(read)
+
+    monkeypatch.setattr(kernel_module, "prepare_counting", once)
     runs = np.array([db.query(sql, epsilon=0.5, noise="laplace").df["a"].to_numpy() for _ in range(800)])
     reported = first.df["std_error"].to_numpy()
     assert np.all(np.abs(runs.std(axis=0) / reported - 1) < 0.1), runs.std(axis=0) / reported

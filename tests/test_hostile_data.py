@@ -115,16 +115,43 @@ def test_a_unit_with_many_rows_counts_max_rows(cache):
     np.testing.assert_array_equal(released(con, schema, cache=cache), released(oracle, schema, cache=cache))
 
 
-def test_a_failing_view_reports_no_data_and_spends_nothing():
-    """A data-dependent database failure (the owner's view casts a name to INTEGER) becomes a
-    MeasurementError naming only the exception class; nothing is recorded."""
+def test_a_view_whose_cast_fails_on_one_row_answers_like_the_table_without_it(cache):
+    """The owner's view casts a name to INTEGER: the row it fails on is out of the domain, so the
+    release equals (same seeded noise) that of the neighbouring table without the row, and no
+    error tells the two apart."""
+    rows = [(str(a), s) for a, s in clean_frame().itertuples(index=False)]
+    with_bad = duckdb.connect()
+    with_bad.execute("CREATE TABLE raw (a VARCHAR, sex VARCHAR)")
+    with_bad.executemany("INSERT INTO raw VALUES (?, ?)", rows + [("Alice Smith", "M")])
+    with_bad.execute("CREATE VIEW t AS SELECT CAST(a AS INTEGER) AS age, sex FROM raw WHERE CAST(a AS INTEGER) >= 0")
+    without = duckdb.connect()
+    without.execute("CREATE TABLE t (age INTEGER, sex VARCHAR)")
+    without.executemany("INSERT INTO t VALUES (?, ?)", [(int(a), s) for a, s in rows])
+    np.testing.assert_array_equal(released(with_bad, cache=cache), released(without, cache=cache))
+
+
+def test_a_read_that_fails_after_the_charge_keeps_it():
+    """A failure that no rewrite can prevent (the owner's view calls error() on one value) happens
+    after the spend is recorded: the charge stays, the error says so and quotes no data."""
     con = duckdb.connect()
-    con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('31', 'F'), ('Alice Smith', 'M')) v(a, sex)")
-    con.execute("CREATE VIEW t AS SELECT CAST(a AS INTEGER) AS age, sex FROM raw")
+    con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES (31, 'F'), (40, 'Alice Smith')) v(age, name)")
+    con.execute("CREATE VIEW t AS SELECT age, CASE WHEN name = 'Alice Smith' THEN error('Alice Smith') "
+                "ELSE 'F' END AS sex FROM raw")
     db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
     with pytest.raises(MeasurementError) as info:
+        db.query("SELECT sex, COUNT(*) FROM t GROUP BY sex", epsilon=0.5)
+    assert "Alice" not in str(info.value) and "InvalidInputException" in str(info.value)
+    assert "ledger entry 1" in str(info.value) and "is kept" in str(info.value)
+    assert [e.cost.epsilon for e in db.ledger.entries()] == [0.5]
+
+
+def test_a_missing_column_is_refused_before_the_charge():
+    """What the catalog alone shows (a schema column the table lacks) fails before anything is spent."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (age INTEGER)")
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    with pytest.raises(MeasurementError, match="no column 'sex'"):
         db.query("SELECT COUNT(*) FROM t WHERE age > 3", epsilon=0.5)
-    assert "Alice" not in str(info.value) and "ConversionException" in str(info.value)
     assert db.ledger.entries() == []
 
 
@@ -206,7 +233,7 @@ def test_measurement_size_is_checked_before_reading(monkeypatch):
     """A strategy whose marginal exceeds the limit is refused by the kernel before the table is read."""
     monkeypatch.setattr(limits, "MAX_MEASURED_CELLS", 500_000)
     read = []
-    monkeypatch.setattr("dpsql.kernel.measure_marginals", lambda *a, **k: read.append(1))
+    monkeypatch.setattr("dpsql.kernel.prepare_counting", lambda *a, **k: read.append(1))
     ledger = Ledger(None, dpsql.Budget(epsilon=1.0))
     private = PrivateTable(None, "t", dpsql.load_schema(BIG), ledger)
     strategy = KronStrategy((Identity(1000), Identity(1000), Ones(1, 1000), Ones(1, 1000)))

@@ -396,7 +396,7 @@ def test_other_errors_do_not_echo_data(con):
         def sql(self, query):
             return con.sql(query)
 
-        def execute(self, query):
+        def execute(self, query, *parameters):
             raise duckdb.ConversionException("Could not convert string 'Alice Smith' to INT32")
 
     with pytest.raises(MeasurementError) as info:

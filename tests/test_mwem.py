@@ -13,6 +13,7 @@ import pytest
 import dpsql
 from dpsql.budget import Budget, Cost
 from dpsql.errors import BudgetExceededError, WorkloadError
+from dpsql.measure import Counting
 from dpsql import kernel as kernel_module
 from dpsql.kernel import PrivateTable
 from dpsql.ledger import Ledger
@@ -97,15 +98,19 @@ def test_sampling_follows_the_distribution():
 def counted_once(monkeypatch):
     """Read the private table once per distinct request, so thousands of draws stay fast."""
     seen = {}
-    real = kernel_module.measure_marginals
+    real = kernel_module.prepare_counting
 
     def once(con, table, schema, attributes, subsets):
         key = (id(con), tuple(map(tuple, subsets)))
-        if key not in seen:
-            seen[key] = real(con, table, schema, attributes, subsets)
-        return seen[key]
+        counting = real(con, table, schema, attributes, subsets)
 
-    monkeypatch.setattr(kernel_module, "measure_marginals", once)
+        def read():
+            if key not in seen:
+                seen[key] = counting.run()
+            return seen[key]
+        return Counting(read)
+
+    monkeypatch.setattr(kernel_module, "prepare_counting", once)
 
 
 def _private(con, budget=Budget(epsilon=1e9), source=None):
@@ -213,11 +218,11 @@ def test_synthesize_registers_a_queryable_table_and_spends_through_the_ledger(tm
     assert db.spent().epsilon == pytest.approx(1e4)
     assert len(Ledger(tmp_path / "l").entries()) == mwem_steps(6)
     # plain SQL over the synthetic table, with the schema's values
-    rows = con.sql("SELECT a, b, COUNT(*) FROM t_syn GROUP BY a, b").fetchall()
+    rows = db.released.sql("SELECT a, b, COUNT(*) FROM t_syn GROUP BY a, b").fetchall()
     assert sum(r[2] for r in rows) == 3000
-    assert {r[0] for r in rows} <= {0, 1, 2} and set(con.sql("SELECT DISTINCT d FROM t_syn").df()["d"]) <= {"x", "y"}
+    assert {r[0] for r in rows} <= {0, 1, 2} and set(db.released.sql("SELECT DISTINCT d FROM t_syn").df()["d"]) <= {"x", "y"}
     # b = a or a + 1 (mod 4) in the private data: the synthetic table keeps that structure
-    off = con.sql("SELECT COUNT(*) FROM t_syn WHERE b <> a AND b <> (a + 1) % 4").fetchall()[0][0]
+    off = db.released.sql("SELECT COUNT(*) FROM t_syn WHERE b <> a AND b <> (a + 1) % 4").fetchall()[0][0]
     assert off < 0.03 * 3000
     assert list(syn.report.columns) == ["marginal", "cells", "max_abs_error_vs_noisy", "mean_abs_error_vs_noisy"]
     assert "synthetic table 't_syn'" in repr(syn) and len(syn.relation.fetchall()) == 3000

@@ -214,8 +214,8 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
     assert report.max_error.iloc[-1] < 0.1 < 0.3 < zeros.max_error.iloc[-1]
     assert syn.report["times_selected"].sum() == T
     # the table answers SQL, with the schema's values
-    assert con.sql("SELECT COUNT(*) FROM f").fetchall()[0][0] == 20 * T
-    assert set(con.sql("SELECT DISTINCT d FROM f").df()["d"]) <= {"x", "y"}
+    assert db.released.sql("SELECT COUNT(*) FROM f").fetchall()[0][0] == 20 * T
+    assert set(db.released.sql("SELECT DISTINCT d FROM f").df()["d"]) <= {"x", "y"}
 
 
 def test_fem_under_zcdp_spends_rho():
@@ -243,7 +243,7 @@ def test_dualquery_spends_count_plus_theorem_4_3(tmp_path):
     assert abs(len(syn.df) - 3000) < 200  # rows default to the noisy count
     report = evaluate(con, "t", SCHEMA, syn.records, list(itertools.combinations(range(4), 2)))
     assert report.max_error.iloc[-1] < 0.2
-    assert con.sql("SELECT COUNT(*) FROM dq").fetchall()[0][0] == len(syn.df)
+    assert db.released.sql("SELECT COUNT(*) FROM dq").fetchall()[0][0] == len(syn.df)
 
 
 def test_dualquery_draws_are_charged_as_the_theorem_says(monkeypatch):

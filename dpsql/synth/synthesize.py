@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
+    from ..released import ReleasedData
     from ..schema import Schema
 
 METHODS = ("mwem", "dualquery", "fem")
@@ -49,9 +50,9 @@ METHODS = ("mwem", "dualquery", "fem")
 
 @dataclass(frozen=True, eq=False)
 class SyntheticTable:
-    """A synthetic table registered in DuckDB, and how it was made. ``oracle``
-    counts the learned records (DualQuery, FEM) by what produced each one,
-    a label of :data:`dpsql.synth.oracle.RESULT_METHODS`."""
+    """A synthetic table registered on the analyst's DuckDB (:mod:`dpsql.released`), and how
+    it was made. ``oracle`` counts the learned records (DualQuery, FEM) by what produced each
+    one, a label of :data:`dpsql.synth.oracle.RESULT_METHODS`."""
 
     name: str
     df: "pd.DataFrame"
@@ -62,11 +63,12 @@ class SyntheticTable:
     report: "pd.DataFrame"
     records: np.ndarray
     oracle: dict[str, int]
-    _con: "duckdb.DuckDBPyConnection"
+    _released: "ReleasedData"
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
-        return self._con.table(self.name)
+        """The table as a relation on the analyst's DuckDB (released data only)."""
+        return self._released.table(self.name)
 
     def __repr__(self) -> str:
         spend = f"rho={self.rho:g}" if self.rho else f"epsilon={self.epsilon:g}, delta={self.delta:g}"
@@ -127,13 +129,15 @@ def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema
     return pd.DataFrame({c.name: data[c.name] for c in schema.columns})
 
 
-def synthesize(private: PrivateTable, con: "duckdb.DuckDBPyConnection", schema: "Schema",
+def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema",
                attributes: Sequence[Attribute], method: str, workload, budget: "Budget",
                epsilon: float | None, delta: float | None, rho: float | None, rows: int | None, name: str,
                seed: int | None = None, progress: bool | None = None, **options) -> SyntheticTable:
     """Learn privately with ``method``, spending ``epsilon`` (and ``delta``) or
     ``rho`` in ``budget``'s currency, sample ``rows`` rows and register them as
-    table ``name``. The whole spend is checked against the budget before any
+    table ``name`` on ``released``, the analyst's DuckDB. ``name`` must be new
+    there and on the private table's connection (it can never replace the
+    private table). The whole spend is checked against the budget before any
     data is read. ``options`` go to the method (see :data:`OPTIONS`)."""
     if method not in METHODS:
         raise WorkloadError(f"unknown synthesis method {method!r}; choose from {METHODS}")
@@ -143,6 +147,11 @@ def synthesize(private: PrivateTable, con: "duckdb.DuckDBPyConnection", schema: 
                             f"its options are {', '.join(OPTIONS[method])}")
     total = _requested(budget, epsilon, delta, rho)
     private.check(total)
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r}")
+    if released.has(name) or private.has_table(name):
+        raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
+                            "synthetic table (it never replaces an existing one)")
     marginals = workload_marginals(workload, schema, attributes)
     bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else 2.0)
@@ -167,10 +176,10 @@ def synthesize(private: PrivateTable, con: "duckdb.DuckDBPyConnection", schema: 
     finally:
         bar.close()
     df = decode(records, attributes, schema)
-    con.register(name, df)
+    released.register(name, df)
     return SyntheticTable(name=name, df=df, method=method, epsilon=total.epsilon, delta=total.delta,
                           rho=total.rho, report=report, records=records, oracle=oracle,
-                          _con=con)
+                          _released=released)
 
 
 #: The options each method takes (besides the spend, ``rows`` and ``seed``).

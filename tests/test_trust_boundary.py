@@ -1,0 +1,149 @@
+"""The analyst/owner boundary: nothing handed to an analyst can read the private table or files.
+
+An analyst holds a :class:`dpsql.Connection` (``db``) but not the owner's DuckDB connection.
+Every object dpsql gives them (results, their relations, ``db.sql``, synthetic tables,
+``db.released``) must live on a database that holds released data only, with no file access;
+and a synthetic table must never replace an existing table.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.backend import Backend
+from dpsql.errors import WorkloadError
+from dpsql.kernel import PrivateTable
+
+SCHEMA = {"table": "people", "columns": {
+    "age": {"type": "integer", "min": 0, "max": 9},
+    "sex": {"type": "categorical", "values": ["F", "M"]}}}
+
+#: What an analyst might run on a relation handed to them to get at private data or files.
+ATTACKS = ["SELECT * FROM people", "SELECT * FROM main.people", "SELECT * FROM read_csv('{path}')",
+           "SELECT * FROM '{path}'", "COPY (SELECT 1) TO '{out}'", "ATTACH '{out}.db' AS x",
+           "EXPORT DATABASE '{out}_dir'", "SET enable_external_access = true", "INSTALL httpfs",
+           "SELECT * FROM glob('/*')"]
+
+
+@pytest.fixture
+def owner(tmp_path):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE people AS SELECT i % 10 AS age, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END AS sex "
+                "FROM range(500) t(i)")
+    secret = tmp_path / "secret.csv"
+    secret.write_text("ssn\n123-45-6789\n")
+    return con, secret
+
+
+def _refused(con_or_rel, sql):
+    with pytest.raises(duckdb.Error):
+        run = con_or_rel.query("r", sql) if isinstance(con_or_rel, duckdb.DuckDBPyRelation) \
+            else con_or_rel.sql(sql)
+        if run is not None:
+            run.fetchall()
+
+
+def test_nothing_handed_out_can_read_the_private_table_or_files(owner, tmp_path):
+    con, secret = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    res = db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
+    rel = db.sql("SELECT age, COUNT(*) AS n FROM people GROUP BY age", epsilon=1.0)
+    syn = db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="people_syn", seed=0)
+    handed = {"result": res.relation, "db.sql": rel, "synthetic": syn.relation, "released": db.released}
+    for what, target in handed.items():
+        for attack in ATTACKS:
+            sql = attack.format(path=secret, out=tmp_path / f"stolen_{what.replace('.', '_')}")
+            _refused(target, sql)
+    assert not list(tmp_path.glob("stolen*"))
+    # what they may do: SQL over released data
+    assert rel.query("r", "SELECT SUM(n) FROM r").fetchall()[0][0] == pytest.approx(rel.df()["n"].sum())
+    assert db.released.sql("SELECT COUNT(*) FROM people_syn").fetchall()[0][0] == len(syn.df)
+    # and the synthetic table is not on the owner's connection
+    assert "people_syn" not in {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
+def _reachable(obj, depth=3, seen=None):
+    """Every object reachable from ``obj`` through public attributes (no leading underscore)."""
+    seen = {} if seen is None else seen
+    if id(obj) in seen or depth < 0 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return seen
+    seen[id(obj)] = obj
+    if isinstance(obj, (pd.DataFrame, pd.Series, np.ndarray)):
+        return seen
+    items = obj.items() if isinstance(obj, dict) else ()
+    for name in dir(obj):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(obj, name)
+        except Exception:  # a property that needs state (e.g. a closed connection)
+            continue
+        if callable(value) and not isinstance(value, (duckdb.DuckDBPyConnection, duckdb.DuckDBPyRelation)):
+            continue
+        _reachable(value, depth - 1, seen)
+    for _, value in items:
+        _reachable(value, depth - 1, seen)
+    return seen
+
+
+def test_no_public_attribute_leads_to_the_owners_connection(owner):
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    res = db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
+    syn = db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="s", seed=0)
+    for root in (db, res, syn):
+        for obj in _reachable(root).values():
+            assert obj is not con
+            assert not isinstance(obj, (Backend, PrivateTable))
+            if isinstance(obj, duckdb.DuckDBPyConnection):
+                assert obj is db.released
+    assert not hasattr(db, "backend")
+
+
+@pytest.mark.parametrize("name", ["people", "PEOPLE", "taken", "existing_view"])
+def test_a_synthetic_table_never_replaces_an_existing_one(owner, name):
+    con, _ = owner
+    con.execute("CREATE VIEW existing_view AS SELECT * FROM people")
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="taken", seed=0)
+    spent = db.spent()
+    with pytest.raises(WorkloadError, match="already exists"):
+        db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name=name, seed=0)
+    assert db.spent() == spent
+    assert con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0] == 500
+
+
+def _release(source, seed=5):
+    db = dpsql.connect(source, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False,
+                       source_of_noise=np.random.default_rng(seed))
+    out = db.query("SELECT age, sex, COUNT(*) AS n FROM people GROUP BY age, sex", epsilon=1.0,
+                   noise="laplace").df["n"].to_numpy()
+    db.close()
+    return out
+
+
+@pytest.mark.parametrize("hostile", ["abc,F", '3,"M', "4,F,extra", "5", '"6","F', "7;F"])
+def test_one_hostile_csv_line_changes_no_other_row(tmp_path, hostile):
+    """A CSV file is read line by line with no sniffing: a hostile line (a text age, an unclosed
+    quote, a wrong field count) is at most dropped itself. Sniffed, 'abc' would have made every age
+    text (so every row out of domain), and an unclosed quote would swallow the lines after it."""
+    rows = [f"{i % 10},{'F' if i % 3 == 0 else 'M'}" for i in range(200)]
+    clean, dirty = tmp_path / "clean.csv", tmp_path / "dirty.csv"
+    clean.write_text("age,sex\n" + "\n".join(rows) + "\n")
+    dirty.write_text("age,sex\n" + "\n".join(rows[:100] + [hostile] + rows[100:]) + "\n")
+    np.testing.assert_array_equal(_release(dirty), _release(clean))
+
+
+def test_quoted_csv_fields_are_read(tmp_path):
+    """Fields quoted by a writer (e.g. QUOTE_ALL) are unquoted, so they stay in the domain."""
+    plain, quoted = tmp_path / "plain.csv", tmp_path / "quoted.csv"
+    rows = [(i % 10, "F" if i % 3 == 0 else "M") for i in range(100)]
+    plain.write_text("age,sex\n" + "".join(f"{a},{s}\n" for a, s in rows))
+    quoted.write_text('"age","sex"\n' + "".join(f'"{a}","{s}"\n' for a, s in rows))
+    np.testing.assert_array_equal(_release(quoted), _release(plain))
+    exact = dpsql.connect(quoted, schema=SCHEMA, budget=dpsql.Budget(epsilon=1e12), cache=False)
+    assert exact.query("SELECT COUNT(*) AS n FROM people", epsilon=1e9).df["n"][0] == pytest.approx(100, abs=1e-3)
