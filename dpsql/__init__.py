@@ -9,9 +9,9 @@ noisy results and their standard errors (:mod:`dpsql.connection`).
 private kernel (:mod:`dpsql.kernel`) and the error hierarchy (:class:`Error`).
 """
 
-from .errors import (BoundsError, BudgetExceededError, CacheError, DomainError, Error, GroupingError, LedgerError,
-                     MeasurementError, ParseError, PrivacyError, ResourceLimitError, SchemaError, SQLError,
-                     UnknownColumnError, UnsupportedSQLError, WorkloadError)
+from .errors import (ArgumentError, BoundsError, BudgetExceededError, CacheError, DomainError, Error,
+                     GroupingError, LedgerError, MeasurementError, ParseError, PrivacyError, ResourceLimitError,
+                     SchemaError, SQLError, UnknownColumnError, UnsupportedSQLError, WorkloadError)
 from .budget import Budget, Cost
 from .connection import Connection, batch, connect, query
 from .ledger import Ledger
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "connect", "query", "batch", "Connection", "Result", "Budget", "Cost", "Ledger",
-    "Error", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
+    "Error", "ArgumentError", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
     "BoundsError", "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "BudgetExceededError",
     "LedgerError", "MeasurementError", "ResourceLimitError",
     "Schema", "load_schema", "CompiledBatch", "QueryPlan", "compile_batch", "compile_sql", "plan_statement",

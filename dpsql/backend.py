@@ -64,9 +64,8 @@ if TYPE_CHECKING:
     from .schema import Column, Schema
 
 __all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
-           "duckdb_type_family", "integer_cast_type", "spark_type_family", "table_expression", "is_spark_session",
-           "open_source",
-           "safe_view"]
+           "duckdb_type_family", "integer_cast_type", "is_spark_session", "open_source", "safe_view",
+           "spark_type_family", "table_expression"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know).
 FAMILIES = ("string", "int", "float", "decimal", "bool", "null", "other")

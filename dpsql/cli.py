@@ -195,7 +195,8 @@ def _workload(text: str):
     if text.strip().isdigit():
         return int(text)
     if text.strip().lower().endswith(".sql"):
-        return text.strip()
+        with open(text.strip(), encoding="utf-8") as fh:  # the CLI reads files; dpsql's API never does
+            return fh.read()
     return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
 
 

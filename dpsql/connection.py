@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -58,7 +59,7 @@ from scipy.stats import norm
 from .budget import Budget, Cost
 from .cache import StrategyCache
 from .error import rmse as expected_rmse
-from .errors import BudgetExceededError, PrivacyError, UnsupportedSQLError
+from .errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
 from .kernel import PrivateTable
 from .backend import Backend, backend_for, open_source
 from .ledger import Ledger
@@ -174,8 +175,9 @@ class Connection:
               confidence: float = 0.95) -> list[Result]:
         """Answer many statements from one jointly optimized measurement.
 
-        ``statements``: a list of SQL texts, a text of ``;``-separated
-        statements, or a ``.sql`` file path. The spend (``epsilon``/``delta``
+        ``statements``: a list of SQL texts or a text of ``;``-separated
+        statements (a text is SQL, never a file name: a Connection reads no
+        file). The spend (``epsilon``/``delta``
         or ``rho``) is for the whole batch. ``nonnegative=True`` returns
         non-negative, mutually consistent answers (biased; see
         :func:`dpsql.reconstruct.nonnegative`). ``confidence`` sets the
@@ -184,9 +186,10 @@ class Connection:
         compiled = compile_batch(statements, self.schema)
         return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)
 
-    def sql(self, query: str, **kwargs: Any) -> duckdb.DuckDBPyRelation:
-        """Like DuckDB's ``con.sql``: the private answers as a relation on :attr:`released`."""
-        return self.query(query, **kwargs).relation
+    def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+            noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> duckdb.DuckDBPyRelation:
+        """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`."""
+        return self.query(query, epsilon, delta, rho, noise, nonnegative, confidence).relation
 
     def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
                    delta: float | None = None, rho: float | None = None, rows: int | None = None,
@@ -235,8 +238,10 @@ class Connection:
 
     # -- the pipeline -----------------------------------------------------------------
     def _answer(self, compiled: CompiledBatch, epsilon, delta, rho, noise, nonneg, confidence) -> list[Result]:
-        if not 0.0 < confidence < 1.0:
-            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.0 < confidence < 1.0:
+            raise ArgumentError(f"confidence must be a number in (0, 1), got {confidence!r}")
+        if not isinstance(nonneg, bool):
+            raise ArgumentError(f"nonnegative must be True or False, got {nonneg!r}")
         W = compiled.workload
         k = self._private.rows_per_unit
         requested = self._noise_options(compiled, epsilon, delta, rho, noise)

@@ -12,6 +12,11 @@ class Error(Exception):
     """Base class of every dpsql error."""
 
 
+class ArgumentError(Error):
+    """An argument of a dpsql call has the wrong type or value (e.g. ``confidence=2``), found
+    before anything is read or spent."""
+
+
 class WorkloadError(Error):
     """A workload or strategy is malformed: shapes that do not line up, a
     strategy that cannot answer the workload, an unknown operator."""

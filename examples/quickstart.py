@@ -38,8 +38,9 @@ db = dpsql.connect(con, schema=os.path.join(HERE, "sf1", "persons.yaml"), budget
 
 # 3. One batch: every SF1 table, answered from one HDMM-optimized measurement.
 files = sorted(glob.glob(os.path.join(HERE, "sf1", "*.sql")))
+tables = [open(f, encoding="utf-8").read() for f in files]
 start = time.perf_counter()
-results = db.batch(files, epsilon=EPSILON, noise="laplace")
+results = db.batch(tables, epsilon=EPSILON, noise="laplace")
 release = results[0].release
 print(f"answered {release.statements} SF1 statements ({release.queries:,} queries) in "
       f"{time.perf_counter() - start:.1f} s: {release.describe()}")
@@ -47,7 +48,7 @@ print(f"answered {release.statements} SF1 statements ({release.queries:,} querie
 # What answering every query on its own would cost: the batch's queries move by
 # up to Δ (their L1 sensitivity) when one person is added, so each would need
 # Laplace noise of scale Δ/ε, a standard error of √2·Δ/ε.
-compiled = dpsql.compile_batch(files, db.schema)
+compiled = dpsql.compile_batch(tables, db.schema)
 separate_se = math.sqrt(2) * compiled.workload.sensitivity(1) / EPSILON
 print(f"expected RMSE per query: {release.rmse:.2f} jointly, {separate_se:.2f} for each query on its own "
       f"({separate_se / release.rmse:.1f}x more error)")

@@ -203,10 +203,10 @@ def test_forty_statement_batch_compiles():
     assert covered == set(range(batch.workload.num_queries))
 
 
-def test_sql_file_batch(tmp_path, con):
+def test_sql_file_text_batch(tmp_path, con):
     path = tmp_path / "batch.sql"
     path.write_text("-- two statements\nSELECT COUNT(*) AS n FROM people;\n\nSELECT sex, COUNT(*) AS n FROM people GROUP BY sex;\n")
-    batch = compile_batch(str(path), SCHEMA)
+    batch = compile_batch(path.read_text(), SCHEMA)
     assert len(batch.statements) == 2
     y = batch.workload.matvec(histogram(con, batch))
     assert y[0] == con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0]

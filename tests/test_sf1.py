@@ -20,7 +20,8 @@ FLAGS = ["white", "black", "aian", "asian", "nhpi", "other"]
 
 @pytest.fixture(scope="module")
 def batch():
-    return compile_batch(sorted(glob.glob(str(ROOT / "*.sql"))), str(ROOT / "persons.yaml"))
+    return compile_batch([Path(f).read_text() for f in sorted(glob.glob(str(ROOT / "*.sql")))],
+                         str(ROOT / "persons.yaml"))
 
 
 def _code_flags(code: int) -> list[int]:

@@ -147,3 +147,21 @@ def test_quoted_csv_fields_are_read(tmp_path):
     np.testing.assert_array_equal(_release(quoted), _release(plain))
     exact = dpsql.connect(quoted, schema=SCHEMA, budget=dpsql.Budget(epsilon=1e12), cache=False)
     assert exact.query("SELECT COUNT(*) AS n FROM people", epsilon=1e9).df["n"][0] == pytest.approx(100, abs=1e-3)
+
+
+def test_the_connection_reads_no_file(owner, tmp_path):
+    """A text handed to query/batch/synthesize is SQL, never a file name: a Connection cannot be
+    made to read (and echo in an error) a file of the analyst's choosing."""
+    con, secret = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    path = tmp_path / "count.sql"
+    path.write_text("SELECT COUNT(*) FROM people")
+    for call in (lambda: db.batch(str(path), epsilon=1.0), lambda: db.batch([str(path)], epsilon=1.0),
+                 lambda: db.query(str(secret), epsilon=1.0),
+                 lambda: db.synthesize("mwem", workload=str(path), epsilon=1.0, name="x")):
+        with pytest.raises(dpsql.SQLError) as info:
+            call()
+        assert "123-45" not in str(info.value)
+    assert db.ledger.entries() == []
+    with pytest.raises(dpsql.ArgumentError, match="item 2 of the batch is of type int"):
+        db.batch(["SELECT COUNT(*) FROM people", 5], epsilon=1.0)

@@ -2,8 +2,8 @@
 
 * :func:`plan_statement` — one statement to a :class:`QueryPlan` (grammar and
   schema checks, errors with line and column);
-* :func:`compile_batch` — statements (a list, a ``;``-separated text or a
-  ``.sql`` file) to a :class:`CompiledBatch`: a
+* :func:`compile_batch` — statements (a list of texts or a ``;``-separated
+  text; never a file name) to a :class:`CompiledBatch`: a
   :class:`dpsql.workload.Workload` plus which rows answer which statement,
   aggregate and group.
 

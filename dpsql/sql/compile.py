@@ -51,7 +51,7 @@ import scipy.sparse as sp
 from sqlglot import exp
 
 from .. import limits
-from ..errors import UnsupportedSQLError
+from ..errors import ArgumentError, UnsupportedSQLError
 from ..schema import Column, Schema, load_schema
 from .analyze import analyze
 from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, column_refs
@@ -244,18 +244,22 @@ def compile_sql(sql: str, schema: "Schema | dict | str", **kwargs) -> CompiledBa
 
 def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
                   merge: Iterable[Sequence[str]] = ()) -> CompiledBatch:
-    """Compile statements (a text of ``;``-separated statements, a list of
-    texts, or a path ending in ``.sql``) into one workload.
+    """Compile statements (a text of ``;``-separated statements, or a list of
+    such texts) into one workload.
 
+    A text is only ever SQL, never a file name: what compiles a request reads
+    no file (read a ``.sql`` file yourself, as the ``dpsql batch`` command does).
     ``merge`` adds groups of columns to measure as one attribute, on top of the
     schema's ``merge`` section and the merges the statements need.
     """
     schema = load_schema(schema)
     statements: list[Statement] = []
-    if isinstance(sql, str):
-        texts = [_read_if_path(sql)]
-    else:
-        texts = [_read_if_path(s) for s in sql]
+    texts = [sql] if isinstance(sql, str) else list(sql) if isinstance(sql, (list, tuple)) else None
+    if texts is None:
+        raise ArgumentError(f"SQL must be a text or a list of texts, got {type(sql).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ArgumentError(f"SQL must be text: item {i + 1} of the batch is of type {type(text).__name__}")
     _check_size(texts)
     for text in texts:
         statements.extend(parse_statements(text))
@@ -349,13 +353,6 @@ def schema_attributes(schema: "Schema | dict | str") -> tuple[Attribute, ...]:
     [('ab', 4), ('c', 5)]
     """
     return _attributes(load_schema(schema), [], [], [])
-
-
-def _read_if_path(s: str) -> str:
-    if s.rstrip().lower().endswith(".sql") and "\n" not in s and " " not in s.strip():
-        with open(s, encoding="utf-8") as fh:
-            return fh.read()
-    return s
 
 
 # -- attributes --------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     An int ``k``: every k-way marginal. A list of tuples of column names
     (or merged attribute names): those marginals (a merged column brings its
     whole attribute). SQL (a
-    text, a ``.sql`` path or a list of texts): the attributes each compiled
-    query term does not sum out.
+    text or a list of texts): the attributes each compiled query term does
+    not sum out.
     """
     position = {c: i for i, a in enumerate(attributes) for c in a.columns}
     if isinstance(workload, int):
