@@ -283,12 +283,13 @@ _SCRATCH_LOCK = threading.Lock()
 def _scratch():
     """A new cursor on one process-wide in-memory DuckDB, for post-processing answers (a cursor
     is ten times cheaper than a new connection; each has its own registered views, so threads
-    do not share state)."""
+    do not share state). It holds noisy answers only, and like the analyst's DuckDB
+    (:mod:`dpsql.released`) it has no file access."""
     import duckdb
 
     with _SCRATCH_LOCK:
         if not _SCRATCH:
-            _SCRATCH.append(duckdb.connect())
+            _SCRATCH.append(duckdb.connect(config={"enable_external_access": False, "lock_configuration": True}))
         return _SCRATCH[0].cursor()
 
 
