@@ -11,9 +11,10 @@ limit                         what it bounds
 ============================  ==========================================================
 :data:`MAX_SQL_CHARS`         the text of one batch (parse time)
 :data:`MAX_STATEMENTS`        statements in one batch (compile and selection time)
-:data:`MAX_SQL_DEPTH`         nesting of one statement's syntax tree (recursion)
+:data:`MAX_SQL_DEPTH`         nesting of one statement, counted on its tokens (parse time)
 :data:`MAX_QUERIES`           answers of one batch: GROUP BY cells over all statements
 :data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory)
+:data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
 ============================  ==========================================================
 
 >>> check_queries(10**12, "this statement has 1,000,000,000,000 groups and needs")  # doctest: +ELLIPSIS
@@ -27,14 +28,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .errors import ResourceLimitError
+from .errors import ResourceLimitError, SQLError
 from .matrix import Ones
 
 if TYPE_CHECKING:
     from .workload import Workload
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "check_queries", "check_measured_cells", "check_workload", "refuse"]
+           "MAX_SYNTHETIC_CELLS", "NestingLimitError", "check_queries", "check_measured_cells",
+           "check_synthetic_cells", "check_workload", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
 #: compiling takes about 10 s per million).
@@ -42,8 +44,13 @@ MAX_SQL_CHARS = 1_000_000
 #: Statements in one batch. Compiling takes about 1 ms per statement and selecting a
 #: strategy several seconds per thousand, so 10,000 is minutes of work.
 MAX_STATEMENTS = 10_000
-#: Nesting depth of one statement's syntax tree (parentheses, NOT, CASE, arithmetic).
-MAX_SQL_DEPTH = 200
+#: Nesting depth of one statement: at any point of its text, the number of open parentheses,
+#: brackets and CASE ... END, plus the operators still waiting for their operand there (NOT, a
+#: comparison, IS, IN, BETWEEN, unary minus, ``::``). Long AND / OR / + / - / * chains do not nest.
+#: sqlglot parses by recursive descent, about 25 Python frames per level at worst, so 25 levels
+#: take about 700 of Python's default 1,000 frames and leave some 250 to the caller. Checked on
+#: the tokens before parsing (dpsql.sql.parse), so a deeper statement is refused in microseconds.
+MAX_SQL_DEPTH = 25
 #: Answers (result rows times aggregates) of one batch; each is a row of the workload.
 MAX_QUERIES = 2_000_000
 #: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
@@ -51,6 +58,25 @@ MAX_MEASURED_CELLS = 20_000_000
 
 _SYNTHETIC = ("answer fewer or coarser groups (a CASE bucketing, a WHERE), split the batch, or "
               "build a synthetic table once with db.synthesize(...) (dpsql synth) and query it freely")
+
+
+class NestingLimitError(ResourceLimitError, SQLError):
+    """A statement nested deeper than :data:`MAX_SQL_DEPTH`: a resource limit, and like every
+    :class:`~dpsql.errors.SQLError` it names the construct (``"nesting"``) and carries the line
+    and column where the limit is passed."""
+
+
+def nesting_error(line: "int | None", column: "int | None", reason: str = "") -> NestingLimitError:
+    """The error for a statement nested more than :data:`MAX_SQL_DEPTH` levels deep (``reason``
+    adds why, e.g. that the syntax tree was too deep for Python's stack).
+
+    >>> err = nesting_error(1, 30)
+    >>> isinstance(err, ResourceLimitError) and isinstance(err, SQLError), err.construct, (err.line, err.column)
+    (True, 'nesting', (1, 30))
+    """
+    return NestingLimitError(f"this statement nests more than {MAX_SQL_DEPTH} levels deep (parentheses, CASE, NOT, "
+                             f"comparisons, unary minus and casts each open a level){reason}; split it or "
+                             "flatten it (a long AND / OR / + chain does not nest)", "nesting", line, column)
 
 
 def refuse(what: str, size: int, unit: str, limit: int) -> ResourceLimitError:
@@ -78,3 +104,36 @@ def check_workload(workload: "Workload") -> None:
     cells = max((math.prod(f.shape[1] for f in factors if not isinstance(f, Ones)) for _, factors in workload.terms),
                 default=1)
     check_measured_cells(cells, "answering this workload means counting a marginal of")
+
+
+# -- synthetic tables ---------------------------------------------------------------------------
+
+#: Cells (rows times columns) of one synthetic table, or of the records a synthesis method keeps
+#: while it runs: 20 million int64 cells are 160 MB, and the decoded table holds one value per cell.
+MAX_SYNTHETIC_CELLS = 20_000_000
+
+
+def synthetic_rows_cap(columns: int) -> int:
+    """The most rows of ``columns`` columns a synthetic table may hold under :data:`MAX_SYNTHETIC_CELLS`.
+
+    >>> synthetic_rows_cap(4)
+    5000000
+    """
+    return MAX_SYNTHETIC_CELLS // max(int(columns), 1)
+
+
+def check_synthetic_cells(rows: int, columns: int, what: str) -> None:
+    """Refuse ``what`` (e.g. "rows=10**12") when ``rows`` records of ``columns`` columns
+    exceed :data:`MAX_SYNTHETIC_CELLS` cells; checked before anything is read or spent.
+
+    >>> check_synthetic_cells(10**12, 4, "rows=1000000000000")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.ResourceLimitError: rows=1000000000000 means 4,000,000,000,000 synthetic cells ... (at most 5,000,000 rows); ...
+    """
+    cells = int(rows) * max(int(columns), 1)
+    if cells > MAX_SYNTHETIC_CELLS:
+        raise ResourceLimitError(f"{what} means {cells:,} synthetic cells ({int(rows):,} rows of {int(columns)} "
+                                 f"columns), more than the limit of {MAX_SYNTHETIC_CELLS:,} (at most "
+                                 f"{synthetic_rows_cap(columns):,} rows); ask for fewer rows and sample more "
+                                 "tables if needed")

@@ -97,6 +97,13 @@ REJECTED = {
     "SELECT *": "SELECT * FROM adult",
     "parameters": "SELECT COUNT(*) FROM adult WHERE age > $1",
     "non-SELECT statements": "DROP TABLE adult",
+    "BETWEEN SYMMETRIC": "SELECT COUNT(*) FROM adult WHERE age BETWEEN SYMMETRIC 60 AND 20",
+    "TABLESAMPLE / USING SAMPLE": "SELECT COUNT(*) FROM adult TABLESAMPLE 10%",
+    "qualified table names": "SELECT COUNT(*) FROM main.adult",
+    "NULLS FIRST": "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY sex NULLS FIRST",
+    "LIMIT ... PERCENT": "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex LIMIT 50 PERCENT",
+    "arithmetic on non-integers": "SELECT COUNT(*) FROM adult WHERE age * 0.5 > 10",
+    "CAST to FLOAT or DECIMAL": "SELECT COUNT(*) FROM adult WHERE CAST(age AS FLOAT) > 10",
 }
 
 

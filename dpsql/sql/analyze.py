@@ -7,6 +7,13 @@ over output column names. Anything outside the grammar raises a
 :class:`dpsql.errors.SQLError` subclass naming the construct, its line and
 its column. Nothing here looks at data.
 
+The guarantee that nothing is silently ignored is :data:`SUPPORTED`: the
+sqlglot node types the compiler implements exactly, each with the arguments
+it reads. One pass over every node of a statement refuses any other type, and
+any argument that is set but not read (``BETWEEN SYMMETRIC``, a table's
+``TABLESAMPLE`` or schema qualifier, ``NULLS FIRST``, ``LIMIT ... PERCENT``),
+before any expression is evaluated.
+
 >>> from dpsql.schema import load_schema
 >>> s = load_schema({"table": "t", "columns": {"sex": {"type": "categorical", "values": ["F", "M"]},
 ...                                          "age": {"type": "integer", "min": 0, "max": 99}}})
@@ -24,17 +31,17 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from .. import limits
 from ..errors import (BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError,
                       UnsupportedSQLError)
 from ..schema import Binned, Schema
-from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, _construct_name, column_refs, literal_value
+from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, _construct_name, column_refs, literal_value, number_value
 from .parse import Statement, parse_statements
 from .plan import Aggregate, GroupKey, QueryPlan
 
-__all__ = ["plan_statement", "analyze"]
+__all__ = ["plan_statement", "analyze", "SUPPORTED", "set_args"]
 
-_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit",
-                        "offset", "kind", "hint"}
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "WITH (common table expression)",
                      "qualify": "QUALIFY", "windows": "WINDOW clause", "laterals": "LATERAL",
                      "sample": "TABLESAMPLE", "pivots": "PIVOT", "into": "SELECT INTO",
@@ -43,6 +50,77 @@ _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "W
                      "cluster": "CLUSTER BY", "distribute": "DISTRIBUTE BY", "sort": "SORT BY",
                      "operation_modifiers": "operation modifier", "exclude": "EXCLUDE"}
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+
+_BINARY = frozenset({"this", "expression"})
+#: The sqlglot node types the compiler implements exactly, each with the arguments it reads (an
+#: argument not listed must be unset: None, False or empty). Keyed by exact type (TryCast is not
+#: Cast). Membership is necessary, not sufficient: the analyzer and the evaluator still refuse a
+#: node in the wrong place (a division in WHERE) or with the wrong values.
+SUPPORTED: dict[type, frozenset[str]] = {
+    # the statement: SELECT ... FROM one table [WHERE] [GROUP BY] [HAVING] [ORDER BY] [LIMIT] [OFFSET]
+    exp.Select: frozenset(_ALLOWED_SELECT_ARGS),
+    exp.From: frozenset({"this"}),
+    exp.Table: frozenset({"this", "alias"}),
+    exp.TableAlias: frozenset({"this"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Column: frozenset({"this", "table"}),
+    exp.Star: frozenset(),
+    exp.Where: frozenset({"this"}),
+    exp.Group: frozenset({"expressions"}),
+    exp.Having: frozenset({"this"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
+    exp.Limit: frozenset({"expression"}),
+    exp.Offset: frozenset({"expression"}),
+    # aggregates (big_int is sqlglot's note that COUNT returns BIGINT)
+    exp.Count: frozenset({"this", "big_int"}),
+    exp.Sum: frozenset({"this"}),
+    exp.Avg: frozenset({"this"}),
+    # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.evaluate)
+    exp.Paren: frozenset({"this"}),
+    exp.And: _BINARY, exp.Or: _BINARY, exp.Not: frozenset({"this"}),
+    exp.EQ: _BINARY, exp.NEQ: _BINARY, exp.LT: _BINARY, exp.LTE: _BINARY, exp.GT: _BINARY, exp.GTE: _BINARY,
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Is: _BINARY,
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Boolean: frozenset({"this"}),
+    exp.Null: frozenset(),
+    exp.Neg: frozenset({"this"}),
+    exp.Add: _BINARY, exp.Sub: _BINARY, exp.Mul: _BINARY,
+    exp.Cast: frozenset({"this", "to"}),
+    exp.TryCast: frozenset({"this", "to", "safe"}),
+    exp.DataType: frozenset({"this", "nested"}),
+    exp.Case: frozenset({"this", "ifs", "default"}),
+    exp.If: frozenset({"this", "true", "false"}),  # a CASE branch; IF(c, a, b) in HAVING
+    # HAVING only: run by DuckDB itself on the noisy answers (dpsql.sql.plan.QueryPlan.postprocess_sql)
+    exp.Div: frozenset({"this", "expression", "typed", "safe"}),
+    exp.IntDiv: _BINARY,
+    exp.Mod: _BINARY,
+    exp.Like: _BINARY,
+    exp.ILike: _BINARY,
+    exp.Abs: frozenset({"this"}),
+    exp.Round: frozenset({"this", "decimals"}),
+    exp.Coalesce: frozenset({"this", "expressions"}),
+}
+
+_COMPARISON_TYPES = frozenset({exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE})
+
+#: Names of arguments that are set but not supported, for messages.
+_ARG_NAMES = {
+    (exp.Between, "symmetric"): "BETWEEN SYMMETRIC", (exp.Table, "sample"): "TABLESAMPLE",
+    (exp.Table, "db"): "a schema-qualified table name", (exp.Table, "catalog"): "a catalog-qualified table name",
+    (exp.Table, "version"): "time travel (AT / FOR SYSTEM_TIME)", (exp.Table, "only"): "ONLY",
+    (exp.TableAlias, "columns"): "column names in a table alias", (exp.Ordered, "nulls_first"): "NULLS FIRST",
+    (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES", (exp.Limit, "offset"): "LIMIT offset, count",
+    (exp.Group, "all"): "GROUP BY ALL", (exp.Group, "grouping_sets"): "GROUPING SETS", (exp.Group, "cube"): "CUBE",
+    (exp.Group, "rollup"): "ROLLUP", (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
+    (exp.In, "unnest"): "IN UNNEST", (exp.Column, "db"): "a schema-qualified column name",
+    (exp.Column, "catalog"): "a catalog-qualified column name", (exp.Cast, "format"): "CAST ... FORMAT",
+    (exp.DataType, "expressions"): "a parameterized type", (exp.DataType, "nested"): "a nested type",
+    (exp.Round, "truncate"): "ROUND ... truncate", (exp.Is, "negate"): "IS NOT",
+}
 
 
 class _Context:
@@ -76,13 +154,21 @@ def plan_statement(sql: "str | Statement", schema: Schema) -> QueryPlan:
 
 def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     """Check one parsed statement and build its plan."""
+    try:
+        return _analyze(stmt, schema)
+    except RecursionError:  # a safety net: parse_statements bounds the nesting on tokens first
+        line, col = stmt.position(None)
+        raise limits.nesting_error(line, col, ", or its syntax tree is too deep for the Python stack left") from None
+
+
+def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     ctx = _Context(stmt)
     tree = stmt.tree
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
     _check_select_args(tree, ctx)
-    _check_nodes(tree, ctx)
+    _check_supported(tree, schema, ctx)
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
 
@@ -269,22 +355,70 @@ def _is_comma_join(join: exp.Join, ctx: _Context) -> bool:
     return False
 
 
-def _check_nodes(tree: exp.Select, ctx: _Context) -> None:
+def set_args(node: exp.Expression) -> list[str]:
+    """The argument keys of ``node`` that are set: not None, not False, not an empty list."""
+    return [k for k, v in node.args.items() if v is not None and v is not False and not (isinstance(v, list) and not v)]
+
+
+def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> None:
+    """Refuse, in one pass over every node, a subquery, a node type not in :data:`SUPPORTED`, an
+    argument that is set but that the compiler does not read, and a number literal it cannot read
+    exactly."""
     for node in tree.walk():
-        if node is tree:
-            continue
-        if isinstance(node, (exp.Select, exp.Subquery)) or (isinstance(node, exp.Union)):
+        allowed = SUPPORTED.get(type(node))
+        if node is not tree and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
             ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", node)
-        if isinstance(node, exp.Exists):
-            ctx.fail(UnsupportedSQLError, "EXISTS (a subquery) is not supported", "EXISTS", node)
-        if isinstance(node, exp.Window):
-            ctx.fail(UnsupportedSQLError, "window functions (OVER) are not supported",
-                     "window function", node)
-        if isinstance(node, exp.Filter):
-            ctx.fail(UnsupportedSQLError, "aggregate FILTER is not supported; use WHERE", "FILTER", node)
-        if isinstance(node, exp.Placeholder) or isinstance(node, exp.Parameter):
-            ctx.fail(UnsupportedSQLError, "query parameters are not supported; write literals",
-                     "parameter", node)
+        if allowed is None:
+            _refuse_node(node, ctx)
+        if type(node) is exp.Table and (node.args.get("db") or node.args.get("catalog")):
+            name = node.sql(dialect="duckdb")
+            ctx.fail(UnsupportedSQLError, f"a qualified table name ({name}) is not supported: write FROM "
+                     f"{schema.table}", name, node)
+        for key in set_args(node):
+            if key not in allowed or (type(node) is exp.Ordered and key == "nulls_first"
+                                      and node.args[key] is True):
+                name = _ARG_NAMES.get((type(node), key), f"{_construct_name(node)} with {key.upper()}")
+                value = node.args[key]
+                if isinstance(value, (exp.Select, exp.Subquery, exp.SetOperation)):
+                    ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", value)
+                at = value if isinstance(value, exp.Expression) and ctx.stmt.offset_of(value) is not None else node
+                extra = "; DuckDB puts NULLs last, as dpsql does" if key == "nulls_first" else ""
+                ctx.fail(UnsupportedSQLError, f"{name} is not supported{extra}", name, at)
+        if type(node) in _COMPARISON_TYPES and (type(node.this) in _COMPARISON_TYPES
+                                                or type(node.expression) in _COMPARISON_TYPES):
+            ctx.fail(UnsupportedSQLError, "chained comparisons (a = b = c) are not supported, as in DuckDB; "
+                     "add parentheses or combine them with AND", "chained comparison", node)
+        if type(node) is exp.Literal and not node.is_string:
+            try:
+                number_value(node.this)
+            except ValueError:
+                ctx.fail(UnsupportedSQLError, f"cannot read the number {node.this[:40]!r}", f"number {node.this[:40]}",
+                         node)
+
+
+def _refuse_node(node: exp.Expression, ctx: "_Context") -> None:
+    """Raise the error for a node type outside :data:`SUPPORTED`, named for its user."""
+    if isinstance(node, exp.Exists):
+        ctx.fail(UnsupportedSQLError, "EXISTS (a subquery) is not supported", "EXISTS", node)
+    if isinstance(node, exp.Window):
+        ctx.fail(UnsupportedSQLError, "window functions (OVER) are not supported", "window function", node)
+    if isinstance(node, exp.Filter):
+        ctx.fail(UnsupportedSQLError, "aggregate FILTER is not supported; use WHERE", "FILTER", node)
+    if isinstance(node, (exp.Placeholder, exp.Parameter)):
+        ctx.fail(UnsupportedSQLError, "query parameters are not supported; write literals", "parameter", node)
+    if isinstance(node, exp.TableSample):
+        ctx.fail(UnsupportedSQLError, "TABLESAMPLE is not supported: a statement reads the whole table",
+                 "TABLESAMPLE", node)
+    if isinstance(node, exp.Distinct) and isinstance(node.parent, exp.AggFunc):
+        agg = node.parent
+        name = agg.sql_name() if not isinstance(agg, exp.Anonymous) else str(agg.this).upper()
+        ctx.fail(UnsupportedSQLError, f"{name}(DISTINCT ...) is not supported", f"{name}(DISTINCT)", agg)
+    if isinstance(node, exp.AggFunc):
+        name = node.sql_name()
+        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported (COUNT, SUM and AVG are)",
+                 f"aggregate {name}", node)
+    name = _construct_name(node)
+    ctx.fail(UnsupportedSQLError, f"{name} is not supported", name, node)
 
 
 def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, str | None]:
@@ -295,11 +429,19 @@ def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, s
     if not isinstance(src, exp.Table) or not isinstance(src.this, exp.Identifier):
         ctx.fail(UnsupportedSQLError, f"FROM must name the table {schema.table!r}",
                  _construct_name(src), src)
+    if src.args.get("db") or src.args.get("catalog"):
+        ctx.fail(UnsupportedSQLError, f"a qualified table name ({src.sql(dialect='duckdb')}) is not supported: "
+                 f"write FROM {schema.table}", src.sql(dialect="duckdb"), src)
     if src.name.lower() != schema.table.lower():
         ctx.fail(UnknownColumnError, f"unknown table {src.name!r}; the schema declares {schema.table!r}",
                  f"table {src.name!r}", src)
-    if src.args.get("joins") or src.args.get("pivots") or src.args.get("laterals"):
+    if src.args.get("joins") or src.args.get("laterals"):
         ctx.fail(UnsupportedSQLError, "JOIN is not supported: a statement reads one table", "JOIN", src)
+    if src.args.get("pivots"):
+        ctx.fail(UnsupportedSQLError, "PIVOT is not supported: a statement reads one table", "PIVOT", src)
+    if src.args.get("sample") is not None:
+        ctx.fail(UnsupportedSQLError, "TABLESAMPLE is not supported: a statement reads the whole table",
+                 "TABLESAMPLE", src.args["sample"])
     alias = src.alias or None
     return src.name, alias
 
@@ -394,14 +536,20 @@ def _default_name(expr: exp.Expression) -> str:
 
 
 def _same(a: exp.Expression, b: exp.Expression) -> bool:
-    return _strip(a) == _strip(b)
+    """Whether two expressions are equal up to parentheses around them or aliases (no copies:
+    sqlglot caches each node's hash, so comparing every node of a long HAVING is linear)."""
+    return _unwrap(a) == _unwrap(b)
+
+
+def _unwrap(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, (exp.Paren, exp.Alias)):
+        e = e.this
+    return e
 
 
 def _strip(e: exp.Expression) -> exp.Expression:
     """A copy without parentheses around the whole expression or aliases."""
-    while isinstance(e, (exp.Paren, exp.Alias)):
-        e = e.this
-    return e.copy()
+    return _unwrap(e).copy()
 
 
 def _literal_item(body: exp.Expression) -> bool:
@@ -504,9 +652,22 @@ class _Rewriter:
             if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover
                 self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} in {clause}",
                               _construct_name(node), node)
-        return self._rewrite(expr, clause)
+        # sqlglot's transform walks in a loop (a long AND chain does not recurse); a node it
+        # replaces is not descended into
+        expr = expr.transform(lambda node: self._rewrite(node, clause), copy=False)
+        # post-processing runs after the release: a cast of a noisy value must not fail
+        for cast in list(expr.find_all(exp.Cast)):
+            if type(cast) is exp.Cast:
+                safe = exp.TryCast(this=cast.this, to=cast.args.get("to"), safe=True)
+                if cast is expr:
+                    expr = safe
+                else:
+                    cast.replace(safe)
+        return expr
 
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
+        """One node of a HAVING / ORDER BY expression: an aggregate or a group key becomes its
+        output column, a column its output name; other nodes stay (their children are visited)."""
         if _is_agg_node(node):
             return exp.column(self._aggregate_name(node), quoted=True)
         for k, e in enumerate(self.key_exprs):
@@ -528,14 +689,6 @@ class _Rewriter:
                                                                  exp.Round, exp.Coalesce, exp.If)):
             self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} is not supported in {clause}",
                           _construct_name(node), node)
-        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
-            # post-processing runs after the release: a cast of a noisy value must not fail
-            node = exp.TryCast(this=node.this, to=node.args.get("to"), safe=True)
-        for key, value in list(node.args.items()):
-            if isinstance(value, exp.Expression):
-                node.set(key, self._rewrite(value, clause))
-            elif isinstance(value, list):
-                node.set(key, [self._rewrite(v, clause) if isinstance(v, exp.Expression) else v for v in value])
         return node
 
     def _aggregate_name(self, node: exp.Expression) -> str:
@@ -550,6 +703,9 @@ class _Rewriter:
         return agg.name
 
 
+_MAX_COUNT = 2**63 - 1
+
+
 def _count_clause(node: exp.Expression | None, name: str, ctx: _Context) -> int | None:
     if node is None:
         return None
@@ -557,4 +713,6 @@ def _count_clause(node: exp.Expression | None, name: str, ctx: _Context) -> int 
     ok, lit = literal_value(value) if value is not None else (False, None)
     if not ok or not isinstance(lit, int) or isinstance(lit, bool) or lit < 0:
         ctx.fail(UnsupportedSQLError, f"{name} takes a non-negative integer literal", name, value or node)
+    if lit > _MAX_COUNT:  # DuckDB's BIGINT; it refuses more, but only once there are rows to limit
+        ctx.fail(UnsupportedSQLError, f"{name} {lit} is more than DuckDB allows ({_MAX_COUNT})", name, value)
     return lit

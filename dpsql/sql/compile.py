@@ -217,23 +217,18 @@ def conjuncts(expr: exp.Expression | None) -> list[exp.Expression]:
     ['a = 1', 'NOT b = 2', 'NOT c = 3', 'd = 1 OR e = 2']
     """
     out: list[exp.Expression] = []
-
-    def walk(e: exp.Expression, negated: bool) -> None:
+    stack = [(expr, False)] if expr is not None else []  # a loop, not recursion: chains may be long
+    while stack:
+        e, negated = stack.pop()
         while isinstance(e, exp.Paren):
             e = e.this
         if isinstance(e, exp.Not):
-            walk(e.this, not negated)
-        elif isinstance(e, exp.And) and not negated:
-            walk(e.this, False)
-            walk(e.expression, False)
-        elif isinstance(e, exp.Or) and negated:
-            walk(e.this, True)
-            walk(e.expression, True)
+            stack.append((e.this, not negated))
+        elif (isinstance(e, exp.And) and not negated) or (isinstance(e, exp.Or) and negated):
+            stack.append((e.expression, negated))
+            stack.append((e.this, negated))  # popped first: conjuncts stay in order
         else:
             out.append(exp.Not(this=e.copy()) if negated else e)
-
-    if expr is not None:
-        walk(expr, False)
     return out
 
 
@@ -267,11 +262,12 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
         raise UnsupportedSQLError("no SQL statement to compile", "empty batch", 1, 1)
     if len(statements) > limits.MAX_STATEMENTS:
         raise limits.refuse("this batch has", len(statements), "statements", limits.MAX_STATEMENTS)
-    for st in statements:
-        _check_depth(st)
     plans = [analyze(st, schema) for st in statements]
-    attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
-    batch = _compile(schema, plans, attributes)
+    try:
+        attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
+        batch = _compile(schema, plans, attributes)
+    except RecursionError:  # a safety net: parse_statements bounds the nesting on tokens first
+        raise limits.nesting_error(None, None, ", or its syntax tree is too deep for the Python stack left") from None
     _check_postprocessing(batch)
     return batch
 
@@ -303,18 +299,6 @@ def _check_size(texts: Sequence[str]) -> None:
     chars = sum(len(t) for t in texts if isinstance(t, str))
     if chars > limits.MAX_SQL_CHARS:
         raise limits.refuse("this SQL text has", chars, "characters", limits.MAX_SQL_CHARS)
-
-
-def _check_depth(st: Statement) -> None:
-    """Refuse a statement nested deeper than :data:`~dpsql.limits.MAX_SQL_DEPTH` (no recursion used)."""
-    stack = [(st.tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limits.MAX_SQL_DEPTH:
-            line, col = st.position(node)
-            raise UnsupportedSQLError(f"this statement nests more than {limits.MAX_SQL_DEPTH} levels deep",
-                                      "nesting", line, col)
-        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 def _check_postprocessing(batch: CompiledBatch) -> None:

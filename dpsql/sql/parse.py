@@ -1,23 +1,35 @@
 """Parsing: SQL text to sqlglot syntax trees, with positions.
 
-One public function, :func:`parse_statements`. It splits a text (one
-statement, or a batch file of ``;``-separated statements) into statements,
-strips BigQuery's ``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause (keeping
-its values), parses each statement with sqlglot's DuckDB dialect, and keeps
-enough to turn any syntax-tree node back into a line and column of the
-original text. A syntax error becomes :class:`dpsql.errors.ParseError`.
+One public function, :func:`parse_statements`. It tokenizes a text (one
+statement, or a batch file of ``;``-separated statements) with sqlglot's
+DuckDB tokenizer, splits it into statements, reads and removes BigQuery's
+``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause (keeping its values), refuses
+a statement nested deeper than :data:`dpsql.limits.MAX_SQL_DEPTH` (measured on
+its tokens by :func:`nesting_depth`, before the recursive-descent parser sees
+it), parses each statement, and keeps enough to turn any syntax-tree node back
+into a line and column of the original text. A syntax error becomes
+:class:`dpsql.errors.ParseError`, a bad option
+:class:`dpsql.errors.UnsupportedSQLError`, too deep a nesting
+:class:`dpsql.limits.NestingLimitError`.
+
+The clause is recognised on tokens only, right after a statement's first
+``SELECT``: text inside comments and string literals is never read as options
+(sqlglot's parser does not know the clause in any dialect).
 
 >>> [s.sql for s in parse_statements("SELECT COUNT(*) FROM t;\\nSELECT 1 FROM t")]
 ['SELECT COUNT(*) FROM t', 'SELECT 1 FROM t']
 >>> parse_statements("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.5) COUNT(*) FROM t")[0].options
 {'epsilon': 0.5}
+>>> parse_statements("SELECT /* WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=9) */ COUNT(*) FROM t")[0].options
+{}
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -26,16 +38,15 @@ from sqlglot.errors import ParseError as _SqlglotParseError
 from sqlglot.errors import TokenError as _SqlglotTokenError
 from sqlglot.tokens import TokenType
 
+from .. import limits
 from ..errors import ParseError, UnsupportedSQLError
 
-__all__ = ["Source", "Statement", "parse_statements"]
+__all__ = ["Source", "Statement", "parse_statements", "nesting_depth"]
 
 DIALECT = "duckdb"
 
-_DP_CLAUSE = re.compile(
-    r"\bSELECT(\s+WITH\s+DIFFERENTIAL_PRIVACY\s+OPTIONS\s*\(([^()]*)\))", re.IGNORECASE
-)
 _DP_OPTIONS = {"epsilon", "delta"}
+_DP = "DIFFERENTIAL_PRIVACY OPTIONS"
 
 
 @dataclass
@@ -122,6 +133,10 @@ class Statement:
         elif isinstance(node, exp.Case) and off is not None:
             kw = self.source.token_before(off + 1, {TokenType.CASE})
             off = kw if kw is not None else off
+        elif isinstance(node, exp.TableSample) and off is not None:
+            # point at TABLESAMPLE, or at USING of USING SAMPLE
+            kw = self.source.token_before(off, {TokenType.TABLE_SAMPLE, TokenType.USING})
+            off = kw if kw is not None else off
         elif isinstance(node, exp.Placeholder):
             kw = self.source.token_after(self.offset, {TokenType.PLACEHOLDER})
             off = kw if kw is not None else off
@@ -136,67 +151,276 @@ def _blank(text: str, start: int, end: int) -> str:
     return text[:start] + middle + text[end:]
 
 
-def _parse_options(raw: str, source: Source, offset: int) -> dict[str, Any]:
-    opts: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in raw.split(","))):
-        m = re.fullmatch(r"([A-Za-z_]+)\s*=\s*([-+0-9.eE]+)", part)
-        line, col = source.position(offset)
-        if not m:
-            raise UnsupportedSQLError(f"cannot read DIFFERENTIAL_PRIVACY option {part!r}; "
-                                      "expected name=number", "DIFFERENTIAL_PRIVACY OPTIONS", line, col)
-        name = m.group(1).lower()
-        if name not in _DP_OPTIONS:
-            raise UnsupportedSQLError(f"unknown DIFFERENTIAL_PRIVACY option {m.group(1)!r} "
-                                      f"(supported: {', '.join(sorted(_DP_OPTIONS))})",
-                                      "DIFFERENTIAL_PRIVACY OPTIONS", line, col)
-        try:
-            opts[name] = float(m.group(2))
-        except ValueError:
-            raise UnsupportedSQLError(f"option {name} must be a number", "DIFFERENTIAL_PRIVACY OPTIONS",
-                                      line, col) from None
-    return opts
+# -- WITH DIFFERENTIAL_PRIVACY OPTIONS(...) ---------------------------------------------------
 
+@dataclass
+class _Clause:
+    """One ``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause: the index of the SELECT token it
+    follows, the indices of its first and last tokens, and the options it gives."""
+
+    select: int
+    first: int
+    last: int
+    options: dict[str, Any]
+
+
+def _is_clause_start(tokens: Sequence, i: int) -> bool:
+    """Whether tokens[i] is a SELECT followed by ``WITH DIFFERENTIAL_PRIVACY``."""
+    return (tokens[i].token_type == TokenType.SELECT and i + 2 < len(tokens)
+            and tokens[i + 1].token_type == TokenType.WITH
+            and tokens[i + 2].text.upper() == "DIFFERENTIAL_PRIVACY")
+
+
+def _dp_clauses(tokens: Sequence, source: Source) -> list[_Clause]:
+    """Every ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(name = number, ...)`` in the token stream,
+    its options checked: only epsilon and delta, each once, epsilon finite and positive, delta
+    finite in [0, 1). Tokens are sqlglot's, so comments and string literals are never read."""
+
+    def fail(message: str, tok) -> UnsupportedSQLError:
+        line, col = source.position(tok.start)
+        return UnsupportedSQLError(message, _DP, line, col)
+
+    clauses = []
+    for i in range(len(tokens)):
+        if not _is_clause_start(tokens, i):
+            continue
+        j = i + 3
+        if j + 1 >= len(tokens) or tokens[j].text.upper() != "OPTIONS" or tokens[j + 1].token_type != TokenType.L_PAREN:
+            raise fail("WITH DIFFERENTIAL_PRIVACY must be followed by OPTIONS(epsilon = ..., delta = ...)",
+                       tokens[min(j, len(tokens) - 1)])
+        j += 2
+        options: dict[str, Any] = {}
+        while True:
+            name_at = j
+            j, name, value = _dp_option(tokens, j, fail)
+            if name in options:
+                raise fail(f"DIFFERENTIAL_PRIVACY option {name} is given twice", tokens[name_at])
+            options[name] = value
+            if j < len(tokens) and tokens[j].token_type == TokenType.COMMA:
+                j += 1
+                continue
+            if j < len(tokens) and tokens[j].token_type == TokenType.R_PAREN:
+                break
+            raise fail("cannot read DIFFERENTIAL_PRIVACY OPTIONS: expected ',' or ')' after an option",
+                       tokens[min(j, len(tokens) - 1)])
+        clauses.append(_Clause(select=i, first=i + 1, last=j, options=options))
+    return clauses
+
+
+def _dp_option(tokens: Sequence, j: int, fail) -> tuple[int, str, float]:
+    """Read ``name = [sign] number`` at tokens[j]; return the next index, the name and the value."""
+    end = len(tokens)
+    if j >= end or tokens[j].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+        raise fail("cannot read DIFFERENTIAL_PRIVACY option; expected name=number", tokens[min(j, end - 1)])
+    name_tok = tokens[j]
+    name = name_tok.text.lower()
+    if name not in _DP_OPTIONS:
+        raise fail(f"unknown DIFFERENTIAL_PRIVACY option {name_tok.text!r} "
+                   f"(supported: {', '.join(sorted(_DP_OPTIONS))})", name_tok)
+    if j + 1 >= end or tokens[j + 1].token_type != TokenType.EQ:
+        raise fail(f"cannot read DIFFERENTIAL_PRIVACY option {name}; expected {name}=number", name_tok)
+    k = j + 2
+    sign = 1.0
+    if k < end and tokens[k].token_type in (TokenType.DASH, TokenType.PLUS):
+        sign = -1.0 if tokens[k].token_type == TokenType.DASH else 1.0
+        k += 1
+    if k >= end or tokens[k].token_type != TokenType.NUMBER:
+        raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be a number", tokens[min(k, end - 1)])
+    value_tok = tokens[j + 2]
+    try:
+        value = sign * float(tokens[k].text)
+    except ValueError:
+        raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be a number, not {tokens[k].text!r}",
+                   value_tok) from None
+    if not math.isfinite(value):
+        raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be finite, not {value}", value_tok)
+    if name == "epsilon" and value <= 0:
+        raise fail(f"DIFFERENTIAL_PRIVACY option epsilon must be positive, not {_show_number(value)}", value_tok)
+    if name == "delta" and not 0 <= value < 1:
+        raise fail(f"DIFFERENTIAL_PRIVACY option delta must be at least 0 and less than 1, not "
+                   f"{_show_number(value)}", value_tok)
+    return k + 1, name, value
+
+
+def _show_number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+# -- nesting -----------------------------------------------------------------------------------
+
+def _parser_tokens(name: str) -> frozenset:
+    """The keys of one of the DuckDB parser's operator tables (e.g. ``"COMPARISON"``)."""
+    return frozenset(getattr(Dialect.get_or_raise(DIALECT).parser_class, name, None) or ())
+
+
+_OPENERS = {TokenType.L_PAREN: TokenType.R_PAREN, TokenType.L_BRACKET: TokenType.R_BRACKET,
+            TokenType.L_BRACE: TokenType.R_BRACE, TokenType.CASE: TokenType.END}
+_CLOSERS = frozenset(_OPENERS.values())
+#: Operators whose operand reaches to the next AND / OR / "," / THEN ...: the parser (and every
+#: tree walk after it) is one level deeper until then; a chain of them (a = b = c) nests.
+_PREDICATE_OPS = (_parser_tokens("EQUALITY") | _parser_tokens("COMPARISON") | _parser_tokens("RANGE_PARSERS")
+                  | {TokenType.NOT, TokenType.NOTNULL, TokenType.ISNULL, TokenType.MOD}
+                  | _parser_tokens("EXPONENT"))
+#: Operators that bind tightest (unary minus, ``::``, ``.``, INTERVAL): their level ends at the next
+#: binary operator.
+_UNARY_OPS = _parser_tokens("UNARY_PARSERS") - {TokenType.NOT}
+_POSTFIX_OPS = _parser_tokens("COLUMN_OPERATORS") | {TokenType.INTERVAL}
+#: Right-recursive operators (``x -> body``, ``a := b``): their level ends at "," or a closing bracket.
+_RIGHT_OPS = _parser_tokens("ASSIGNMENT") | _parser_tokens("LAMBDAS")
+_BINARY_OPS = (_parser_tokens("TERM") | _parser_tokens("FACTOR") | _parser_tokens("BITWISE")
+               | _parser_tokens("JSON_OPERATORS") | {TokenType.DPIPE} | _PREDICATE_OPS)
+_ENDS_PREDICATE = (_parser_tokens("CONJUNCTION") | _parser_tokens("DISJUNCTION")
+                   | {TokenType.XOR, TokenType.COMMA, TokenType.THEN, TokenType.WHEN, TokenType.ELSE,
+                      TokenType.ALIAS, TokenType.FROM, TokenType.WHERE, TokenType.GROUP_BY, TokenType.HAVING,
+                      TokenType.ORDER_BY, TokenType.LIMIT, TokenType.OFFSET, TokenType.QUALIFY, TokenType.WINDOW,
+                      TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT, TokenType.FETCH})
+#: Tokens after which a "-" is binary (they end an operand); after anything else it is unary.
+_ENDS_OPERAND = frozenset({TokenType.NUMBER, TokenType.STRING, TokenType.VAR, TokenType.IDENTIFIER,
+                           TokenType.NULL, TokenType.TRUE, TokenType.FALSE, TokenType.STAR}) | _CLOSERS
+
+
+class _Level:
+    """Operators waiting for their operand inside one bracket (see :func:`nesting_depth`)."""
+
+    __slots__ = ("tight", "predicate", "right", "between")
+
+    def __init__(self) -> None:
+        self.tight = self.predicate = self.right = self.between = 0
+
+    @property
+    def open(self) -> int:
+        return self.tight + self.predicate + self.right
+
+
+def nesting_depth(tokens: Sequence, limit: int | None = None) -> tuple[int, int | None]:
+    """How deeply a statement nests, from its tokens: at each token, the number of open brackets
+    (parentheses, ``[]``, ``{}``, CASE ... END) plus the operators still waiting for their operand
+    (NOT, comparisons, IS, IN, BETWEEN, LIKE, ``%``, ``^``, unary minus, ``::``, ``.``, lambdas).
+
+    Returns the largest depth and, when it passes ``limit``, the index of the first token that
+    passes it (else None; the count then stops there). The count takes one pass and no recursion;
+    it bounds the recursion of sqlglot's recursive-descent parser and generator and of every tree
+    walk that follows (about 25 Python frames a level at worst), while chains that these handle
+    in a loop (AND, OR, ``+``, ``-``, ``*``, ``||``) do not add to it.
+
+    >>> from sqlglot.dialects import Dialect
+    >>> tok = Dialect.get_or_raise("duckdb").tokenize
+    >>> nesting_depth(tok("SELECT COUNT(*) FROM t WHERE NOT (a = 1 OR (b = 2 AND c < 3))"))
+    (4, None)
+    >>> nesting_depth(tok("SELECT COUNT(*) FROM t WHERE a = 1 AND b = 2 AND c + d + e > 3"))
+    (1, None)
+    """
+    levels = [_Level()]
+    waiting = 0  # operators waiting in the levels below the current one
+    best = 0
+    prev = None
+    for i, tok in enumerate(tokens):
+        tt = tok.token_type
+        level = levels[-1]
+        prefix = prev is None or prev.token_type not in _ENDS_OPERAND
+        if tt == TokenType.L_BRACKET and not prefix:
+            level.tight += 1  # a subscript x[1]: chains of them nest
+        if tt in _OPENERS:
+            waiting += level.open
+            levels.append(_Level())
+        elif tt in _CLOSERS:
+            if len(levels) > 1:
+                levels.pop()
+                waiting -= levels[-1].open
+        elif (tt in _UNARY_OPS and prefix) or tt in _POSTFIX_OPS:
+            level.tight += 1
+        elif tt in _RIGHT_OPS:
+            level.right += 1
+        else:
+            if tt in _BINARY_OPS or tt in _ENDS_PREDICATE:
+                level.tight = 0
+            if tt == TokenType.AND and level.between:
+                level.between -= 1  # x BETWEEN a AND b: the AND belongs to BETWEEN
+            elif tt in _ENDS_PREDICATE:
+                level.predicate = 0
+                if tt == TokenType.COMMA:
+                    level.right = 0
+            if tt in _PREDICATE_OPS:
+                level.predicate += 1
+                if tt == TokenType.BETWEEN:
+                    level.between += 1
+        depth = len(levels) - 1 + waiting + levels[-1].open
+        if depth > best:
+            best = depth
+            if limit is not None and depth > limit:
+                return best, i
+        prev = tok
+    return best, None
+
+
+def _check_nesting(tokens: Sequence, source: Source) -> None:
+    """Refuse, before parsing, a statement nested deeper than :data:`~dpsql.limits.MAX_SQL_DEPTH`."""
+    _, at = nesting_depth(tokens, limits.MAX_SQL_DEPTH)
+    if at is not None:
+        line, col = source.position(tokens[at].start)
+        raise limits.nesting_error(line, col)
+
+
+def _too_deep(source: Source, offset: int) -> Exception:
+    """The error for a syntax tree too deep for Python's stack (a safety net behind the token count)."""
+    line, col = source.position(offset)
+    return limits.nesting_error(line, col, ", or its syntax tree is too deep for the Python stack left")
+
+
+# -- statements --------------------------------------------------------------------------------
 
 def parse_statements(text: str) -> list[Statement]:
     """Split ``text`` into statements and parse each with sqlglot (DuckDB dialect).
 
     Empty statements (stray ``;``) and comments are skipped. Raises
     :class:`~dpsql.errors.ParseError` with the line and column of the first
-    syntax error.
+    syntax error, :class:`~dpsql.errors.UnsupportedSQLError` for a bad
+    ``DIFFERENTIAL_PRIVACY`` option and :class:`~dpsql.limits.NestingLimitError`
+    for a statement nested too deeply.
     """
     if not isinstance(text, str):
         raise TypeError(f"SQL must be a string, got {type(text).__name__}")
     original = Source(text)
-    options_at: dict[int, dict[str, Any]] = {}
-    work = text
-    for m in _DP_CLAUSE.finditer(text):
-        options_at[m.start()] = _parse_options(m.group(2), original, m.start(1))
-        work = _blank(work, m.start(1), m.end(1))
-
     dialect = Dialect.get_or_raise(DIALECT)
     try:
-        tokens = dialect.tokenize(work)
+        tokens = dialect.tokenize(text)
     except _SqlglotTokenError as exc:
-        off = _bad_token_offset(work)
+        off = _bad_token_offset(text)
         line, col = original.position(off)
         raise ParseError(f"cannot read the SQL text ({_first_line(str(exc))}); "
                          "check for an unterminated string or quoted name", "token", line, col) from None
-    original.tokens = tokens
 
-    chunks: list[tuple[int, int]] = []
-    start = None
-    for tok in tokens:
-        if tok.token_type == TokenType.SEMICOLON:
-            if start is not None:
-                chunks.append((start, tok.start))
-            start = None
-        elif start is None:
-            start = tok.start
-    if start is not None:
-        chunks.append((start, len(work)))
+    clauses = _dp_clauses(tokens, original)
+    work = text
+    dropped: set[int] = set()
+    for c in clauses:
+        work = _blank(work, tokens[c.first].start, tokens[c.last].end + 1)
+        dropped.update(range(c.first, c.last + 1))
+    options_of = {c.select: c.options for c in clauses}
+    kept = [i for i in range(len(tokens)) if i not in dropped]
+    original.tokens = [tokens[i] for i in kept]
+
+    chunks: list[tuple[list[int], int]] = []  # each statement's token indices, and where it ends
+    current: list[int] = []
+    for i in kept:
+        if tokens[i].token_type == TokenType.SEMICOLON:
+            if current:
+                chunks.append((current, tokens[i].start))
+            current = []
+        else:
+            current.append(i)
+    if current:
+        chunks.append((current, len(work)))
 
     statements: list[Statement] = []
-    for begin, end in chunks:
+    for chunk_tokens, end in chunks:
+        begin = tokens[chunk_tokens[0]].start
+        for i in chunk_tokens[1:]:
+            if i in options_of:
+                line, col = original.position(tokens[i].start)
+                raise UnsupportedSQLError("WITH DIFFERENTIAL_PRIVACY OPTIONS must follow the first SELECT of "
+                                          "a statement", _DP, line, col)
+        _check_nesting([tokens[i] for i in chunk_tokens], original)
         chunk = work[begin:end]
         try:
             trees = sqlglot.parse(chunk, read=DIALECT)
@@ -207,8 +431,7 @@ def parse_statements(text: str) -> list[Statement]:
             desc = re.sub(r"<Token token_type: TokenType\.(\w+), text: ([^,]*),.*?>", r"\2", desc)
             raise ParseError(f"syntax error: {desc}", err.get("highlight") or "syntax", line, col) from None
         except RecursionError:
-            line, col = original.position(begin)
-            raise ParseError("this statement is nested too deeply to parse", "nesting", line, col) from None
+            raise _too_deep(original, begin) from None
         except _SqlglotTokenError as exc:  # pragma: no cover - caught above
             line, col = original.position(begin)
             raise ParseError(f"cannot read the SQL text ({_first_line(str(exc))})", "token", line, col) from None
@@ -216,15 +439,11 @@ def parse_statements(text: str) -> list[Statement]:
         if not trees:
             continue
         tree = trees[0]
-        opts = {}
-        for at, o in options_at.items():
-            if begin <= at < end:
-                opts = o
         try:
             sql = tree.sql(dialect=DIALECT)
         except RecursionError:
-            line, col = original.position(begin)
-            raise ParseError("this statement is nested too deeply to parse", "nesting", line, col) from None
+            raise _too_deep(original, begin) from None
+        opts = dict(options_of.get(chunk_tokens[0], {}))
         statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin))
     return statements
 
