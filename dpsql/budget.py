@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 from .errors import PrivacyError
 
-__all__ = ["APPROX_DP", "ZCDP", "Budget", "Cost", "RELATIVE_TOLERANCE"]
+__all__ = ["APPROX_DP", "ZCDP", "Budget", "Cost", "RELATIVE_TOLERANCE", "MIN_EPSILON", "MIN_RHO"]
 
 #: Currency of an ``(ε, δ)`` budget (pure DP when ``δ = 0``).
 APPROX_DP = "approx-dp"
@@ -49,15 +49,45 @@ ZCDP = "zcdp"
 #: sums of a few million terms.
 RELATIVE_TOLERANCE = 1e-12
 
+#: The smallest ``ε`` a request may spend. Below it the noise would swamp any
+#: answer (a count's Laplace noise has scale ``1/ε`` ≥ a million), and the
+#: lattice noise of :mod:`dpsql.noise` has a floor near ``1e-13`` per changed
+#: coordinate that a request's per-step shares must stay well above.
+MIN_EPSILON = 1e-6
+#: The smallest ``ρ`` a request may spend: that of an ``ε``-DP request at
+#: :data:`MIN_EPSILON` (``ε²/2``, Bun & Steinke 2016, Proposition 1.4).
+MIN_RHO = MIN_EPSILON ** 2 / 2
+
 
 def _number(name: str, value: Any) -> float:
     """``value`` as a finite float, or PrivacyError (bools and strings are refused)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise PrivacyError(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise PrivacyError(f"{name} must be finite, got {value!r}")
-    return value
+        raise PrivacyError(f"{name} must be a number, got {value!r:.80}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any double, e.g. 10**400
+        number = math.inf
+    if not math.isfinite(number):
+        raise PrivacyError(f"{name} must be finite, got {value!r:.80}")
+    return number
+
+
+def _positive(name: str, value: Any, floor: float) -> float:
+    """``value`` as a finite float of at least ``floor`` (> 0), or PrivacyError naming ``name``."""
+    number = _number(name, value)
+    if number <= 0:
+        raise PrivacyError(f"{name} must be > 0, got {value!r}")
+    if number < floor:
+        raise PrivacyError(f"{name}={value!r} is below the smallest {name} dpsql answers with, {floor!r}")
+    return number
+
+
+def _delta(value: Any) -> float:
+    """``value`` as a float in ``[0, 1)``, or PrivacyError naming delta."""
+    number = _number("delta", value)
+    if not 0.0 <= number < 1.0:
+        raise PrivacyError(f"delta must be in [0, 1), got {value!r}")
+    return number
 
 
 def _within(total: float, limit: float) -> bool:
@@ -131,6 +161,69 @@ class Budget:
             return _within(spent.rho, self.rho)
         return _within(spent.epsilon, self.epsilon) and _within(spent.delta, self.delta)
 
+    def request(self, epsilon: Any = None, delta: Any = None, rho: Any = None) -> "Cost":
+        """The validated cost of one spend request, in this budget's currency (nothing is read or recorded).
+
+        Every given value must be a real number (not a bool or a string) and
+        finite; ``epsilon`` and ``rho`` must be positive and at least
+        :data:`MIN_EPSILON` and :data:`MIN_RHO`; ``delta`` must be in ``[0, 1)``.
+
+        * ``(ε, δ)`` budget: ``epsilon`` is required and ``delta`` defaults to 0
+          (pure DP); ``rho`` is refused, and so is ``delta > 0`` when the
+          budget's δ is 0, since no such spend can ever be charged.
+        * zCDP budget: ``rho`` is the request, or ``epsilon`` alone, an ``ε``-DP
+          request costing ``ρ = ε²/2`` (Bun & Steinke 2016, Proposition 1.4);
+          both together, and any nonzero ``delta``, are refused.
+
+        Every refusal is a :class:`~dpsql.errors.PrivacyError` naming the
+        parameter and its value. Whether the cost fits what is left is the
+        ledger's check, not this one.
+
+        >>> Budget(epsilon=1.0, delta=1e-6).request(epsilon=0.5)
+        Cost(epsilon=0.5, delta=0.0, rho=0.0)
+        >>> Budget(rho=1.0).request(epsilon=0.5)
+        Cost(epsilon=0.0, delta=0.0, rho=0.125)
+        >>> Budget(epsilon=1.0).request(epsilon=1e-320)
+        Traceback (most recent call last):
+        ...
+        dpsql.errors.PrivacyError: epsilon=1e-320 is below the smallest epsilon dpsql answers with, 1e-06
+        >>> Budget(rho=1.0).request(rho=0.1, delta=1e-6)
+        Traceback (most recent call last):
+        ...
+        dpsql.errors.PrivacyError: delta=1e-06 cannot be spent from the zCDP budget rho=1.0 (zCDP): spend rho=... (or epsilon=... for an epsilon-DP request), without delta
+        """
+        if self.currency == ZCDP:
+            return self._request_zcdp(epsilon, delta, rho)
+        if rho is not None:
+            raise PrivacyError(f"rho={rho!r} cannot be spent from the budget {self}: "
+                               "spend epsilon=... (and delta=...), not rho")
+        if epsilon is None:
+            raise PrivacyError(f"say how much to spend: epsilon=... (the budget is {self})")
+        eps = _positive("epsilon", epsilon, MIN_EPSILON)
+        spend_delta = 0.0 if delta is None else _delta(delta)
+        if spend_delta > 0 and self.delta == 0:
+            raise PrivacyError(f"delta={delta!r} can never be charged to the budget {self}, whose delta is 0: "
+                               "leave delta out (pure DP)")
+        return Cost(epsilon=eps, delta=spend_delta)
+
+    def _request_zcdp(self, epsilon: Any, delta: Any, rho: Any) -> "Cost":
+        """:meth:`request` under a zCDP budget."""
+        if delta is not None and _delta(delta) != 0:
+            raise PrivacyError(f"delta={delta!r} cannot be spent from the zCDP budget {self}: spend rho=... "
+                               "(or epsilon=... for an epsilon-DP request), without delta")
+        if epsilon is not None and rho is not None:
+            raise PrivacyError(f"give rho=... or epsilon=... (an epsilon-DP request costing rho = epsilon**2/2), "
+                               f"not both: got epsilon={epsilon!r}, rho={rho!r}")
+        if rho is not None:
+            return Cost(rho=_positive("rho", rho, MIN_RHO))
+        if epsilon is None:
+            raise PrivacyError(f"say how much to spend: rho=... (or epsilon=...; the budget is {self})")
+        eps = _positive("epsilon", epsilon, MIN_EPSILON)
+        cost = eps * eps / 2.0
+        if not math.isfinite(cost):
+            raise PrivacyError(f"epsilon={epsilon!r} is too large: its zCDP cost epsilon**2/2 is not a finite number")
+        return Cost(rho=cost)
+
     def remaining(self, spent: "Cost") -> "Cost":
         """The budget minus ``spent``, each field floored at 0."""
         self._check_currency(spent, "the spend")
@@ -195,6 +288,21 @@ class Cost:
         if not isinstance(other, Cost):
             return NotImplemented
         return Cost(self.epsilon + other.epsilon, self.delta + other.delta, self.rho + other.rho)
+
+    def within(self, limit: "Cost") -> bool:
+        """Whether this cost is at most ``limit`` in every field, up to the relative
+        :data:`RELATIVE_TOLERANCE` that :meth:`Budget.admits` allows for float rounding.
+
+        >>> Cost(epsilon=0.1) + Cost(epsilon=0.2)
+        Cost(epsilon=0.30000000000000004, delta=0.0, rho=0.0)
+        >>> (Cost(epsilon=0.1) + Cost(epsilon=0.2)).within(Cost(epsilon=0.3))
+        True
+        >>> Cost(epsilon=0.5, delta=1e-9).within(Cost(epsilon=1.0))
+        False
+        """
+        if not isinstance(limit, Cost):
+            raise PrivacyError(f"a cost can only be compared with a Cost, got {type(limit).__name__}")
+        return all(_within(getattr(self, f), getattr(limit, f)) for f in ("epsilon", "delta", "rho"))
 
     def to_dict(self) -> dict:
         """A JSON-able dict; :meth:`from_dict` inverts it exactly."""

@@ -103,7 +103,8 @@ def parser() -> argparse.ArgumentParser:
     y.add_argument("--workload", default="2",
                    help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
     y.add_argument("--rounds", type=int,
-                   help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows)")
+                   help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
+                        "given, the spend sets DualQuery's eta and FEM's eps0)")
     y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
     y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
     y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")
@@ -152,7 +153,10 @@ def _is_out_file(out: Path) -> bool:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """Refuse bad input that would otherwise only fail after the spend is recorded."""
+    """Refuse bad input that would otherwise only fail after the spend is recorded: a new ledger
+    without a budget, an --out that is not a .csv or .parquet name or cannot be written, and
+    input files (a batch's SQL, a --workload .sql file) that cannot be read. Reads those files
+    into ``args`` (``sql_text``, ``workload_value``), so nothing is read after the spend."""
     if _budget(args) is None and not os.path.exists(args.ledger):
         raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
                          "give --budget-epsilon (and --budget-delta) or --budget-rho")
@@ -160,6 +164,50 @@ def _check_args(args: argparse.Namespace) -> None:
     if out is not None and args.command in ("query", "synth") and not _is_out_file(out) \
             and (args.command == "synth" or (out.suffix and not out.is_dir())):
         raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
+    if out is not None:
+        _check_writable(out.parent if _is_out_file(out) else out, out)
+    if args.command == "batch":
+        args.sql_text = _read_text(args.file, "the batch file")
+    if args.command == "synth":
+        args.workload_value = _workload(args.workload)
+
+
+def _read_text(path: str, what: str) -> str:
+    """The UTF-8 text of ``path``, or UsageError naming ``what``."""
+    try:
+        with open(path, encoding="utf-8") as fh:  # the CLI reads files; dpsql's API never does
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what} {path}: cannot be read ({_reason(e)})") from None
+
+
+def _reason(e: BaseException) -> str:
+    """An OS error's short reason, e.g. "Permission denied"."""
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+
+
+def _check_writable(directory: Path, out: Path) -> None:
+    """Refuse (UsageError) an --out whose ``directory`` cannot be created or written: create it and a
+    temporary file in it, then remove both, so that a refused request leaves no trace. The write
+    itself (:func:`_write_atomic`) creates them again after the spend."""
+    missing = []
+    for parent in [directory, *directory.parents]:
+        if parent.exists() or parent.is_symlink():
+            break
+        missing.append(parent)
+    probe = directory / f".dpsql-probe.{secrets.token_hex(6)}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write in {directory} ({_reason(e)}); nothing was spent") from None
+    finally:
+        for created in missing:  # deepest first
+            try:
+                created.rmdir()
+            except OSError:
+                pass
 
 
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
@@ -195,8 +243,7 @@ def _workload(text: str):
     if text.strip().isdigit():
         return int(text)
     if text.strip().lower().endswith(".sql"):
-        with open(text.strip(), encoding="utf-8") as fh:  # the CLI reads files; dpsql's API never does
-            return fh.read()
+        return _read_text(text.strip(), "the --workload file")
     return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
 
 
@@ -205,7 +252,7 @@ def _run_synth(args: argparse.Namespace) -> int:
                  progress=True)
     try:
         options = {} if args.rounds is None else {"rounds": args.rounds}
-        syn = db.synthesize(args.method, workload=_workload(args.workload), epsilon=args.epsilon, delta=args.delta,
+        syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,
                             rho=args.rho, rows=args.rows, seed=args.seed, **options)
         print(syn)
         if args.out:
@@ -261,8 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_query(args, args.sql, single=True)
         if args.command == "synth":
             return _run_synth(args)
-        with open(args.file, encoding="utf-8") as fh:
-            return _run_query(args, fh.read(), single=False)
+        return _run_query(args, args.sql_text, single=False)
     except Error as e:
         print(f"dpsql: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

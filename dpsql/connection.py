@@ -49,14 +49,13 @@ import dataclasses
 import math
 import numbers
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import duckdb
 import numpy as np
 from scipy.stats import norm
 
-from .budget import Budget, Cost
+from .budget import APPROX_DP, ZCDP, Budget, Cost
 from .cache import StrategyCache
 from .error import rmse as expected_rmse
 from .errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
@@ -200,10 +199,12 @@ class Connection:
 
         * ``"mwem"``: ε-DP multiplicative weights over a factored distribution
           (:mod:`dpsql.synth.mwem`; options ``rounds``, ``replays``, ``init``,
-          ``average``);
+          ``average``); a ``delta`` it would not use is refused;
         * ``"dualquery"``: ε-DP, or (ε, δ)-DP with ``delta``, by DualQuery's
-          theorems (:mod:`dpsql.synth.dualquery`; options ``eta``,
-          ``rounds``, ``samples``, ``count_share``, ``oracle``, ``time_limit``);
+          theorems (:mod:`dpsql.synth.dualquery`; options ``eta`` or
+          ``rounds``, not both, since the spend sets the other once the noisy
+          row count is known; ``samples``, ``count_share``, ``oracle``,
+          ``time_limit``);
         * ``"fem"``: zCDP-accounted FEM, converted to (ε, δ) with ``delta``
           (:mod:`dpsql.synth.fem`; options ``eps0``, ``rounds``, ``samples``,
           ``noise``, ``oracle``, ``time_limit``, ``processes``).
@@ -215,8 +216,11 @@ class Connection:
         checked against the budget before any data is read, and what the run
         actually spends (never more) is in the result and the ledger. ``rows``
         defaults to the noisy row count (MWEM, DualQuery) or the records FEM
-        made. ``seed`` drives only public randomness. Any SQL over the
-        synthetic table is free post-processing.
+        made, capped by :data:`dpsql.limits.MAX_SYNTHETIC_CELLS`. ``seed``
+        drives only public randomness. Any SQL over the synthetic table is
+        free post-processing. Every option, size and name is checked before
+        the first draw: a refused request raises a :class:`dpsql.Error` and
+        records nothing.
         """
         from .synth.synthesize import synthesize
 
@@ -284,44 +288,50 @@ class Connection:
         return self._strategies[key]
 
     def _noise_options(self, compiled: CompiledBatch, epsilon, delta, rho, noise) -> list[tuple[NoiseModel, Cost]]:
-        """The (noise model, cost) pairs this request allows, before any data is read."""
+        """The (noise model, cost) pairs this request allows, from public values only.
+
+        The request is validated by :meth:`Budget.request` (types, finiteness,
+        the floors, δ or ρ the budget cannot be charged with), so a refusal is a
+        PrivacyError and nothing is spent. Laplace noise costs ``ε`` (``ρ = ε²/2``
+        under zCDP); Gaussian noise costs ``(ε, δ)``, with ``δ`` defaulting to the
+        budget's δ in proportion to ``ε``, or ``ρ``. A Gaussian option whose
+        calibration is refused (e.g. δ below its floor) is dropped when the noise
+        family is left to dpsql, and refused when it was asked for.
+        """
         if noise is not None and noise not in NOISE_FAMILIES:
-            raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r}")
+            raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r:.80}")
         budget = self.budget
         if epsilon is None and rho is None:
             epsilon, delta = _statement_options(compiled, delta)
+        requested = budget.request(epsilon=epsilon, delta=delta, rho=rho)
         families = [noise] if noise else list(NOISE_FAMILIES)
-        if budget.rho is not None:
-            if epsilon is not None and rho is not None:
-                raise PrivacyError("give rho (this ledger's budget is zCDP), not both epsilon and rho")
-            if rho is None:
-                if epsilon is None:
-                    raise PrivacyError("say how much to spend: rho=... (this ledger's budget is zCDP)")
-                if noise == "gaussian":
-                    raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=")
-                return [(Laplace(epsilon), Cost.laplace(epsilon, budget))]
-            out = []
-            for fam in families:
-                if fam == "laplace":
-                    out.append((Laplace(math.sqrt(2.0 * rho)), Cost.laplace(math.sqrt(2.0 * rho), budget)))
-                else:
-                    out.append((Gaussian(rho=rho), Cost.gaussian(budget, rho=rho)))
-            return out
-        if rho is not None:
-            raise PrivacyError("this ledger's budget is (epsilon, delta): give epsilon=, not rho=")
-        if epsilon is None:
-            raise PrivacyError("say how much to spend: epsilon=... (or WITH DIFFERENTIAL_PRIVACY "
-                               "OPTIONS(epsilon=...) in every statement)")
-        if delta is None:
-            delta = budget.delta * epsilon / budget.epsilon if budget.delta > 0 else 0.0
-        out = []
+        out: list[tuple[NoiseModel, Cost]] = []
         for fam in families:
             if fam == "laplace":
-                out.append((Laplace(epsilon), Cost.laplace(epsilon, budget)))
-            elif delta > 0:
-                out.append((Gaussian(epsilon=epsilon, delta=delta), Cost.gaussian(budget, epsilon=epsilon, delta=delta)))
-            elif noise == "gaussian":
-                raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
+                eps = requested.epsilon if budget.currency == APPROX_DP else math.sqrt(2.0 * requested.rho)
+                out.append((Laplace(eps), Cost.laplace(eps, budget)))
+                continue
+            if budget.currency == ZCDP:
+                if rho is None:
+                    if noise == "gaussian":
+                        raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=, not epsilon=")
+                    continue
+                model: NoiseModel = Gaussian(rho=requested.rho)
+            else:
+                gauss_delta = requested.delta if delta is not None else budget.delta * requested.epsilon / budget.epsilon
+                if gauss_delta <= 0:
+                    if noise == "gaussian":
+                        raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
+                    continue
+                model = Gaussian(epsilon=requested.epsilon, delta=gauss_delta)
+            try:
+                model.sigma(1.0)  # the calibration's floors depend on epsilon and delta only
+            except PrivacyError:
+                if noise == "gaussian":
+                    raise
+                continue
+            out.append((model, requested if budget.currency == ZCDP
+                        else Cost(epsilon=requested.epsilon, delta=gauss_delta)))
         return out
 
 

@@ -56,7 +56,7 @@ from .limits import check_measured_cells
 from .matrix import Kronecker, Matrix, Ones, kron_terms
 from .errors import MeasurementError
 from .measure import Counting, prepare_counting
-from .noise import UniformSource, categorical, lattice_gaussian, lattice_laplace
+from .noise import GaussianLattice, LaplaceLattice, UniformSource, categorical, gaussian_lattice, laplace_lattice
 from .privacy import Gaussian, Laplace, NoiseModel
 from .schema import Schema
 from .sql.compile import Attribute
@@ -230,6 +230,24 @@ class PrivateTable:
         """Most one privacy unit can move the strategy's answers, in the noise's norm."""
         return self.rows_per_unit * strategy.sensitivity(noise.norm)
 
+    def plan(self, strategy: Strategy, noise: NoiseModel) -> LaplaceLattice | GaussianLattice:
+        """The noise a measurement of ``strategy`` would add, from public values only.
+
+        Refuses (before anything is read or charged) a measurement that counts more
+        cells than :data:`~dpsql.limits.MAX_MEASURED_CELLS` (ResourceLimitError) or whose
+        noise cannot be added (PrivacyError: the floors and ceilings of
+        :func:`~dpsql.noise.laplace_lattice` and :func:`~dpsql.noise.gaussian_lattice`).
+        :meth:`measure` calls it first; multi-step mechanisms call it for every step
+        before their first spend.
+        """
+        check_measured_cells(measured_cells(strategy), "this measurement needs")
+        sens = self.sensitivity(strategy, noise)
+        if isinstance(noise, Laplace):
+            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(strategy))
+        if isinstance(noise, Gaussian):
+            return gaussian_lattice(noise.sigma(sens))
+        raise TypeError(f"unknown noise model {noise!r}")  # pragma: no cover - NoiseModel is a closed union
+
     def measure(self, attributes: Sequence[Attribute], strategy: Strategy, noise: NoiseModel, cost: Cost,
                 description: str = "") -> Measurement:
         """Noisy answers to ``strategy.matrix`` on the table's data vector over ``attributes``.
@@ -238,22 +256,14 @@ class PrivateTable:
         caller derives both from the same request (see :mod:`dpsql.connection`).
         """
         self._ledger.check(cost)
+        plan = self.plan(strategy, noise)
         subsets = required_marginals(strategy)
-        check_measured_cells(measured_cells(strategy), "this measurement needs")
-        sens = self.sensitivity(strategy, noise)
         counting = self._counting(attributes, subsets)
         entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
         counts = self._read(counting, entry)
         exact = strategy_answers(strategy, dict(zip(subsets, counts)))
-        if isinstance(noise, Laplace):
-            changed = self.rows_per_unit * max_column_nonzeros(strategy)
-            values, std = lattice_laplace(exact, sens, noise.epsilon, changed, self._source)
-        elif isinstance(noise, Gaussian):
-            std = noise.sigma(sens)
-            values = lattice_gaussian(exact, std, self._source)
-        else:  # pragma: no cover - NoiseModel is a closed union
-            raise TypeError(f"unknown noise model {noise!r}")
-        return Measurement(values=values, noise=noise, sensitivity=sens, noise_std=std, cost=cost, entry=entry)
+        return Measurement(values=plan.release(exact, self._source), noise=noise,
+                           sensitivity=self.sensitivity(strategy, noise), noise_std=plan.std, cost=cost, entry=entry)
 
     def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
                         estimates: Sequence[np.ndarray], epsilon: float, cost: Cost, description: str = "") -> int:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from dpsql.budget import APPROX_DP, ZCDP, Budget, Cost
+from dpsql.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, RELATIVE_TOLERANCE, ZCDP, Budget, Cost
 from dpsql.errors import Error, PrivacyError
 
 
@@ -172,3 +172,78 @@ def test_gaussian_needs_delta_budget_to_fit():
     # a pure-DP budget admits no Gaussian release: its delta does not fit
     pure = Budget(epsilon=1.0)
     assert not pure.admits(Cost.gaussian(pure, epsilon=0.1, delta=1e-9))
+
+
+# -- Budget.request: the one validated spend request ------------------------------------------
+
+APPROX, PURE, ZC = Budget(epsilon=1.0, delta=1e-5), Budget(epsilon=1.0), Budget(rho=1.0)
+
+
+@pytest.mark.parametrize("budget, kwargs, want", [
+    (APPROX, {"epsilon": 0.5}, Cost(epsilon=0.5)),
+    (APPROX, {"epsilon": 0.5, "delta": 1e-6}, Cost(epsilon=0.5, delta=1e-6)),
+    (APPROX, {"epsilon": 1, "delta": 0}, Cost(epsilon=1.0)),
+    (PURE, {"epsilon": 0.25, "delta": 0.0}, Cost(epsilon=0.25)),
+    (PURE, {"epsilon": MIN_EPSILON}, Cost(epsilon=1e-6)),
+    (ZC, {"rho": 0.1}, Cost(rho=0.1)),
+    (ZC, {"epsilon": 0.5}, Cost(rho=0.125)),          # an eps-DP request costs eps^2/2
+    (ZC, {"rho": MIN_RHO}, Cost(rho=5e-13)),
+    (ZC, {"rho": 0.1, "delta": 0.0}, Cost(rho=0.1)),   # delta 0 is no delta
+])
+def test_request_costs(budget, kwargs, want):
+    assert budget.request(**kwargs) == want
+
+
+@pytest.mark.parametrize("budget, kwargs, match", [
+    (PURE, {"epsilon": 1e-320}, r"^epsilon=1e-320 is below the smallest epsilon dpsql answers with, 1e-06$"),
+    (PURE, {"epsilon": 0.0}, r"^epsilon must be > 0, got 0.0$"),
+    (PURE, {"epsilon": -1}, r"^epsilon must be > 0, got -1$"),
+    (PURE, {"epsilon": math.nan}, r"^epsilon must be finite, got nan$"),
+    (PURE, {"epsilon": math.inf}, r"^epsilon must be finite"),
+    (PURE, {"epsilon": 10**400}, r"^epsilon must be finite"),
+    (PURE, {"epsilon": "0.5"}, r"^epsilon must be a number, got '0.5'$"),
+    (PURE, {"epsilon": True}, r"^epsilon must be a number, got True$"),
+    (PURE, {}, r"say how much to spend: epsilon="),
+    (PURE, {"delta": 1e-6}, r"say how much to spend: epsilon="),
+    (PURE, {"epsilon": 0.5, "delta": 1e-6}, r"^delta=1e-06 can never be charged .*whose delta is 0"),
+    (APPROX, {"epsilon": 0.5, "delta": 1.0}, r"^delta must be in \[0, 1\), got 1.0$"),
+    (APPROX, {"epsilon": 0.5, "delta": -1e-9}, r"^delta must be in \[0, 1\), got -1e-09$"),
+    (APPROX, {"epsilon": 0.5, "delta": "1e-6"}, r"^delta must be a number"),
+    (APPROX, {"epsilon": 0.5, "delta": math.nan}, r"^delta must be finite"),
+    (APPROX, {"rho": 0.1}, r"^rho=0.1 cannot be spent from the budget epsilon=1.0"),
+    (APPROX, {"epsilon": 0.5, "rho": 0.1}, r"^rho=0.1 cannot be spent"),
+    (ZC, {"rho": math.nan}, r"^rho must be finite, got nan$"),
+    (ZC, {"rho": -0.01}, r"^rho must be > 0, got -0.01$"),
+    (ZC, {"rho": 1e-14}, r"^rho=1e-14 is below the smallest rho dpsql answers with, 5e-13$"),
+    (ZC, {"rho": "0.1"}, r"^rho must be a number"),
+    (ZC, {"rho": 0.1, "delta": 1e-6}, r"^delta=1e-06 cannot be spent from the zCDP budget"),
+    (ZC, {"epsilon": 0.5, "delta": 1e-6}, r"^delta=1e-06 cannot be spent from the zCDP budget"),
+    (ZC, {"rho": 0.1, "delta": math.nan}, r"^delta must be finite"),
+    (ZC, {"epsilon": 0.5, "rho": 0.1}, r"not both: got epsilon=0.5, rho=0.1$"),
+    (ZC, {"epsilon": 1e-320}, r"^epsilon=1e-320 is below the smallest epsilon"),
+    (ZC, {"epsilon": 1e300}, r"^epsilon=1e\+300 is too large: its zCDP cost"),
+    (ZC, {}, r"say how much to spend: rho="),
+])
+def test_request_refusals_name_the_parameter(budget, kwargs, match):
+    with pytest.raises(PrivacyError, match=match):
+        budget.request(**kwargs)
+
+
+def test_request_floors_are_documented_constants():
+    assert MIN_EPSILON == 1e-6 and MIN_RHO == MIN_EPSILON ** 2 / 2
+    # an eps-DP request at the floor costs exactly the rho floor under zCDP
+    assert Budget(rho=1.0).request(epsilon=MIN_EPSILON) == Cost(rho=MIN_RHO)
+
+
+def test_cost_within_uses_the_budgets_tolerance():
+    assert Cost(epsilon=0.5).within(Cost(epsilon=0.5))
+    assert Cost(epsilon=1.0 * (1 + RELATIVE_TOLERANCE / 2)).within(Cost(epsilon=1.0))
+    assert not Cost(epsilon=1.0 * (1 + 1e-9)).within(Cost(epsilon=1.0))
+    assert not Cost(epsilon=0.1, delta=1e-9).within(Cost(epsilon=1.0))      # every field
+    assert Cost(rho=0.25).within(Cost(rho=0.25, epsilon=1.0))
+    assert not Cost(rho=0.25).within(Cost(epsilon=1.0))
+    # the boundary agrees with Budget.admits
+    for total in (Cost(epsilon=math.nextafter(1.0, 2.0)), Cost(epsilon=math.fsum([0.01] * 101))):
+        assert total.within(Cost(epsilon=1.0)) == Budget(epsilon=1.0).admits(total)
+    with pytest.raises(PrivacyError, match="must be compared with a Cost|only be compared with a Cost"):
+        Cost(epsilon=0.5).within(0.5)

@@ -338,3 +338,99 @@ def test_python_dash_m_dpsql(data, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dpsql", "budget", "--ledger", str(tmp_path / "none.ledger")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--budget-epsilon" in proc.stderr
+
+
+# -- refusals spend nothing ---------------------------------------------------------------------
+
+def _unwritable_outs(tmp_path: Path) -> list:
+    """``--out`` paths that cannot be written, even by root: under a file, and a directory that is a file."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a directory\n")
+    return [blocker / "x.csv", blocker / "sub" / "x.csv", blocker]
+
+
+@pytest.mark.parametrize("command", ["query", "batch"])
+def test_unwritable_out_is_refused_before_spending(data, tmp_path, capsys, command):
+    ledger = tmp_path / "l.ledger"
+    sql = tmp_path / "b.sql"
+    sql.write_text(f"{REGION_SQL}; {SEX_SQL}")
+    first = [REGION_SQL] if command == "query" else [str(sql)]
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), *HUGE]
+    assert run(capsys, "budget", "--ledger", str(ledger), "--budget-epsilon", "1e10")[0] == 0
+    for out in _unwritable_outs(tmp_path):
+        if command == "query" and out.name == "blocker":
+            continue  # a query's --out that is a file without .csv/.parquet is refused by its name already
+        rc, stdout, err = run(capsys, command, *first, *common, "--out", str(out))
+        assert rc == 2, (out, err)
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"dpsql: --out {out}: cannot write in") and "nothing was spent" in line
+        assert entries(ledger) == []
+    assert sorted(os.listdir(tmp_path)) == ["b.sql", "blocker", "l.ledger"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_out_directory_is_refused_before_spending(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        for out in (locked / "x.csv", locked / "new" / "x.csv"):
+            rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                                  "--ledger", str(ledger), "--out", str(out), *HUGE)
+            assert rc == 2 and "cannot write in" in err and "Permission denied" in err
+            assert not ledger.exists() or entries(ledger) == []
+        assert os.listdir(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_out_directories_are_created_only_when_the_result_is_written(data, tmp_path, capsys):
+    """The writability check creates missing directories and removes them again: a refused
+    request leaves nothing behind, an answered one writes into them."""
+    ledger = tmp_path / "l.ledger"
+    out = tmp_path / "a" / "b" / "x.csv"
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), "--noise", "laplace"]
+    rc, stdout, err = run(capsys, "query", REGION_SQL, *common, "--epsilon", "2", "--budget-epsilon", "1",
+                          "--out", str(out))
+    assert rc == 2 and "BudgetExceededError" in err
+    assert sorted(os.listdir(tmp_path)) == ["l.ledger"] and entries(ledger) == []
+    rc, stdout, err = run(capsys, "query", REGION_SQL, *common, "--epsilon", "0.5", "--out", str(out))
+    assert rc == 0, err
+    assert os.listdir(out.parent) == ["x.csv"]
+
+
+def test_unreadable_input_files_are_usage_errors(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), *HUGE]
+    rc, stdout, err = run(capsys, "batch", str(tmp_path / "missing.sql"), *common)
+    assert rc == 2 and err.strip().startswith("dpsql: the batch file") and len(err.strip().splitlines()) == 1
+    binary = tmp_path / "binary.sql"
+    binary.write_bytes(b"\xff\xfe SELECT")
+    rc, stdout, err = run(capsys, "batch", str(binary), *common)
+    assert rc == 2 and "cannot be read" in err
+    assert not ledger.exists()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--rows", "-1"], "rows must be an integer >= 0, got rows=-1"),
+    (["--rows", str(10**12)], "rows=1000000000000 means"),
+    (["--rounds", "0"], "rounds must be an integer >= 1, got rounds=0"),
+    (["--delta", "1e-6"], "MWEM is pure epsilon-DP"),
+    (["--method", "fem", "--rounds", "0"], "rounds must be an integer >= 1"),
+    (["--method", "dualquery", "--delta", "1e-6", "--rounds", "2", "--seed", "-3"], "seed must be an integer >= 0"),
+    (["--seed", "-1"], "seed must be an integer >= 0"),
+    (["--workload", "nosuch.sql"], "the --workload file nosuch.sql: cannot be read"),
+    (["--workload", "a,nope"], "unknown column"),
+    (["--epsilon", "1e-320"], "epsilon=1e-320 is below the smallest epsilon dpsql answers with, 1e-06"),
+])
+def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra, match):
+    ledger = tmp_path / "l.ledger"
+    assert run(capsys, "budget", "--ledger", str(ledger), "--budget-epsilon", "10", "--budget-delta", "1e-5")[0] == 0
+    spend = [] if "--epsilon" in extra else ["--epsilon", "1"]
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--workload", "region,sex", *spend, *extra, "--out", str(tmp_path / "syn.csv"))
+    assert rc == 2, err
+    (line,) = error_lines(err)
+    assert match in line
+    assert entries(ledger) == [] and not (tmp_path / "syn.csv").exists()

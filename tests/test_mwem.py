@@ -12,14 +12,14 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget, Cost
-from dpsql.errors import BudgetExceededError, WorkloadError
+from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, WorkloadError
 from dpsql.measure import Counting
 from dpsql import kernel as kernel_module
 from dpsql.kernel import PrivateTable
 from dpsql.ledger import Ledger
 from dpsql.sql.compile import schema_attributes
 from dpsql.synth.factored import FactoredDistribution
-from dpsql.synth.mwem import mwem, mwem_steps
+from dpsql.synth.mwem import check_mwem, mwem, mwem_steps
 from dpsql.synth.synthesize import workload_marginals
 
 SCHEMA = {"table": "t", "columns": {
@@ -173,6 +173,37 @@ def test_mwem_accounting_is_recorded_step_by_step():
     with pytest.raises(BudgetExceededError):  # 1.0 is left; this run needs 1.8
         mwem(table, attrs, [(0, 1)], 1.8 / steps, Cost(epsilon=1.8 / steps), rounds=rounds)
     assert ledger.entries() == before
+
+
+def test_mwem_refuses_runs_that_would_fail_midway_before_measuring():
+    con, _ = make_table(300)
+    table, attrs, ledger = _private(con, budget=Budget(epsilon=2.0))
+    # steps below the lattice Laplace floor used to fail after the first measurement was charged
+    with pytest.raises(PrivacyError, match="below the floor"):
+        mwem(table, attrs, [(0, 1)], 1e-15, Cost(epsilon=1e-15), rounds=2)
+    with pytest.raises(ArgumentError, match="rounds must be an integer >= 1, got rounds=0"):
+        mwem(table, attrs, [(0, 1)], 0.1, Cost(epsilon=0.1), rounds=0)
+    with pytest.raises(ArgumentError, match="replays must be an integer >= 1, got replays=0"):
+        mwem(table, attrs, [(0, 1)], 0.1, Cost(epsilon=0.1), rounds=1, replays=0)
+    with pytest.raises(ArgumentError, match="init must be one of"):
+        mwem(table, attrs, [(0, 1)], 0.1, Cost(epsilon=0.1), rounds=1, init="random")
+    with pytest.raises(WorkloadError, match="non-empty workload"):
+        mwem(table, attrs, [], 0.1, Cost(epsilon=0.1), rounds=1)
+    assert ledger.entries() == []
+    # the noisy start measures d one-way marginals at once: its floor is d times higher
+    check_mwem(table, attrs, [(0, 1)], 1e-13, rounds=1)
+    with pytest.raises(PrivacyError, match="below the floor"):
+        check_mwem(table, attrs, [(0, 1)], 1e-13, rounds=1, init="noisy")
+
+
+def test_synthesize_mwem_charges_what_it_reports_and_refuses_delta():
+    con, _ = make_table(300)
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=10.0, delta=1e-5), cache=False)
+    with pytest.raises(PrivacyError, match="MWEM is pure epsilon-DP"):
+        db.synthesize("mwem", workload=1, epsilon=1.0, delta=1e-6, rounds=2)  # used to report delta, charge 0
+    assert db.ledger.entries() == []
+    syn = db.synthesize("mwem", workload=1, epsilon=0.7, rounds=3, name="s")
+    assert (syn.epsilon, syn.delta) == (db.spent().epsilon, db.spent().delta) == (0.7 / 7 * 7, 0.0)
 
 
 def test_mwem_laplace_measurements_have_the_calibrated_noise(counted_once):

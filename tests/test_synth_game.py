@@ -13,14 +13,15 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget, Cost
-from dpsql.errors import BudgetExceededError, PrivacyError, WorkloadError
+from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, WorkloadError
 from dpsql.kernel import PrivateTable
 from dpsql.ledger import Ledger
 from dpsql.measure import measure_marginals
 from dpsql.sql.compile import schema_attributes
 from dpsql.synth import MarginalCells, evaluate, random_marginals
-from dpsql.synth.accounting import (dualquery_epsilon, dualquery_rho, dualquery_rounds, dualquery_samples,
-                                    exponential_rho, fem_rounds, zcdp_epsilon, zcdp_rho)
+from dpsql.synth.accounting import (MAX_ROUNDS, dualquery_epsilon, dualquery_eta, dualquery_eta_zcdp, dualquery_rho,
+                                    dualquery_rounds, dualquery_samples, exponential_rho, fem_rounds, fem_rounds_zcdp,
+                                    zcdp_epsilon, zcdp_rho)
 from dpsql.synth.oracle import Conjunction, objective, perturbed_responses
 
 from test_mwem import SCHEMA, cli_files, make_table
@@ -58,6 +59,33 @@ def test_dualquery_inverses_are_the_largest_that_fit(delta):
     s2 = dualquery_samples(eps, delta, eta, T, n)
     assert s2 >= s
     assert dualquery_epsilon(eta, T, s2, n, delta) <= eps < dualquery_epsilon(eta, T, s2 + 1, n, delta)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1e-6])
+@pytest.mark.parametrize("eps, T, s, n", [(0.95, 50, 500, 300.0), (1.0, 2, 1, 1.0), (1e-6, 1000, 35, 5.0),
+                                          (50.0, 3, 5, 48842.0)])
+def test_dualquery_eta_is_the_largest_that_fits(eps, T, s, n, delta):
+    eta = dualquery_eta(eps, delta, T, s, n)
+    assert dualquery_epsilon(eta, T, s, n, delta) <= eps < dualquery_epsilon(eta * (1 + 1e-12), T, s, n, delta)
+    if delta == 0.0:  # Theorem 4.2 inverted by hand: eta = eps n / (T (T-1) s)
+        assert eta == pytest.approx(eps * n / (T * (T - 1) * s), rel=1e-12)
+    assert dualquery_eta(eps, delta, T, s, n, upper=eta / 2) == eta / 2  # a cap that fits is the answer
+
+
+def test_dualquery_eta_zcdp_by_hand():
+    rho, T, s, n = 0.095, 5, 7, 400.0
+    eta = dualquery_eta_zcdp(rho, T, s, n)
+    assert eta == pytest.approx(n * math.sqrt(rho / (2 * s * (1 + 4 + 9 + 16))), rel=1e-12)
+    assert dualquery_rho(eta, T, s, n) <= rho < dualquery_rho(eta * (1 + 1e-12), T, s, n)
+
+
+def test_dualquery_accounting_edges():
+    # e^{eps'} beyond a double is an infinite cost, not an OverflowError (eta=1e6 used to fail after a spend)
+    assert dualquery_epsilon(1e6, 3, 5, 10.0, 1e-6) == math.inf
+    with pytest.raises(PrivacyError, match="rounds >= 2"):
+        dualquery_eta(1.0, 0.0, 1, 5, 10.0)  # one round costs nothing whatever eta is
+    # FEM round counts are capped, never float('inf') turned into an int
+    assert fem_rounds_zcdp(1e300, 1e-150) == MAX_ROUNDS == fem_rounds(1e300, 0.0, 1e-150)
 
 
 def test_zcdp_conversion_and_fem_rounds_by_hand():
@@ -278,7 +306,30 @@ def test_game_methods_refuse_before_reading(tmp_path):
         db.synthesize("fem", workload=2, epsilon=0.5, delta=1e-7, replays=3)  # an MWEM option
     with pytest.raises(PrivacyError):
         db.synthesize("fem", workload=2, epsilon=0.5, delta=1e-7, rounds=10, eps0=1.0)
-    assert db.spent() == Cost()
+    with pytest.raises(ArgumentError, match="rounds must be an integer >= 1, got rounds=0"):
+        db.synthesize("fem", workload=2, epsilon=0.5, delta=1e-7, rounds=0)  # was ZeroDivisionError
+    with pytest.raises(PrivacyError, match="give rounds .* or eta .*, not both"):
+        db.synthesize("dualquery", workload=2, epsilon=0.5, delta=1e-7, rounds=3, eta=0.4)
+    with pytest.raises(ArgumentError, match="count_share must be in"):
+        db.synthesize("dualquery", workload=2, epsilon=0.5, delta=1e-7, count_share=1.5)
+    assert db.spent() == Cost() and db.ledger.entries() == []
+
+
+def test_dualquery_given_rounds_derives_eta_and_spends_the_request(tmp_path):
+    """Rounds and samples that do not fit at the default eta used to be refused after the noisy
+    count was spent; now the spend sets eta (Theorem 4.3 inverted) and the run uses all of it."""
+    con, _ = make_table(1000)
+    db = _db(con, tmp_path, Budget(epsilon=10.0, delta=1e-5))
+    eps, delta, T, s = 1.0, 1e-6, 20, 200
+    syn = db.synthesize("dualquery", workload=2, epsilon=eps, delta=delta, rounds=T, samples=s, seed=0,
+                        oracle="heuristic", name="dq")
+    count, run = Ledger(tmp_path / "l").entries()
+    n_hat = float(run.description.split("n=")[1])
+    eta = float(run.description.split("eta=")[1].split(",")[0])
+    assert eta == dualquery_eta(0.95 * eps, delta, T, s, n_hat)
+    assert run.cost.epsilon == dualquery_epsilon(eta, T, s, n_hat, delta) == pytest.approx(0.95 * eps, rel=1e-12)
+    assert syn.epsilon == count.cost.epsilon + run.cost.epsilon <= eps and syn.delta == delta
+    assert sum(syn.oracle.values()) == T
 
 
 def test_cli_synth_fem(tmp_path, capsys):

@@ -37,8 +37,9 @@ from typing import Callable
 
 from ..errors import PrivacyError
 
-__all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "zcdp_epsilon",
-           "zcdp_rho", "exponential_rho", "fem_rounds", "fem_rounds_zcdp", "largest_integer"]
+__all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "dualquery_eta",
+           "dualquery_eta_zcdp", "zcdp_epsilon", "zcdp_rho", "exponential_rho", "fem_rounds", "fem_rounds_zcdp",
+           "largest_integer", "largest_real"]
 
 
 def _check(name: str, value: float, low: float = 0.0) -> float:
@@ -66,7 +67,11 @@ def dualquery_epsilon(eta: float, rounds: int, samples: int, n: float, delta: fl
         raise PrivacyError(f"delta must be in [0, 1), got {delta!r}")
     per_draw = 2.0 * eta * (rounds - 1) / n
     k = samples * (rounds - 1)
-    return per_draw * (math.sqrt(2.0 * k * math.log(1.0 / delta)) + k * math.expm1(per_draw))
+    try:
+        growth = math.expm1(per_draw)
+    except OverflowError:  # e^{ε'} beyond a double: no budget admits it
+        return math.inf
+    return per_draw * (math.sqrt(2.0 * k * math.log(1.0 / delta)) + k * growth)
 
 
 def dualquery_rho(eta: float, rounds: int, samples: int, n: float) -> float:
@@ -113,6 +118,78 @@ def dualquery_samples(epsilon: float, delta: float, eta: float, rounds: int, n: 
     return largest_integer(lambda s: dualquery_epsilon(eta, rounds, s, n, delta) <= epsilon, "number of samples")
 
 
+def largest_real(cost: Callable[[float], float], limit: float, guess: float, upper: float = math.inf) -> float:
+    """The largest ``x`` in ``(0, upper]`` with ``cost(x) <= limit``, to double precision, for
+    ``cost`` nondecreasing and positive with ``cost(x) → 0`` as ``x → 0``; ``guess`` (> 0) is
+    where the search starts. Bisection: the result always satisfies ``cost(x) <= limit``
+    exactly, even where a closed form would round a hair above it.
+
+    >>> root = largest_real(lambda x: x * x, 2.0, guess=1.0)
+    >>> root, root ** 2 <= 2.0 < math.nextafter(root, 2.0) ** 2
+    (1.414213562373095, True)
+    """
+    lo, hi = 0.0, min(max(guess, 1e-300), upper)
+    while cost(hi) <= limit:  # grow until too large (or the cap fits)
+        if hi >= upper:
+            return upper
+        lo, hi = hi, min(hi * 2.0, upper)
+    while lo == 0.0 and hi > 1e-300:  # shrink until something fits
+        lo, hi = (hi / 2.0, hi) if cost(hi / 2.0) <= limit else (0.0, hi / 2.0)
+    if lo == 0.0:
+        raise PrivacyError(f"no value above 1e-300 fits the limit {limit!r}")
+    for _ in range(200):  # each halving of [lo, hi] keeps cost(lo) <= limit < cost(hi)
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        lo, hi = (mid, hi) if cost(mid) <= limit else (lo, mid)
+    return lo
+
+
+def dualquery_eta(epsilon: float, delta: float, rounds: int, samples: int, n: float,
+                  upper: float = math.inf) -> float:
+    """The largest step size η (at most ``upper``) whose DualQuery cost
+    (:func:`dualquery_epsilon`) over ``rounds`` T ≥ 2 rounds of ``samples`` s draws on ``n``
+    rows is within ``epsilon``: Theorem 4.2 inverted, ``η = εn / (T(T − 1)s)``, when ``delta``
+    is 0, else Theorem 4.3 inverted by bisection (its ε grows with η). The cost is continuous
+    in η, so some η > 0 always fits: with T given, DualQuery spends exactly what it is given.
+    (One round's draws are uniform, so T = 1 costs 0 whatever η is: PrivacyError here.)
+
+    >>> dualquery_eta(0.3, 0.0, rounds=3, samples=10, n=100.0)      # inverts the doctest above
+    0.5
+    >>> eta = dualquery_eta(1.0, 1e-3, rounds=116, samples=1750, n=494_021)
+    >>> round(eta, 4), dualquery_epsilon(eta, 116, 1750, 494_021, 1e-3) <= 1.0
+    (1.2064, True)
+    """
+    epsilon, n = _check("epsilon", epsilon), _check("n", n)
+    if rounds < 2 or samples < 1:
+        raise PrivacyError("the step size eta has a cost only with rounds >= 2 and samples >= 1")
+    if delta == 0.0:
+        guess = epsilon * n / (rounds * (rounds - 1) * samples)
+    else:
+        if not 0.0 < delta < 1.0:
+            raise PrivacyError(f"delta must be in [0, 1), got {delta!r}")
+        k = samples * (rounds - 1)  # ε ≥ ε'·√(2k ln(1/δ)), so ε' ≤ ε/√(2k ln(1/δ))
+        guess = epsilon / math.sqrt(2.0 * k * math.log(1.0 / delta)) * n / (2.0 * (rounds - 1))
+    guess = guess if math.isfinite(guess) and guess > 0 else 1.0
+    return largest_real(lambda eta: dualquery_epsilon(eta, rounds, samples, n, delta), epsilon, guess, upper)
+
+
+def dualquery_eta_zcdp(rho: float, rounds: int, samples: int, n: float, upper: float = math.inf) -> float:
+    """The largest step size η (at most ``upper``) whose :func:`dualquery_rho` is within ``rho``:
+    ``η = n √(ρ / (2s Σ_{t<T} t²))``, rounded down to a value that fits exactly.
+
+    >>> dualquery_eta_zcdp(10.0, rounds=3, samples=1, n=1.0)           # inverts dualquery_rho's doctest
+    1.0
+    """
+    rho, n = _check("rho", rho), _check("n", n)
+    if rounds < 2 or samples < 1:
+        raise PrivacyError("the step size eta has a cost only with rounds >= 2 and samples >= 1")
+    squares = (rounds - 1) * rounds * (2 * rounds - 1) / 6.0
+    guess = n * math.sqrt(rho / (2.0 * samples * squares))
+    guess = guess if math.isfinite(guess) and guess > 0 else 1.0
+    return largest_real(lambda eta: dualquery_rho(eta, rounds, samples, n), rho, guess, upper)
+
+
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """The ε of ``(ε, δ)``-DP implied by ``ρ``-zCDP: ``ρ + 2√(ρ ln(1/δ))``.
 
@@ -151,13 +228,22 @@ def exponential_rho(eps0: float, bounded_range: bool = True) -> float:
     return eps0 * eps0 / (8.0 if bounded_range else 2.0)
 
 
+#: Most rounds a closed form returns (a count beyond any run; callers cap it further).
+MAX_ROUNDS = 1 << 62
+
+
+def _floor(x: float) -> int:
+    """``⌊x⌋`` for ``x >= 0``, at most :data:`MAX_ROUNDS` (``inf`` included)."""
+    return MAX_ROUNDS if not x < MAX_ROUNDS else int(math.floor(x))
+
+
 def fem_rounds(epsilon: float, delta: float, eps0: float, bounded_range: bool = True) -> int:
     """The most FEM rounds T whose ``T·``:func:`exponential_rho` is within the ρ
     that ``(ε, δ)`` allows (:func:`zcdp_rho`); ``delta = 0`` means pure DP by
     basic composition, ``T = ⌊ε/ε₀⌋``."""
     epsilon, eps0 = _check("epsilon", epsilon), _check("eps0", eps0)
     if delta == 0.0:
-        rounds = int(math.floor(epsilon / eps0 * (1 + 1e-12)))
+        rounds = _floor(epsilon / eps0 * (1 + 1e-12))
         if rounds < 1:
             raise PrivacyError(f"eps0={eps0:g} is more than the budget epsilon={epsilon:g} allows for one round")
         return rounds
@@ -165,13 +251,14 @@ def fem_rounds(epsilon: float, delta: float, eps0: float, bounded_range: bool = 
 
 
 def fem_rounds_zcdp(rho: float, eps0: float, bounded_range: bool = True) -> int:
-    """The most FEM rounds T with ``T·``:func:`exponential_rho` within ``rho``.
+    """The most FEM rounds T with ``T·``:func:`exponential_rho` within ``rho`` (at most :data:`MAX_ROUNDS`).
 
     >>> fem_rounds_zcdp(0.01, 0.05)     # 0.01 / (0.05²/8)
     32
     """
     rho, eps0 = _check("rho", rho), _check("eps0", eps0)
-    rounds = int(math.floor(rho / exponential_rho(eps0, bounded_range) * (1 + 1e-12)))
+    per_round = exponential_rho(eps0, bounded_range)
+    rounds = _floor(rho / per_round * (1 + 1e-12) if per_round > 0 else math.inf)
     if rounds < 1:
         raise PrivacyError(f"eps0={eps0:g} is more than the budget rho={rho:g} allows for one round")
     return rounds

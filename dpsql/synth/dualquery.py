@@ -19,6 +19,16 @@ count the caller released), and the kernel scores with
 is (:meth:`~dpsql.kernel.PrivateTable.sample_cells`), so the theorems hold
 with the public ``n`` divided by the unit's row bound ``k``. The records
 depend on the data only through the sampled queries (post-processing).
+
+**Parameters.** The cost ties ``η``, ``T``, ``s`` and ``n`` together, and
+``n`` is only known once its noisy count is drawn. So
+:func:`dpsql.synth.synthesize.synthesize` takes at most two of ``eta``,
+``rounds`` and ``samples`` (never ``eta`` with ``rounds``) and lets the spend
+set the third, which always has a value that fits: without ``rounds``, the
+most rounds that fit (at least one, whose draws are uniform and free); with
+``rounds``, the largest ``η`` that fits (the cost is continuous in ``η``:
+:func:`~dpsql.synth.accounting.dualquery_eta`), ``s`` defaulting to
+:data:`DEFAULT_SAMPLES`. Nothing is refused after the count is drawn.
 """
 
 from __future__ import annotations
@@ -34,7 +44,15 @@ from .cells import MarginalCells
 from .game import GameResult
 from .oracle import best_response
 
-__all__ = ["dualquery"]
+__all__ = ["dualquery", "DEFAULT_ETA", "DEFAULT_SAMPLES", "MAX_ETA"]
+
+#: The step size η when neither it nor ``rounds`` is given (the paper's ADULT setting).
+DEFAULT_ETA = 0.4
+#: Query samples s per round when not given (the paper's setting).
+DEFAULT_SAMPLES = 35
+#: The largest step size: at η beyond it the query player's distribution is a point mass in
+#: all but name, and capping it keeps every per-draw ε a finite double.
+MAX_ETA = 1e6
 
 
 def dualquery(table: PrivateTable, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]], *,
@@ -58,11 +76,11 @@ def dualquery(table: PrivateTable, attributes: Sequence[Attribute], subsets: Seq
     records: list[tuple[int, ...]] = []
     result = GameResult(np.zeros((0, len(domain)), dtype=np.int64))
     for t in range(1, rounds + 1):
-        if t == 1:  # Q^1 is uniform: these draws do not look at the data
+        per_draw = 2.0 * eta * (t - 1) * table.rows_per_unit / n
+        if t == 1 or per_draw == 0.0:  # Q^1 is uniform (so is a 0-DP draw): these do not look at the data
             flat = rng.integers(0, 2 * cells.size, size=samples)
             draws = np.stack([flat % cells.size, np.where(flat < cells.size, 1, -1)], axis=1)
         else:
-            per_draw = 2.0 * eta * (t - 1) * table.rows_per_unit / n
             draws = table.sample_cells(attributes, cells.subsets, answered / (t - 1), per_draw, samples, reservation)
         result.selected.extend((int(j), int(s)) for j, s in draws)
         # The data player minimizes the sampled queries' mean answer: a draw (j, −1) is the cell

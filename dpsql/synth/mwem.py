@@ -26,27 +26,34 @@ measurements; the initialization measures every one-way marginal together,
 with L1 sensitivity ``k · d`` (one unit changes ``d`` one-way marginals).
 Under a zCDP budget ρ each step is ``√(2ρ/S)``-DP, hence ``ρ/S``-zCDP
 (Bun & Steinke, Prop. 1.4), ρ in all. Each step is recorded in the ledger as
-it is taken; the whole run is checked against the budget before it starts.
+it is taken; the whole run is checked against the budget before it starts,
+and everything that could fail once it has begun is checked before that
+(:func:`check_mwem`). MWEM spends no δ.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..budget import Cost
-from ..errors import WorkloadError
+from ..errors import ArgumentError, ResourceLimitError, WorkloadError
 from ..kernel import PrivateTable
+from ..limits import MAX_MEASURED_CELLS
 from ..matrix import Identity, Total
 from ..privacy import Laplace
 from ..sql.compile import Attribute
 from ..strategy import KronStrategy, UnionStrategy
 from .factored import MAX_GROUP_CELLS, FactoredDistribution
 
-__all__ = ["MWEMResult", "marginal_strategy", "mwem", "mwem_steps"]
+__all__ = ["MWEMResult", "check_mwem", "marginal_strategy", "mwem", "mwem_steps", "INITS"]
+
+#: How MWEM's estimate starts: the uniform distribution, or the product of noisy one-way marginals.
+INITS = ("uniform", "noisy")
 
 
 @dataclass
@@ -57,6 +64,54 @@ class MWEMResult:
     measurements: list[tuple[tuple[int, ...], np.ndarray]] = field(default_factory=list)
     selected: list[int] = field(default_factory=list)
     step_epsilon: float = 0.0
+
+
+def check_mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]],
+               step_epsilon: float, rounds: int = 10, replays: int = 100, init: str = "uniform",
+               average: bool = False) -> None:
+    """Refuse, before anything is read or spent, every MWEM run that could fail once it has begun.
+
+    The options' types and ranges (``rounds`` and ``replays`` integers >= 1, ``init`` one of
+    :data:`INITS`, ``average`` a bool); a workload with a marginal MWEM can measure (at most
+    :data:`~dpsql.synth.factored.MAX_GROUP_CELLS` cells; larger ones are never selected) and
+    whose candidates the selection can count at once (:data:`~dpsql.limits.MAX_MEASURED_CELLS`);
+    ``average=True`` only on a domain small enough to hold whole; and Laplace noise at
+    ``step_epsilon`` for every measurement the run takes (the lattice noise has a floor on
+    ``ε`` per changed coordinate, :func:`~dpsql.noise.laplace_lattice`).
+    """
+    for name, value in (("rounds", rounds), ("replays", replays)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ArgumentError(f"MWEM's {name} must be an integer >= 1, got {name}={value!r}")
+    if not isinstance(init, str) or init not in INITS:
+        raise ArgumentError(f"MWEM's init must be one of {INITS}, got init={init!r}")
+    if not isinstance(average, bool):
+        raise ArgumentError(f"MWEM's average must be True or False, got average={average!r}")
+    domain = tuple(a.size for a in attributes)
+    workload = [tuple(sorted(q)) for q in workload]
+    if not workload:
+        raise WorkloadError("MWEM needs a non-empty workload of marginals")
+    sizes = {q: math.prod(domain[a] for a in q) for q in workload}
+    candidates = [q for q, cells in sizes.items() if cells <= MAX_GROUP_CELLS]
+    if not candidates:
+        raise WorkloadError(f"every marginal of the workload has more than {MAX_GROUP_CELLS:,} cells, which "
+                            "MWEM never measures; choose smaller marginals")
+    if sum(sizes[q] for q in candidates) > MAX_MEASURED_CELLS:
+        raise ResourceLimitError(f"MWEM's selection counts every marginal of the workload, "
+                                 f"{sum(sizes[q] for q in candidates):,} cells in all, more than the limit of "
+                                 f"{MAX_MEASURED_CELLS:,}; choose fewer or smaller marginals")
+    if average and math.prod(domain) > MAX_GROUP_CELLS:
+        raise WorkloadError(f"averaging MWEM iterates needs the full domain of {math.prod(domain):,} cells, more "
+                            f"than {MAX_GROUP_CELLS:,}; use average=False")
+    noise = Laplace(step_epsilon)
+    plans = [marginal_strategy(domain, ())] + ([_one_way_marginals(domain)] if init == "noisy" else [])
+    for strategy in plans:  # a marginal measurement has the total's sensitivity and changed coordinates
+        table.plan(strategy, noise)
+
+
+def _one_way_marginals(domain: Sequence[int]) -> UnionStrategy:
+    """Every one-way marginal, stacked into one measurement (the noisy start)."""
+    d = len(domain)
+    return UnionStrategy([marginal_strategy(domain, (a,)) for a in range(d)], [1.0] * d, [[a] for a in range(d)])
 
 
 def mwem_steps(rounds: int, init: str = "uniform") -> int:
@@ -79,13 +134,8 @@ def mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequenc
     ``step_cost`` in the ledger's currency (``ε/steps`` each for a pure-DP
     budget of ε; ``√(2ρ/steps)``, costing ``ρ/steps``, for a zCDP budget of ρ).
     """
-    if rounds < 1:
-        raise WorkloadError("MWEM needs at least one round")
-    if init not in ("uniform", "noisy"):
-        raise WorkloadError(f"init must be 'uniform' or 'noisy', got {init!r}")
+    check_mwem(table, attributes, workload, step_epsilon, rounds, replays, init, average)
     workload = [tuple(sorted(q)) for q in workload]
-    if not workload:
-        raise WorkloadError("MWEM needs a non-empty workload of marginals")
     domain = tuple(a.size for a in attributes)
     eps, step = step_epsilon, step_cost
     table.check(_times(step, mwem_steps(rounds, init)))
@@ -109,7 +159,7 @@ def mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequenc
         values = measure(chosen, f"round {r + 1} marginal")
         result.selected.append(workload.index(chosen))
         result.measurements.append((chosen, values))
-        for _ in range(max(1, replays)):
+        for _ in range(replays):
             for subset, m in result.measurements:
                 dist.update(subset, m)
         if average:
@@ -123,9 +173,7 @@ def mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequenc
 
 def _noisy_start(table: PrivateTable, attributes, dist: FactoredDistribution, eps: float, step: Cost) -> None:
     """Measure every one-way marginal at once (L1 sensitivity d per unit) and start from their product."""
-    d = len(dist.domain)
-    parts = [marginal_strategy(dist.domain, (a,)) for a in range(d)]
-    union = UnionStrategy(parts, [1.0] * d, [[a] for a in range(d)])  # one stacked measurement
+    union = _one_way_marginals(dist.domain)  # one stacked measurement
     values = table.measure(attributes, union, Laplace(eps), step, "MWEM noisy initialization").values
     offset = 0
     for a, n in enumerate(dist.domain):

@@ -16,27 +16,33 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
+import os
 import sys
+import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from tqdm.auto import tqdm
 
-from ..budget import Budget, Cost
-from ..errors import PrivacyError, WorkloadError
+from ..budget import ZCDP, Budget, Cost
+from ..errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
 from ..kernel import PrivateTable
+from .. import limits
+from ..limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from ..matrix import is_total
 from ..privacy import Laplace
 from ..sql.compile import Attribute, compile_batch
-from .accounting import (dualquery_epsilon, dualquery_rho, exponential_rho, fem_rounds, fem_rounds_zcdp,
-                         largest_integer, zcdp_epsilon, zcdp_rho)
+from .accounting import (dualquery_epsilon, dualquery_eta, dualquery_eta_zcdp, dualquery_rho, exponential_rho,
+                         fem_rounds, fem_rounds_zcdp, largest_integer, zcdp_epsilon, zcdp_rho)
 from .cells import MarginalCells, marginal_name
-from .dualquery import dualquery
-from .fem import PUBLISHED_EPS0_FACTOR, fem
+from .dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
+from .fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from .game import GameResult
-from .mwem import marginal_strategy, mwem, mwem_steps
+from .mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
+from .oracle import METHODS as ORACLES
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,18 +88,25 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     """Marginals (sorted attribute positions) from a workload description.
 
     An int ``k``: every k-way marginal. A list of tuples of column names
-    (or merged attribute names): those marginals (a merged column brings its
-    whole attribute). SQL (a
-    text or a list of texts): the attributes each compiled query term does
-    not sum out.
+    (or merged attribute names; a single name may stand for a one-column
+    tuple): those marginals (a merged column brings its whole attribute).
+    SQL (a text or a list of texts): the attributes each compiled query term
+    does not sum out. Anything else, an empty marginal or no marginal at all
+    is a :class:`~dpsql.errors.WorkloadError`; nothing is read.
     """
-    position = {c: i for i, a in enumerate(attributes) for c in a.columns}
-    if isinstance(workload, int):
-        if not 1 <= workload <= len(attributes):
-            raise WorkloadError(f"a {workload}-way workload needs 1 <= k <= {len(attributes)} attributes")
-        return list(itertools.combinations(range(len(attributes)), workload))
+    if isinstance(workload, bool) or not isinstance(workload, (numbers.Integral, str, list, tuple)):
+        raise WorkloadError("a workload is k (every k-way marginal), a list of tuples of column names, or SQL; "
+                            f"got {type(workload).__name__} {workload!r:.80}")
+    if isinstance(workload, numbers.Integral):
+        k = int(workload)
+        if not 1 <= k <= len(attributes):
+            raise WorkloadError(f"a {k}-way workload needs 1 <= k <= {len(attributes)} attributes")
+        if math.comb(len(attributes), k) > MAX_MEASURED_CELLS:
+            raise ResourceLimitError(f"workload={k} has {math.comb(len(attributes), k):,} marginals, more than the "
+                                     f"limit of {MAX_MEASURED_CELLS:,} cells; choose a list of marginals")
+        return list(itertools.combinations(range(len(attributes)), k))
     if isinstance(workload, str) or (workload and all(isinstance(w, str) for w in workload)):
-        batch = compile_batch(workload, schema)
+        batch = compile_batch(workload if isinstance(workload, str) else list(workload), schema)
         if tuple(a.columns for a in batch.attributes) != tuple(a.columns for a in attributes):
             raise WorkloadError("these statements couple columns across attributes; synthesize over them "
                                 "needs the schema's merge section to declare those columns together")
@@ -102,15 +115,23 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
             kept = tuple(i for i, f in enumerate(factors) if not is_total(f))
             if kept and kept not in out:
                 out.append(kept)
+        if not out:
+            raise WorkloadError("these statements group and filter on no column, so they leave no marginal to learn")
         return out
+    if not workload:
+        raise WorkloadError("the workload needs at least one marginal")
+    position = {c: i for i, a in enumerate(attributes) for c in a.columns}
     by_attribute = {a.name.lower(): i for i, a in enumerate(attributes)}
     out = []
     for names in workload:
+        names = (names,) if isinstance(names, str) else names
+        if not isinstance(names, (list, tuple)) or not names or not all(isinstance(c, str) for c in names):
+            raise WorkloadError(f"each marginal of the workload is a nonempty tuple of column names, got {names!r:.80}")
         try:
             kept = tuple(sorted({by_attribute[c.lower()] if c.lower() in by_attribute
                                  else position[schema.column(c).name] for c in names}))
         except (AttributeError, KeyError):
-            raise WorkloadError(f"unknown column in marginal {tuple(names)!r}") from None
+            raise WorkloadError(f"unknown column in marginal {tuple(names)!r:.200}") from None
         if kept not in out:
             out.append(kept)
     return out
@@ -134,60 +155,177 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
                epsilon: float | None, delta: float | None, rho: float | None, rows: int | None, name: str,
                seed: int | None = None, progress: bool | None = None, **options) -> SyntheticTable:
     """Learn privately with ``method``, spending ``epsilon`` (and ``delta``) or
-    ``rho`` in ``budget``'s currency, sample ``rows`` rows and register them as
-    table ``name`` on ``released``, the analyst's DuckDB. ``name`` must be new
-    there and on the private table's connection (it can never replace the
-    private table). The whole spend is checked against the budget before any
-    data is read. ``options`` go to the method (see :data:`OPTIONS`)."""
-    if method not in METHODS:
-        raise WorkloadError(f"unknown synthesis method {method!r}; choose from {METHODS}")
-    unknown = set(options) - set(OPTIONS[method])
-    if unknown:
-        raise WorkloadError(f"{method} takes no option {', '.join(sorted(unknown))}; "
-                            f"its options are {', '.join(OPTIONS[method])}")
-    total = _requested(budget, epsilon, delta, rho)
-    private.check(total)
-    if not isinstance(name, str) or not name:
-        raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r}")
-    if released.has(name) or private.has_table(name):
-        raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
-                            "synthetic table (it never replaces an existing one)")
-    marginals = workload_marginals(workload, schema, attributes)
+    ``rho`` in ``budget``'s currency (:meth:`~dpsql.budget.Budget.request`),
+    sample ``rows`` rows and register them as table ``name`` on ``released``,
+    the analyst's DuckDB. ``name`` must be new there and on the private
+    table's connection (it can never replace the private table).
+
+    The whole request is validated before any data is read: the spend and
+    the budget, the name, ``rows`` (an int >= 0 within
+    :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`), ``seed`` (an int >= 0 or None),
+    the workload and every option of the method (see :data:`OPTIONS`), and
+    everything the run will compute from them. A refused request raises a
+    :class:`~dpsql.errors.Error` and records nothing; once the first draw is
+    taken nothing is refused. The result reports exactly what the ledger
+    charged, never more than was asked.
+    """
+    run = _plan(private, released, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name,
+                seed, options)
+    private.check(run.cost)  # the whole spend fits now; nothing read yet
     bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else 2.0)
-    rng = np.random.default_rng(seed)
     try:
-        if method == "mwem":
-            steps = mwem_steps(options.get("rounds", 10), options.get("init", "uniform"))
-            step_eps = math.sqrt(2.0 * total.rho / steps) if budget.rho is not None else total.epsilon / steps
-            bar.total = options.get("rounds", 10)
-            learned = mwem(private, attributes, marginals, step_eps, Cost.laplace(step_eps, budget),
-                           progress=_advance(bar), **options)
-            n = int(round(learned.distribution.total)) if rows is None else _rows(rows)
-            records = learned.distribution.sample(n, rng)
-            report, oracle = _report(learned, records, attributes, n), {}
-        else:
-            run = _dualquery if method == "dualquery" else _fem
-            learned, default_rows, total = run(private, attributes, marginals, budget, total, bar, seed, options)
-            n = default_rows if rows is None else _rows(rows)
-            records = learned.records if n == len(learned.records) and rows is None \
-                else learned.records[rng.integers(0, len(learned.records), size=n)]
-            report, oracle = _game_report(learned, marginals, attributes), learned.oracle_summary()
+        records, report, oracle, spent = run.execute(bar, np.random.default_rng(seed))
     finally:
         bar.close()
     df = decode(records, attributes, schema)
     released.register(name, df)
-    return SyntheticTable(name=name, df=df, method=method, epsilon=total.epsilon, delta=total.delta,
-                          rho=total.rho, report=report, records=records, oracle=oracle,
+    return SyntheticTable(name=name, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
+                          rho=spent.rho, report=report, records=records, oracle=oracle,
                           _released=released)
 
 
-#: The options each method takes (besides the spend, ``rows`` and ``seed``).
+#: The options each method takes (besides the spend, ``rows`` and ``seed``), with their defaults
+#: (an option given as None takes its default):
+#:
+#: * ``mwem``: ``rounds`` (int >= 1, 10), ``replays`` (int >= 1, 100), ``init`` (``"uniform"`` or
+#:   ``"noisy"``), ``average`` (bool, False). Pure ε-DP: a ``delta`` > 0 is refused.
+#: * ``dualquery``: ``eta`` (float in (0, 1e6]), ``rounds`` (int >= 1), ``samples`` (int >= 1, 35),
+#:   ``count_share`` (float in (0, 1), 0.05), ``oracle`` (``"auto"``, ``"mip"`` or ``"heuristic"``;
+#:   ``"auto"``), ``time_limit`` (seconds > 0, 10). The spend fixes one of ``eta``, ``rounds`` and
+#:   ``samples`` given the other two and the noisy row count: give at most two, and not both ``eta``
+#:   and ``rounds``. Without ``rounds`` it is the most that fit (at least 1: a first round costs
+#:   nothing); with ``rounds``, ``eta`` is the largest that fits (it always exists).
+#: * ``fem``: ``eps0`` (float > 0) or ``rounds`` (int >= 1) or both, ``samples`` (int >= 1, 50),
+#:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
+#:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
 }
+
+#: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
+MAX_TIME_LIMIT = 86_400.0
+
+#: What a run yields: the records, the quality report, the oracle summary and the cost charged.
+Outcome = tuple[np.ndarray, "pd.DataFrame", dict, Cost]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A validated synthesis: ``cost`` is the most it may charge, ``execute(bar, rng)`` draws and
+    returns its :data:`Outcome` (it is only called once the whole ``cost`` has been checked)."""
+
+    cost: Cost
+    execute: Callable[[tqdm, np.random.Generator], Outcome]
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What every method needs, validated: the budget, the requested ``total``, the workload's
+    ``marginals``, ``rows`` (None: the method's default), and the synthetic table's ``columns``."""
+
+    budget: Budget
+    total: Cost
+    marginals: list[tuple[int, ...]]
+    rows: int | None
+    columns: int
+    seed: int | None
+
+    @property
+    def zcdp(self) -> bool:
+        return self.budget.currency == ZCDP
+
+    def default_rows(self, count: float, what: str) -> int:
+        """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
+        allows, with a warning: after the spend a too-large default is capped, never refused."""
+        cap = synthetic_rows_cap(self.columns)
+        n = max(int(round(count)), 0)
+        if n > cap:
+            warnings.warn(f"the {what} is {n:,} rows, more than a synthetic table of {self.columns} columns may "
+                          f"hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); sampling {cap:,} rows (pass rows= to choose)",
+                          stacklevel=5)
+            return cap
+        return n
+
+
+def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", attributes: Sequence[Attribute],
+          method: Any, workload: Any, budget: Budget, epsilon: Any, delta: Any, rho: Any, rows: Any, name: Any,
+          seed: Any, options: dict) -> _Run:
+    """Validate a whole request (reading no data) and return the run that carries it out."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise WorkloadError(f"unknown synthesis method {method!r:.80}; choose from {METHODS}")
+    unknown = set(options) - set(OPTIONS[method])
+    if unknown:
+        raise WorkloadError(f"{method} takes no option {', '.join(sorted(map(str, unknown)))}; "
+                            f"its options are {', '.join(OPTIONS[method])}")
+    total = budget.request(epsilon=epsilon, delta=delta, rho=rho)
+    columns = max(len(schema.columns), len(attributes), 1)
+    if rows is not None:
+        rows = _integer("rows", rows, low=0)
+        check_synthetic_cells(rows, columns, f"rows={rows}")
+    if seed is not None:
+        seed = _integer("seed", seed, low=0)
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r:.80}")
+    if released.has(name) or private.has_table(name):
+        raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
+                            "synthetic table (it never replaces an existing one)")
+    marginals = workload_marginals(workload, schema, attributes)
+    request = _Request(budget, total, marginals, rows, columns, seed)
+    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem}[method]
+    run = planner(private, attributes, request, dict(options))
+    if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
+        raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
+                           f"{budget.describe(total)} asked for")
+    return run
+
+
+# -- option values -------------------------------------------------------------------------------
+
+def _integer(name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an int of at least ``low`` (bools, floats and strings are refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r:.80}")
+    if value < low:
+        raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r}")
+    return int(value)
+
+
+def _real(name: str, value: Any, high: float = math.inf, below_one: bool = False) -> float:
+    """``value`` as a finite float > 0 (and at most ``high``, or below 1 when ``below_one``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{name} must be a number, got {name}={value!r:.80}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any double
+        number = math.inf
+    if not (math.isfinite(number) and number > 0):
+        raise ArgumentError(f"{name} must be a finite number > 0, got {name}={value!r:.80}")
+    if below_one and number >= 1.0:
+        raise ArgumentError(f"{name} must be in (0, 1), got {name}={value!r}")
+    if number > high:
+        raise ArgumentError(f"{name} must be at most {high:g}, got {name}={value!r}")
+    return number
+
+
+def _option(options: dict, name: str, default: Any) -> Any:
+    """The option ``name``, or ``default`` when it is not given (or given as None)."""
+    value = options.get(name)
+    return default if value is None else value
+
+
+def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ArgumentError(f"{name} must be one of {tuple(choices)}, got {name}={value!r:.80}")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"{name} must be True or False, got {name}={value!r:.80}")
+    return bool(value)
 
 
 def _advance(bar: tqdm) -> Callable[[int], None]:
@@ -195,116 +333,224 @@ def _advance(bar: tqdm) -> Callable[[int], None]:
     return lambda done: bar.update(done - bar.n)
 
 
-def _rows(rows: int) -> int:
-    if int(rows) < 0:
-        raise WorkloadError("rows must be nonnegative")
-    return int(rows)
+def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: Sequence[Attribute]) -> MarginalCells:
+    """The game's cells, refused when counting them all at once would exceed
+    :data:`~dpsql.limits.MAX_MEASURED_CELLS`."""
+    domain = [a.size for a in attributes]
+    cells = sum(math.prod(domain[a] for a in m) for m in marginals)
+    if cells > MAX_MEASURED_CELLS:
+        raise ResourceLimitError(f"{method} counts every cell of the workload's marginals at once: {cells:,} cells, "
+                                 f"more than the limit of {MAX_MEASURED_CELLS:,}; choose fewer or smaller marginals")
+    return MarginalCells(domain, marginals)
 
 
-def _requested(budget: "Budget", epsilon: float | None, delta: float | None, rho: float | None) -> Cost:
-    """The most a run may spend, in the budget's currency (validated, nothing read)."""
-    if budget.rho is not None:
-        if rho is None:
-            raise PrivacyError("say how much to spend: rho=... (this ledger's budget is zCDP)")
-        if epsilon is not None or delta is not None:
-            raise PrivacyError("this ledger's budget is zCDP: spend rho=..., not epsilon or delta")
-        return Cost.gaussian(budget, rho=rho)
-    if rho is not None:
-        raise PrivacyError(f"this ledger's budget is {budget}: spend epsilon=... (and delta=...), not rho")
-    if epsilon is None:
-        raise PrivacyError("say how much to spend: epsilon=...")
-    if not delta:
-        return Cost.laplace(epsilon, budget)
-    return Cost.gaussian(budget, epsilon=epsilon, delta=delta)
+def _refine(error: PrivacyError, what: str) -> PrivacyError:
+    """``error`` (a noise floor) said in the terms of the request: ``what`` named its parameters."""
+    return PrivacyError(f"{what}: {error}")
 
 
-def _dualquery(private: PrivateTable, attributes, marginals, budget: "Budget", total: Cost, bar, seed, options):
-    """DualQuery within ``total``: a noisy row count (``count_share`` of the
-    spend; the formulas' public ``n``), then the most rounds (or, given
-    ``rounds``, the most samples per round) the rest allows."""
-    eta = float(options.get("eta", 0.4))
-    share = float(options.get("count_share", 0.05))
-    if not 0.0 < share < 1.0:
-        raise WorkloadError(f"count_share must be in (0, 1), got {share!r}")
-    zcdp = budget.rho is not None
-    count_eps = math.sqrt(2.0 * share * total.rho) if zcdp else share * total.epsilon
-    count = private.measure(attributes, marginal_strategy([a.size for a in attributes], ()), Laplace(count_eps),
-                            Cost.laplace(count_eps, budget), "DualQuery noisy row count").values[0]
-    n = max(float(count), 1.0) / private.rows_per_unit
-    rest_rho, rest_eps, delta = (1.0 - share) * total.rho, (1.0 - share) * total.epsilon, total.delta
+# -- MWEM ----------------------------------------------------------------------------------------
 
-    def fits(rounds: int, samples: int) -> bool:
-        if zcdp:
-            return dualquery_rho(eta, rounds, samples, n) <= rest_rho
-        return dualquery_epsilon(eta, rounds, samples, n, delta) <= rest_eps
-
-    rounds, samples = options.get("rounds"), options.get("samples")
-    if rounds is None:
-        samples = int(samples or 35)
-        rounds = largest_integer(lambda t: fits(t, samples), "DualQuery rounds")
-    elif samples is None:
-        samples = largest_integer(lambda s: fits(int(rounds), s), "DualQuery samples per round")
-    rounds, samples = int(rounds), int(samples)
-    if not fits(rounds, samples):
-        raise PrivacyError(f"DualQuery with eta={eta}, rounds={rounds}, samples={samples} costs more than "
-                           f"the {budget.describe(total)} asked for")
-    cost = Cost(rho=dualquery_rho(eta, rounds, samples, n)) if zcdp else \
-        Cost(epsilon=dualquery_epsilon(eta, rounds, samples, n, delta), delta=delta)
-    reservation = private.reserve(cost, f"DualQuery: eta={eta}, T={rounds}, s={samples}, n={n!r}",
-                                  "dualquery")
-    bar.total = rounds
+def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+    """MWEM's ``2T + 1`` (or ``2T + 2``) equal steps of the request (:mod:`dpsql.synth.mwem`)."""
+    total, budget = request.total, request.budget
+    if total.delta > 0:
+        raise PrivacyError(f"MWEM is pure epsilon-DP and would never use delta={total.delta!r}: leave delta out "
+                           "(dualquery and fem use a delta)")
+    rounds = _integer("rounds", _option(options, "rounds", 10))
+    replays = _integer("replays", _option(options, "replays", 100))
+    init = _choice("init", _option(options, "init", "uniform"), INITS)
+    average = _flag("average", _option(options, "average", False))
+    steps = mwem_steps(rounds, init)
+    step_eps = math.sqrt(2.0 * total.rho / steps) if request.zcdp else total.epsilon / steps
     try:
-        learned = dualquery(private, attributes, marginals, eta=eta, rounds=rounds, samples=samples, n=n,
-                            reservation=reservation, oracle=options.get("oracle", "auto"),
-                            time_limit=float(options.get("time_limit", 10.0)), seed=seed, progress=_advance(bar))
-    finally:
-        reservation.close()
-    return learned, int(round(n * private.rows_per_unit)), Cost.laplace(count_eps, budget) + cost
+        step_cost = Cost.laplace(step_eps, budget)
+        check_mwem(private, attributes, request.marginals, step_eps, rounds, replays, init, average)
+    except PrivacyError as e:
+        raise _refine(e, f"MWEM with rounds={rounds} splits {budget.describe(total)} into {steps} steps of "
+                         f"epsilon={step_eps!r}, too small to measure; spend more or use fewer rounds") from None
+    cost = Cost(step_cost.epsilon * steps, 0.0, step_cost.rho * steps)
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        bar.total = rounds
+        learned = mwem(private, attributes, request.marginals, step_eps, step_cost, rounds=rounds,
+                       replays=replays, init=init, average=average, progress=_advance(bar))
+        n = request.rows if request.rows is not None else \
+            request.default_rows(learned.distribution.total, "noisy row count")
+        records = learned.distribution.sample(n, rng)
+        return records, _report(learned, records, attributes, n), {}, cost
+
+    return _Run(cost, execute)
 
 
-def _fem(private: PrivateTable, attributes, marginals, budget: "Budget", total: Cost, bar, seed, options):
-    """FEM within ``total``: ``eps0`` per selection (default ``0.008·√ε``, the
-    published ADULT setting; ``√ε`` is ``(2ρ)^{1/4}`` under zCDP) and the most
-    rounds that fit, or the largest ``eps0`` that fits given ``rounds``.
-    ``bounded_range=False`` accounts each selection as ``ε₀²/2``-zCDP, as
-    the paper did, instead of the exponential mechanism's ``ε₀²/8``."""
-    tight = bool(options.get("bounded_range", True))
-    zcdp = budget.rho is not None
+# -- DualQuery -----------------------------------------------------------------------------------
+
+def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                    options: dict) -> _Run:
+    """DualQuery within the request: a noisy row count (``count_share`` of the spend; the
+    formulas' public ``n``), then the run, whose cost ties ``eta``, ``rounds``, ``samples`` and
+    ``n`` together. At most two of the three may be given, and not ``eta`` with ``rounds``, so
+    that the third can always be set to fit once ``n`` is known: ``rounds`` (the most that fit,
+    at least 1, whose draws are uniform and cost nothing) or, given ``rounds``, ``eta`` (the
+    cost is continuous in ``eta``: the largest that fits, :func:`~dpsql.synth.accounting.dualquery_eta`).
+    Nothing can be refused after the count is drawn."""
+    total, budget = request.total, request.budget
+    given = [k for k in ("eta", "rounds", "samples") if options.get(k) is not None]
+    if len(given) == 3 or {"eta", "rounds"} <= set(given):
+        raise PrivacyError(f"DualQuery got {', '.join(f'{k}={options[k]!r}' for k in given)}, but its spend "
+                           "depends on the noisy row count, so the spend must set one of eta, rounds and samples: "
+                           "give rounds (the spend sets eta) or eta (the spend sets rounds), not both")
+    eta = None if options.get("eta") is None else _real("eta", options["eta"], high=MAX_ETA)
+    rounds = None if options.get("rounds") is None else _integer("rounds", options["rounds"])
+    samples = DEFAULT_SAMPLES if options.get("samples") is None else _integer("samples", options["samples"])
+    share = _real("count_share", _option(options, "count_share", 0.05), below_one=True)
+    oracle = _choice("oracle", _option(options, "oracle", "auto"), ORACLES)
+    time_limit = _real("time_limit", _option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
+    max_rounds = synthetic_rows_cap(request.columns)  # one record per round
+    if rounds is not None:
+        check_synthetic_cells(rounds, request.columns, f"DualQuery makes one record a round: rounds={rounds}")
+    if samples > limits.MAX_SYNTHETIC_CELLS:
+        raise ResourceLimitError(f"samples={samples} query draws a round is more than the limit of "
+                                 f"{limits.MAX_SYNTHETIC_CELLS:,}")
+    cells = _check_cells("DualQuery", request.marginals, attributes)
+    count_eps = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
+    count_strategy = marginal_strategy([a.size for a in attributes], ())
+    try:
+        count_cost = Cost.laplace(count_eps, budget)
+        private.plan(count_strategy, Laplace(count_eps))
+    except PrivacyError as e:
+        raise _refine(e, f"DualQuery's noisy row count gets count_share={share!r} of {budget.describe(total)}, "
+                         f"epsilon={count_eps!r}, too little to measure") from None
+    rest = Cost(rho=(1.0 - share) * total.rho) if request.zcdp else \
+        Cost(epsilon=(1.0 - share) * total.epsilon, delta=total.delta)
+
+    def cost_of(eta: float, rounds: int, n: float) -> Cost:
+        if rounds == 1:  # the first round's draws are uniform: 0-DP, whatever eta
+            return Cost()
+        if request.zcdp:
+            return Cost(rho=dualquery_rho(eta, rounds, samples, n))
+        return Cost(epsilon=dualquery_epsilon(eta, rounds, samples, n, rest.delta), delta=rest.delta)
+
+    def schedule(n: float) -> tuple[float, int]:
+        """(eta, rounds) for the public row count ``n``: always within ``rest``."""
+        if rounds is None:
+            step = DEFAULT_ETA if eta is None else eta
+            limit = rest.rho if request.zcdp else rest.epsilon
+            fits = (lambda t: t <= max_rounds and
+                    (dualquery_rho(step, t, samples, n) if request.zcdp
+                     else dualquery_epsilon(step, t, samples, n, rest.delta)) <= limit)
+            return step, largest_integer(fits, "DualQuery rounds")  # 1 always fits
+        if rounds == 1:
+            return DEFAULT_ETA, 1
+        if request.zcdp:
+            return dualquery_eta_zcdp(rest.rho, rounds, samples, n, upper=MAX_ETA), rounds
+        return dualquery_eta(rest.epsilon, rest.delta, rounds, samples, n, upper=MAX_ETA), rounds
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        count = private.measure(attributes, count_strategy, Laplace(count_eps), count_cost,
+                                "DualQuery noisy row count").values[0]
+        n = max(float(count), 1.0) / private.rows_per_unit
+        step, run_rounds = schedule(n)
+        cost = cost_of(step, run_rounds, n)
+        reservation = private.reserve(cost, f"DualQuery: eta={step!r}, T={run_rounds}, s={samples}, n={n!r}",
+                                      "dualquery")
+        bar.total = run_rounds
+        try:
+            learned = dualquery(private, attributes, cells.subsets, eta=step, rounds=run_rounds, samples=samples,
+                                n=n, reservation=reservation, oracle=oracle, time_limit=time_limit,
+                                seed=request.seed, progress=_advance(bar))
+        finally:
+            reservation.close()
+        records = _resample(learned.records, request.rows if request.rows is not None else
+                            request.default_rows(n * private.rows_per_unit, "noisy row count"), request.rows, rng)
+        return records, _game_report(learned, request.marginals, attributes), learned.oracle_summary(), \
+            count_cost + cost
+
+    return _Run(count_cost + rest, execute)
+
+
+def _resample(records: np.ndarray, n: int, rows: int | None, rng: np.random.Generator) -> np.ndarray:
+    """``n`` of the learned ``records``: all of them, in order, when the default count equals theirs."""
+    if rows is None and n == len(records):
+        return records
+    return records[rng.integers(0, len(records), size=n)]
+
+
+# -- FEM -----------------------------------------------------------------------------------------
+
+def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+    """FEM within the request: ``eps0`` per selection (default ``0.008·√ε``, the published
+    ADULT setting; ``√ε`` is ``(2ρ)^{1/4}`` under zCDP) and the most rounds that fit, or the
+    largest ``eps0`` that fits given ``rounds``, or both given (refused when they do not fit).
+    ``bounded_range=False`` accounts each selection as ``ε₀²/2``-zCDP, as the paper did,
+    instead of the exponential mechanism's ``ε₀²/8``. Derived rounds are capped so that the
+    records fit :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS` (spending less, with a warning)."""
+    total, budget = request.total, request.budget
+    tight = _flag("bounded_range", _option(options, "bounded_range", True))
+    rounds = None if options.get("rounds") is None else _integer("rounds", options["rounds"])
+    eps0 = None if options.get("eps0") is None else _real("eps0", options["eps0"])
+    samples = _integer("samples", _option(options, "samples", 50))
+    noise = _real("noise", _option(options, "noise", PUBLISHED_NOISE))
+    oracle = _choice("oracle", _option(options, "oracle", "heuristic"), ORACLES)
+    time_limit = _real("time_limit", _option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
+    processes = None if options.get("processes") is None else _integer("processes", options["processes"])
+    if processes is not None:
+        processes = min(processes, os.cpu_count() or 1)
+    width = sum(a.size for a in attributes)
+    if samples * width > limits.MAX_SYNTHETIC_CELLS:
+        raise ResourceLimitError(f"FEM perturbs samples={samples} records of {width:,} attribute values a round, "
+                                 f"{samples * width:,} numbers, more than the limit of {limits.MAX_SYNTHETIC_CELLS:,}")
+    max_rounds = synthetic_rows_cap(request.columns) // samples  # samples records a round
+    if rounds is not None:
+        check_synthetic_cells(rounds * samples, request.columns,
+                              f"FEM makes samples records a round: rounds={rounds} with samples={samples}")
+    elif max_rounds < 1:
+        check_synthetic_cells(samples, request.columns, f"FEM makes samples records a round: samples={samples}")
+    cells = _check_cells("FEM", request.marginals, attributes)
+    zcdp = request.zcdp
     rho = total.rho if zcdp else (zcdp_rho(total.epsilon, total.delta) if total.delta else None)
-    rounds, eps0 = options.get("rounds"), options.get("eps0")
     if rounds is not None and eps0 is None:  # exponential_rho(eps0) = rho / rounds, rounded down
-        eps0 = (1.0 - 1e-12) * (math.sqrt((8.0 if tight else 2.0) * rho / int(rounds)) if rho is not None
-                                else total.epsilon / int(rounds))
+        eps0 = (1.0 - 1e-12) * (math.sqrt((8.0 if tight else 2.0) * rho / rounds) if rho is not None
+                                else total.epsilon / rounds)
     if eps0 is None:
         eps0 = PUBLISHED_EPS0_FACTOR * math.sqrt(math.sqrt(2.0 * total.rho) if zcdp else total.epsilon)
-    eps0 = float(eps0)
     per_round = exponential_rho(eps0, tight)
+    if per_round == 0.0 or not math.isfinite(per_round):
+        raise PrivacyError(f"eps0={eps0!r} has no finite, nonzero zCDP cost eps0**2/{8 if tight else 2}: "
+                           "choose eps0 between 1e-150 and 1e150")
     if rounds is None:
         rounds = fem_rounds_zcdp(rho, eps0, tight) if zcdp else fem_rounds(total.epsilon, total.delta, eps0, tight)
-    rounds = int(rounds)
+        if rounds > max_rounds:
+            warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than a synthetic "
+                          f"table may hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); running {max_rounds:,} rounds, "
+                          "which spends less", stacklevel=5)
+            rounds = max_rounds
+    if not math.isfinite(noise * math.sqrt(rounds)):
+        raise ArgumentError(f"noise={noise!r} times the square root of rounds={rounds} is not a finite number")
     if zcdp:
         cost = Cost(rho=rounds * per_round)
     elif total.delta:
         cost = Cost(epsilon=zcdp_epsilon(rounds * per_round, total.delta), delta=total.delta)
     else:
         cost = Cost(epsilon=rounds * eps0)
-    if rounds < 1 or not _within(cost, total):
-        raise PrivacyError(f"FEM with eps0={eps0:g} and {rounds} rounds costs more than the "
-                           f"{budget.describe(total)} asked for")
-    reservation = private.reserve(cost, f"FEM: eps0={eps0:g}, T={rounds}", "fem")
-    bar.total = rounds
-    kwargs = {k: options[k] for k in ("samples", "noise", "oracle", "time_limit", "processes") if k in options}
-    try:
-        learned = fem(private, attributes, marginals, eps0=eps0, rounds=rounds, reservation=reservation,
-                      seed=seed, progress=_advance(bar), **kwargs)
-    finally:
-        reservation.close()
-    return learned, len(learned.records), cost
+    if not cost.within(total):
+        raise PrivacyError(f"FEM with eps0={eps0:g} and {rounds} rounds costs {budget.describe(cost)}, more than "
+                           f"the {budget.describe(total)} asked for; give eps0 or rounds and the spend sets the other")
 
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        reservation = private.reserve(cost, f"FEM: eps0={eps0:g}, T={rounds}", "fem")
+        bar.total = rounds
+        try:
+            learned = fem(private, attributes, cells.subsets, eps0=eps0, rounds=rounds, reservation=reservation,
+                          samples=samples, noise=noise, oracle=oracle, time_limit=time_limit, processes=processes,
+                          seed=request.seed, progress=_advance(bar))
+        finally:
+            reservation.close()
+        records = _resample(learned.records, len(learned.records) if request.rows is None else request.rows,
+                            request.rows, rng)
+        return records, _game_report(learned, request.marginals, attributes), learned.oracle_summary(), cost
 
-def _within(cost: Cost, limit: Cost) -> bool:
-    """Whether ``cost`` is within ``limit`` in every component (up to float rounding)."""
-    return all(getattr(cost, f) <= getattr(limit, f) * (1 + 1e-12) for f in ("epsilon", "delta", "rho"))
+    return _Run(cost, execute)
 
 
 def _game_report(learned: GameResult, marginals, attributes: Sequence[Attribute]) -> "pd.DataFrame":
@@ -323,7 +569,7 @@ def _report(result, records: np.ndarray, attributes: Sequence[Attribute], rows: 
     import pandas as pd
 
     domain = [a.size for a in attributes]
-    scale = rows / max(result.distribution.total, 1e-12)
+    scale = rows / max(result.distribution.total, 1e-12) if rows else 1.0  # no rows: every count is 0
     out = []
     for subset, measured in result.measurements:
         synth = MarginalCells(domain, [subset]).counts(records) / scale
