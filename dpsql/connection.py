@@ -308,7 +308,9 @@ class Connection:
         out: list[tuple[NoiseModel, Cost]] = []
         for fam in families:
             if fam == "laplace":
-                eps = requested.epsilon if budget.currency == APPROX_DP else math.sqrt(2.0 * requested.rho)
+                # under zCDP, epsilon as given (validated above), or the epsilon whose cost is rho
+                eps = (requested.epsilon if budget.currency == APPROX_DP
+                       else float(epsilon) if rho is None else math.sqrt(2.0 * requested.rho))
                 out.append((Laplace(eps), Cost.laplace(eps, budget)))
                 continue
             if budget.currency == ZCDP:
