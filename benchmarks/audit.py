@@ -1,4 +1,4 @@
-"""Statistical privacy audit of every mechanism dpsql releases (see :mod:`dpsql.audit`).
+"""Statistical privacy audit of every mechanism dpsql releases (see :mod:`dpsql.owner.audit`).
 
 Runs each mechanism many times on two neighbouring tables (one row added),
 turns the frequencies of a few events into a Clopper–Pearson lower
@@ -23,7 +23,7 @@ import json
 import sys
 import time
 
-from dpsql.audit import MECHANISMS, Sizes
+from dpsql.owner.audit import MECHANISMS, Sizes
 
 
 def main(argv: "list[str] | None" = None) -> int:

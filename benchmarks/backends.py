@@ -2,7 +2,7 @@
 
 What is timed is exactly what the private kernel runs against the data for
 one ``db.batch`` of the 49 SF1 person-table statements (``examples/sf1``):
-:func:`dpsql.measure.measure_marginals` for the marginals the selected
+:func:`dpsql.private.measure.measure_marginals` for the marginals the selected
 strategy (Laplace, ε = 1) is computed from: one ``GROUPING SETS`` query,
 its result collected to the driver. Strategy selection, noise and
 reconstruction do not depend on the backend and are left out.
@@ -46,14 +46,15 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
-import dpsql  # noqa: E402
 from census import load_persons  # noqa: E402
-from dpsql.backend import SparkBackend  # noqa: E402
-from dpsql.cache import StrategyCache  # noqa: E402
-from dpsql.kernel import required_marginals  # noqa: E402
-from dpsql.measure import marginals_query, measure_marginals  # noqa: E402
-from dpsql.optimize import select  # noqa: E402
+
+import dpsql  # noqa: E402
+from dpsql.hdmm.cache import StrategyCache  # noqa: E402
+from dpsql.hdmm.optimize import select  # noqa: E402
 from dpsql.privacy import Laplace  # noqa: E402
+from dpsql.private.backend import SparkBackend  # noqa: E402
+from dpsql.private.kernel import required_marginals  # noqa: E402
+from dpsql.private.measure import marginals_query, measure_marginals  # noqa: E402
 from dpsql.sql import parse_statements  # noqa: E402
 
 SF1 = os.path.join(HERE, "..", "examples", "sf1")

@@ -13,7 +13,7 @@ Two measurements, each against a baseline timed or measured in the same run:
     python benchmarks/end_to_end.py --rows 1000000 --reps 5 --json e2e.json
 
 The exact answers come from the private kernel's own marginal query with
-no noise (:func:`dpsql.measure.measure_marginals`): a benchmark-only path,
+no noise (:func:`dpsql.private.measure.measure_marginals`): a benchmark-only path,
 never part of a release.
 """
 
@@ -34,13 +34,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
-import dpsql  # noqa: E402
 from census import load_persons  # noqa: E402
-from dpsql.kernel import strategy_answers  # noqa: E402
-from dpsql.measure import measure_marginals  # noqa: E402
+
+import dpsql  # noqa: E402
+from dpsql.hdmm.matrix import Identity  # noqa: E402
+from dpsql.hdmm.strategy import KronStrategy  # noqa: E402
+from dpsql.private.kernel import strategy_answers  # noqa: E402
+from dpsql.private.measure import measure_marginals  # noqa: E402
 from dpsql.sql import parse_statements  # noqa: E402
-from dpsql.strategy import KronStrategy  # noqa: E402
-from dpsql.matrix import Identity  # noqa: E402
 
 SF1 = os.path.join(HERE, "..", "examples", "sf1")
 TWO_KEY = "SELECT sex, age, COUNT(*) AS n FROM persons GROUP BY sex, age"

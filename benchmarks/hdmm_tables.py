@@ -4,7 +4,7 @@ Every workload is built from its definition in ../shared/workloads.md (see
 ``workloads.py`` beside this file). For each row it prints our RMSE per
 operator (``OPT_plus:default`` is OPT_+ with HDMM's default clustering, one
 group per product, the figure HDMM's OPT_+ column reports; ``OPT_plus``
-also merges marginal clusters, see :mod:`dpsql.optimize.union`), the RMSE of
+also merges marginal clusters, see :mod:`dpsql.hdmm.optimize.union`), the RMSE of
 the selected strategy, the published HDMM value, their
 ratio (ours / published; ≤ 1.02 is the target), the SVD lower bound where it
 can be computed, and the seconds taken. Privacy: ε = 1, and δ = 1e-6 for the
@@ -30,11 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads as B  # noqa: E402
 
-from dpsql.error import rmse, svd_bound  # noqa: E402
-from dpsql.matrix import Identity  # noqa: E402
-from dpsql.optimize import opt_plus, select  # noqa: E402
+from dpsql.hdmm.error_analysis import rmse, svd_bound  # noqa: E402
+from dpsql.hdmm.matrix import Identity  # noqa: E402
+from dpsql.hdmm.optimize import opt_plus, select  # noqa: E402
+from dpsql.hdmm.strategy import KronStrategy  # noqa: E402
 from dpsql.privacy import Gaussian, Laplace  # noqa: E402
-from dpsql.strategy import KronStrategy  # noqa: E402
 
 EPSILON, DELTA = 1.0, 1e-6
 NOISES = {"laplace": Laplace(EPSILON), "gaussian": Gaussian(EPSILON, DELTA)}

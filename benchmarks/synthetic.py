@@ -22,7 +22,7 @@ GROUP BY queries with Gaussian noise at the same (ε, δ): the other path a
 user can take, with no table at the end but far less error when the
 workload is known in advance.
 
-Errors are computed by :func:`dpsql.synth.evaluate` (and, for HDMM, from exact
+Errors are computed by :func:`dpsql.owner.evaluate` (and, for HDMM, from exact
 GROUP BY counts) against the exact data: a NON-PRIVATE benchmark-only evaluation.
 
     python benchmarks/synthetic.py                     # the full table
@@ -45,7 +45,8 @@ import duckdb
 import numpy as np
 
 import dpsql
-from dpsql.synth import evaluate, random_marginals
+from dpsql.owner.evaluate import evaluate
+from dpsql.synth import random_marginals
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 #: Published FEM mean max error, ADULT, 64 random 3-way marginals (workloads.md).

@@ -1,6 +1,6 @@
 """The benchmark workloads of HDMM Tables 4–7, built from ../shared/workloads.md.
 
-Each builder returns a :class:`dpsql.workload.Workload`; nothing here is
+Each builder returns a :class:`dpsql.hdmm.workload.Workload`; nothing here is
 tuned to a strategy. The census predicate sets follow the definitions in
 workloads.md (race as a 6-bit code of yes/no flags, age 0–114).
 """
@@ -12,10 +12,18 @@ import math
 
 import numpy as np
 
-from dpsql.matrix import (
-    AllRange, ColumnPermuted, Dense, Identity, IdentityTotal, Matrix, Prefix, Total, WidthRange,
+from dpsql.hdmm.matrix import (
+    AllRange,
+    ColumnPermuted,
+    Dense,
+    Identity,
+    IdentityTotal,
+    Matrix,
+    Prefix,
+    Total,
+    WidthRange,
 )
-from dpsql.workload import Workload, kway_subsets, products_workload
+from dpsql.hdmm.workload import Workload, kway_subsets, products_workload
 
 ONE_D_SIZES = (64, 256, 1024, 4096)
 PERMUTATION_SEED = 0

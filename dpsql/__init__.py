@@ -2,22 +2,43 @@
 
 Start with :func:`connect`: it opens a private DuckDB table with its public
 schema, a privacy :class:`Budget` and a durable ledger, and answers SQL with
-noisy results and their standard errors (:mod:`dpsql.connection`).
-:func:`query` and :func:`batch` act on the most recent connection. Below that: the schema and SQL front end (:func:`load_schema`,
-:func:`compile_batch`), the HDMM core (:mod:`dpsql.matrix`,
-:mod:`dpsql.workload`, :mod:`dpsql.optimize`, :mod:`dpsql.error`), the
-private kernel (:mod:`dpsql.kernel`) and the error hierarchy (:class:`Error`).
+noisy results and their standard errors (:mod:`dpsql.api.connection`).
+:func:`query` and :func:`batch` act on the most recent connection.
+
+The packages, one per trust boundary (imports only go down this list, which
+``tests/test_layers.py`` enforces): the foundation modules (:mod:`dpsql.errors`,
+:mod:`dpsql.schema`, :mod:`dpsql.limits`, :mod:`dpsql.privacy`, :mod:`dpsql.released`); :mod:`dpsql.hdmm`,
+the matrix mechanism's math; :mod:`dpsql.sql`, the SQL front end; :mod:`dpsql.private`,
+the only code that reads the private table or draws noise; :mod:`dpsql.synth`,
+synthetic tables; and :mod:`dpsql.api` and :mod:`dpsql.owner`, for analysts and for
+the data owner.
 """
 
-from .errors import (ArgumentError, BoundsError, BudgetExceededError, CacheError, DomainError, Error,
-                     GroupingError, LedgerError, MeasurementError, ParseError, PrivacyError, ResourceLimitError,
-                     SchemaError, SQLError, UnknownColumnError, UnsupportedSQLError, WorkloadError)
-from .budget import Budget, Cost
-from .connection import Connection, batch, connect, query
-from .ledger import Ledger
-from .result import Result
-from .schema import Schema, load_schema
-from .sql import CompiledBatch, QueryPlan, compile_batch, compile_sql, plan_statement
+from dpsql.api.connection import Connection, batch, connect, query
+from dpsql.api.result import Result
+from dpsql.errors import (
+                     ArgumentError,
+                     BoundsError,
+                     BudgetExceededError,
+                     CacheError,
+                     DomainError,
+                     Error,
+                     GroupingError,
+                     LedgerError,
+                     MeasurementError,
+                     ParseError,
+                     PrivacyError,
+                     ResourceLimitError,
+                     SchemaError,
+                     SQLError,
+                     UnknownColumnError,
+                     UnsupportedSQLError,
+                     WorkloadError,
+)
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.ledger import Ledger
+from dpsql.schema import Schema, load_schema
+from dpsql.sql import CompiledBatch, QueryPlan, compile_batch, compile_sql, plan_statement
 
 __version__ = "0.1.0"
 

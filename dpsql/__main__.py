@@ -1,8 +1,8 @@
-"""``python -m dpsql``: the command line (see :mod:`dpsql.cli`)."""
+"""``python -m dpsql``: the command line (see :mod:`dpsql.api.cli`)."""
 
 import sys
 
-from .cli import main
+from dpsql.api.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -92,7 +92,7 @@ class GroupingError(SQLError):
 class BudgetExceededError(PrivacyError):
     """A spend would exceed the privacy budget; nothing was recorded.
 
-    ``requested``, ``spent`` and ``remaining`` are the :class:`dpsql.budget.Cost`
+    ``requested``, ``spent`` and ``remaining`` are the :class:`dpsql.private.budget.Cost`
     of the refused request, the total already recorded, and what the budget
     still allows (None when not known)."""
 

@@ -13,7 +13,8 @@ limit                         what it bounds
 :data:`MAX_STATEMENTS`        statements in one batch (compile and selection time)
 :data:`MAX_SQL_DEPTH`         nesting of one statement, counted on its tokens (parse time)
 :data:`MAX_QUERIES`           answers of one batch: GROUP BY cells over all statements
-:data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory)
+:data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory;
+                              a workload's own marginals: :meth:`~dpsql.hdmm.workload.Workload.check_size`)
 :data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
 ============================  ==========================================================
 
@@ -25,18 +26,11 @@ dpsql.errors.ResourceLimitError: this statement has 1,000,000,000,000 groups and
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
-from .errors import ResourceLimitError, SQLError
-from .matrix import Ones
-
-if TYPE_CHECKING:
-    from .workload import Workload
+from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
            "MAX_SYNTHETIC_CELLS", "NestingLimitError", "check_queries", "check_measured_cells",
-           "check_synthetic_cells", "check_workload", "nesting_error", "refuse", "synthetic_rows_cap"]
+           "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
 #: compiling takes about 10 s per million).
@@ -94,16 +88,6 @@ def check_measured_cells(cells: int, what: str) -> None:
     """Refuse a measurement whose largest marginal has more than :data:`MAX_MEASURED_CELLS` cells."""
     if cells > MAX_MEASURED_CELLS:
         raise refuse(what, cells, "cells to count", MAX_MEASURED_CELLS)
-
-
-def check_workload(workload: "Workload") -> None:
-    """Refuse, before a strategy is selected, a workload one of whose terms reads a marginal of more
-    than :data:`MAX_MEASURED_CELLS` cells: the product of the domains of the attributes it does not
-    sum out. Any strategy that answers the term measures at least that marginal (the kernel checks
-    the selected strategy's marginals again before reading data)."""
-    cells = max((math.prod(f.shape[1] for f in factors if not isinstance(f, Ones)) for _, factors in workload.terms),
-                default=1)
-    check_measured_cells(cells, "answering this workload means counting a marginal of")
 
 
 # -- synthetic tables ---------------------------------------------------------------------------

@@ -18,10 +18,10 @@ Gaussian calibration refuses ``ε`` below :data:`GAUSSIAN_MIN_EPSILON` or ``δ``
 below :data:`GAUSSIAN_MIN_DELTA`, where double precision can no longer
 resolve the privacy profile (see :func:`analytic_gaussian_sigma`); the ρ
 calibration is closed-form for every ``ρ > 0``. Variances too large for a
-double are ``inf``. A request's own floors, :data:`dpsql.budget.MIN_EPSILON`
-and :data:`dpsql.budget.MIN_RHO`, are at or above the Gaussian ones and well
+double are ``inf``. A request's own floors, :data:`dpsql.private.budget.MIN_EPSILON`
+and :data:`dpsql.private.budget.MIN_RHO`, are at or above the Gaussian ones and well
 above the lattice Laplace floor ``changed · 2^-44``
-(:func:`dpsql.noise.laplace_epsilon_floor`) for up to ``changed ≈ 1.7·10^7``.
+(:func:`dpsql.private.noise.laplace_epsilon_floor`) for up to ``changed ≈ 1.7·10^7``.
 
 >>> round(Gaussian(epsilon=1.0, delta=1e-6).sigma(1.0), 4)
 4.2247
@@ -37,7 +37,7 @@ from typing import Optional, Union
 
 from scipy.special import erfcx, log_ndtr
 
-from .errors import PrivacyError
+from dpsql.errors import PrivacyError
 
 #: Smallest ε the analytic Gaussian calibration accepts. Below it (with tiny δ) the profile
 #: ``δ(σ)`` is a difference of nearly equal numbers that double precision cannot resolve.
@@ -112,7 +112,7 @@ class Gaussian:
 
     def sigma(self, sensitivity: float) -> float:
         """Noise standard deviation for L2 sensitivity ``Δ₂`` (``inf`` if too large for a double;
-        :func:`dpsql.noise.gaussian_lattice` refuses it). For ρ it is ``Δ₂/√(2ρ)`` for every
+        :func:`dpsql.private.noise.gaussian_lattice` refuses it). For ρ it is ``Δ₂/√(2ρ)`` for every
         ``ρ > 0`` (as ``Δ₂·√(1/2)/√ρ`` when ``2ρ`` overflows); for (ε, δ) PrivacyError below
         :data:`GAUSSIAN_MIN_EPSILON` or :data:`GAUSSIAN_MIN_DELTA`."""
         if self.rho is not None:

@@ -43,9 +43,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import SchemaError
+from dpsql.errors import SchemaError
 
 __all__ = [
+    "Attribute",
     "Column",
     "Categorical",
     "IntegerRange",
@@ -250,6 +251,20 @@ class PrivacyUnit:
 
     column: str | None = None
     max_rows: int = 1
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One axis of the data vector's domain: one column, or columns measured together
+    (a merge), with their domain sizes. The attribute's size is their product."""
+
+    name: str
+    columns: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.sizes)
 
 
 @dataclass(frozen=True)

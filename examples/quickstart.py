@@ -22,8 +22,9 @@ import duckdb
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import dpsql  # noqa: E402
 from census import load_persons  # noqa: E402
+
+import dpsql  # noqa: E402
 
 ROWS, SEED, EPSILON = 300_000, 0, 1.0
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from dpsql.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, RELATIVE_TOLERANCE, ZCDP, Budget, Cost
 from dpsql.errors import Error, PrivacyError
+from dpsql.private.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, RELATIVE_TOLERANCE, ZCDP, Budget, Cost
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -1,4 +1,4 @@
-"""The strategy cache (dpsql.cache): hits, round trips, atomic writes, corrupt entries."""
+"""The strategy cache (dpsql.hdmm.cache): hits, round trips, atomic writes, corrupt entries."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 import numpy as np
 import pytest
 
-import dpsql.optimize.selector as selector
-from dpsql.cache import StrategyCache
-from dpsql.error import rmse
+import dpsql.hdmm.optimize.selector as selector
 from dpsql.errors import CacheError
-from dpsql.matrix import AllRange, Identity, Prefix, Total
-from dpsql.optimize import select
+from dpsql.hdmm.cache import StrategyCache
+from dpsql.hdmm.error_analysis import rmse
+from dpsql.hdmm.matrix import AllRange, Identity, Prefix, Total
+from dpsql.hdmm.optimize import select
+from dpsql.hdmm.workload import Workload, marginals_workload
 from dpsql.privacy import Gaussian, Laplace
-from dpsql.workload import Workload, marginals_workload
 
 LAP, GAU = Laplace(1.0), Gaussian(epsilon=1.0, delta=1e-6)
 

@@ -1,4 +1,4 @@
-"""The ``dpsql`` command line (dpsql/cli.py): query, batch and budget.
+"""The ``dpsql`` command line (dpsql/api/cli.py): query, batch and budget.
 
 Most tests call ``main([...])`` in-process; one runs ``python -m dpsql`` in a
 subprocess. Every test has its own ledger in ``tmp_path``; the data files are
@@ -10,7 +10,6 @@ the mechanism matters.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,10 +19,10 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
-
-from dpsql.cli import main
-from dpsql.ledger import Ledger
 from sql_oracle import SCHEMA, make_table
+
+from dpsql.api.cli import main
+from dpsql.private.ledger import Ledger
 
 REGION_SQL = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
 SEX_SQL = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"

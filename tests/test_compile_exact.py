@@ -7,11 +7,10 @@ import math
 
 import numpy as np
 import pytest
-
-from dpsql.sql import compile_batch, plan_statement
-from dpsql.schema import load_schema
-
 from sql_oracle import SCHEMA, Generated, StatementGenerator, check_statements, histogram, make_table
+
+from dpsql.schema import load_schema
+from dpsql.sql import compile_batch, plan_statement
 
 SEEDS = range(40)   # 40 batches of 10 generated statements = 400 statements
 
@@ -214,7 +213,8 @@ def test_sql_file_text_batch(tmp_path, con):
 
 def test_hypothesis_chosen_statements(con):
     """The same oracle, with hypothesis choosing the generator seeds."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     @settings(max_examples=25, deadline=None, database=None)
     @given(st.integers(min_value=0, max_value=2**32 - 1))

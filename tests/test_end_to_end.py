@@ -9,23 +9,23 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from sql_oracle import SCHEMA, StatementGenerator, _py, make_table
 
 import dpsql
-from dpsql import connection as connection_module
-from dpsql import kernel as kernel_module
-from dpsql.measure import Counting
-from dpsql.budget import Budget, Cost
+from dpsql.api import connection as connection_module
 from dpsql.errors import BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
-from dpsql.kernel import PrivateTable, required_marginals, strategy_answers
-from dpsql.ledger import Ledger
-from dpsql.marginals import Marginals
-from dpsql.matrix import Dense, Identity, IdentityTotal, Prefix, Total
-from dpsql.optimize import select
+from dpsql.hdmm.marginals import Marginals
+from dpsql.hdmm.matrix import Dense, Identity, IdentityTotal, Prefix, Total
+from dpsql.hdmm.optimize import select
+from dpsql.hdmm.reconstruct import least_squares
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.hdmm.workload import Workload
 from dpsql.privacy import Gaussian, Laplace
-from dpsql.reconstruct import least_squares
-from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
-from dpsql.workload import Workload
-from sql_oracle import SCHEMA, StatementGenerator, _py, histogram, make_table
+from dpsql.private import kernel as kernel_module
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.kernel import PrivateTable, required_marginals, strategy_answers
+from dpsql.private.ledger import Ledger
+from dpsql.private.measure import Counting
 
 HUGE = Budget(epsilon=1e12, delta=0.5)
 

@@ -191,7 +191,8 @@ def test_mutated_statements_never_raise_a_raw_exception():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from sql_oracle import SCHEMA as PEOPLE, StatementGenerator
+    from sql_oracle import SCHEMA as PEOPLE
+    from sql_oracle import StatementGenerator
 
     schema = load_schema(PEOPLE)
     rng = random.Random(7)

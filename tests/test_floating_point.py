@@ -16,7 +16,14 @@ import pytest
 from scipy.stats import chi2_contingency, chisquare
 
 import dpsql
-from dpsql.noise import ROUNDING_SLACK, _bernoulli_exp, discrete_laplace, laplace, lattice_gaussian, lattice_laplace
+from dpsql.private.noise import (
+    ROUNDING_SLACK,
+    _bernoulli_exp,
+    discrete_laplace,
+    laplace,
+    lattice_gaussian,
+    lattice_laplace,
+)
 
 
 def test_discrete_laplace_has_the_exact_distribution():
@@ -101,7 +108,7 @@ def test_lattice_gaussian_releases_lattice_points():
 def test_kernel_measurements_are_lattice_points(noise, monkeypatch):
     """What the kernel releases (before public least squares) lies on the lattice."""
     seen = []
-    import dpsql.connection as connection
+    import dpsql.api.connection as connection
     real = connection.least_squares
     monkeypatch.setattr(connection, "least_squares", lambda W, A, y: (seen.append(y), real(W, A, y))[1])
     con = duckdb.connect()

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql import connection
-from dpsql.cli import main as cli_main
-from dpsql.matrix import Identity
-from dpsql.optimize.selector import Selection
-from dpsql.strategy import KronStrategy
+from dpsql.api import connection
+from dpsql.api.cli import main as cli_main
+from dpsql.hdmm.matrix import Identity
+from dpsql.hdmm.optimize.selector import Selection
+from dpsql.hdmm.strategy import KronStrategy
 
 SCHEMA = {"table": "t", "columns": {
     "age": {"type": "integer", "min": 0, "max": 9, "bounds": [0, 9]},

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql import connection
-from dpsql.matrix import Identity
-from dpsql.optimize.selector import Selection
+from dpsql.api import connection
+from dpsql.hdmm.matrix import Identity
+from dpsql.hdmm.optimize.selector import Selection
+from dpsql.hdmm.strategy import KronStrategy
 from dpsql.sql.compile import compile_batch
-from dpsql.strategy import KronStrategy
 
 SCHEMA = {"table": "t", "columns": {
     "age": {"type": "integer", "min": 0, "max": 99, "bounds": [0, 99]},

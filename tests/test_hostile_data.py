@@ -21,15 +21,15 @@ import pytest
 
 import dpsql
 from dpsql import limits
-from dpsql.cli import main as cli_main
-from dpsql.budget import Cost
+from dpsql.api.cli import main as cli_main
 from dpsql.errors import MeasurementError, ResourceLimitError
-from dpsql.kernel import PrivateTable
-from dpsql.ledger import Ledger
-from dpsql.matrix import Identity, Ones
+from dpsql.hdmm.matrix import Identity, Ones
+from dpsql.hdmm.strategy import KronStrategy
+from dpsql.owner.validate import validate
 from dpsql.privacy import Laplace
-from dpsql.strategy import KronStrategy
-from dpsql.validate import validate
+from dpsql.private.budget import Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.private.ledger import Ledger
 
 SCHEMA = {"table": "t", "columns": {
     "age": {"type": "integer", "min": 0, "max": 99, "bounds": [0, 99]},
@@ -233,7 +233,7 @@ def test_measurement_size_is_checked_before_reading(monkeypatch):
     """A strategy whose marginal exceeds the limit is refused by the kernel before the table is read."""
     monkeypatch.setattr(limits, "MAX_MEASURED_CELLS", 500_000)
     read = []
-    monkeypatch.setattr("dpsql.kernel.prepare_counting", lambda *a, **k: read.append(1))
+    monkeypatch.setattr("dpsql.private.kernel.prepare_counting", lambda *a, **k: read.append(1))
     ledger = Ledger(None, dpsql.Budget(epsilon=1.0))
     private = PrivateTable(None, "t", dpsql.load_schema(BIG), ledger)
     strategy = KronStrategy((Identity(1000), Identity(1000), Ones(1, 1000), Ones(1, 1000)))
@@ -248,7 +248,7 @@ def test_workload_with_a_huge_term_is_refused_before_selection(monkeypatch):
     con.execute("CREATE TABLE t AS SELECT 1 c0, 2 c1, 3 c2, 4 c3")
     db = dpsql.connect(con, schema=BIG, budget=dpsql.Budget(epsilon=10.0), cache=False)
     selected = []
-    monkeypatch.setattr("dpsql.connection.select", lambda *a, **k: selected.append(1))
+    monkeypatch.setattr("dpsql.api.connection.select", lambda *a, **k: selected.append(1))
     with pytest.raises(ResourceLimitError, match="1,000,000 cells to count"):
         db.query("SELECT c0, COUNT(*) FROM t WHERE c1 > 3 GROUP BY c0", epsilon=1.0)
     assert selected == [] and db.ledger.entries() == []

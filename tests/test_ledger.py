@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.budget import Budget, Cost
 from dpsql.errors import BudgetExceededError, LedgerError, PrivacyError
-from dpsql.ledger import Entry, Ledger
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.ledger import Entry, Ledger
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -202,7 +202,7 @@ def test_currency_mismatch_records_nothing():
         assert not isinstance(info.value, BudgetExceededError)
         with pytest.raises(PrivacyError):
             ledger.check(Cost(delta=1e-6))
-        with pytest.raises(PrivacyError, match="expected a dpsql.budget.Cost"):
+        with pytest.raises(PrivacyError, match="expected a dpsql.private.budget.Cost"):
             ledger.spend(0.1)
         assert ledger.entries() == []
         ledger.spend(Cost.laplace(1.0, ledger.budget))
@@ -223,9 +223,9 @@ def test_closed_ledger(tmp_path):
 
 _SPENDER = r"""
 import json, sys
-from dpsql.budget import Cost
+from dpsql.private.budget import Cost
 from dpsql.errors import BudgetExceededError
-from dpsql.ledger import Ledger
+from dpsql.private.ledger import Ledger
 path, attempts = sys.argv[1], int(sys.argv[2])
 ledger = Ledger(path)
 print("ready", flush=True)
@@ -277,8 +277,8 @@ def test_four_processes_never_overspend(tmp_path):
 
 _LOOPING_SPENDER = r"""
 import sys
-from dpsql.budget import Cost
-from dpsql.ledger import Ledger
+from dpsql.private.budget import Cost
+from dpsql.private.ledger import Ledger
 ledger = Ledger(sys.argv[1])
 for i in range(1_000_000):
     entry_id = ledger.spend(Cost(epsilon=0.001), description=f"spend {i}")
@@ -499,7 +499,7 @@ def test_edited_budget_is_refused(tmp_path):
         Ledger(raised, Budget(epsilon=10.0))
 
     # someone who also recomputes the fingerprint breaks the chain: every entry's hash holds the old one
-    from dpsql.ledger import _fingerprint
+    from dpsql.private.ledger import _fingerprint
     refingered = tmp_path / "refingered.db"
     refingered.write_bytes(good)
     import sqlite3

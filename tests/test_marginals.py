@@ -1,4 +1,4 @@
-"""The marginal algebra (dpsql.marginals) against dense numpy on small domains."""
+"""The marginal algebra (dpsql.hdmm.marginals) against dense numpy on small domains."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpsql.errors import WorkloadError
-from dpsql.marginals import (
+from dpsql.hdmm.marginals import (
     MAX_ATTRIBUTES,
     Marginals,
     MarginalsGram,
@@ -21,8 +21,8 @@ from dpsql.marginals import (
     superset_sum,
     workload_eigen_weights,
 )
-from dpsql.matrix import AllRange, Dense, Identity, Prefix, Total, WidthRange
-from dpsql.workload import Workload
+from dpsql.hdmm.matrix import AllRange, Dense, Identity, Prefix, Total, WidthRange
+from dpsql.hdmm.workload import Workload
 
 DOMAINS = [(2, 3), (3, 2, 4), (2, 2, 3, 2)]
 

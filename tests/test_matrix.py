@@ -1,4 +1,4 @@
-"""Implicit matrices (dpsql.matrix) against dense numpy on small domains.
+"""Implicit matrices (dpsql.hdmm.matrix) against dense numpy on small domains.
 
 Every expected array is built here independently (loops, ``np.kron``,
 ``np.vstack``), never through the class under test, and each implicit
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import dpsql.matrix as mx
+import dpsql.hdmm.matrix as mx
 from dpsql.errors import WorkloadError
-from dpsql.matrix import (
+from dpsql.hdmm.matrix import (
     AllRange,
     ColumnPermuted,
     Dense,
@@ -496,7 +496,7 @@ def test_dense_limit_enforced_everywhere():
 ], ids=["allrange", "prefix", "width", "permuted-allrange", "permuted-width"])
 def test_structured_gram_products_match_dense(make):
     """Range Grams multiply in O(n) per vector; the result must equal WᵀW X exactly."""
-    from dpsql.matrix import StructuredGram
+    from dpsql.hdmm.matrix import StructuredGram
     W = make()
     G = W.gram()
     assert isinstance(G, StructuredGram)

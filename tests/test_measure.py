@@ -1,4 +1,4 @@
-"""Tests of dpsql.measure against real oracles: Column.encode and numpy histograms."""
+"""Tests of dpsql.private.measure against real oracles: Column.encode and numpy histograms."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from sqlglot import exp
 
 from dpsql import compile_batch
 from dpsql.errors import Error, MeasurementError
-from dpsql.measure import index_expression, marginals_query, measure_marginals, sql_type_family
-from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange, load_schema
-from dpsql.sql.compile import Attribute
+from dpsql.private.measure import index_expression, marginals_query, measure_marginals, sql_type_family
+from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, load_schema
 
 NAN, INF = float("nan"), float("inf")
 

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.budget import Budget, Cost
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, WorkloadError
-from dpsql.measure import Counting
-from dpsql import kernel as kernel_module
-from dpsql.kernel import PrivateTable
-from dpsql.ledger import Ledger
+from dpsql.private import kernel as kernel_module
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.private.ledger import Ledger
+from dpsql.private.measure import Counting
 from dpsql.sql.compile import schema_attributes
 from dpsql.synth.factored import FactoredDistribution
 from dpsql.synth.mwem import check_mwem, mwem, mwem_steps
@@ -302,7 +302,7 @@ def cli_files(tmp_path, rows: int):
 
 
 def test_cli_synth_writes_the_table_atomically(tmp_path, capsys):
-    from dpsql.cli import main
+    from dpsql.api.cli import main
 
     data, schema = cli_files(tmp_path, 1000)
     out = tmp_path / "syn.csv"

@@ -3,7 +3,7 @@ parameter: tiny and huge ε, δ, ρ, sensitivity and ``changed``, and overflowin
 
 Oracles: the original doubling loop of ``lattice_laplace`` (re-implemented below, stopped where
 it would never end), closed-form bounds (``δ(σ) ≤ Φ(a)``, the noise-scale bound of
-:func:`dpsql.noise.laplace_lattice`) and exact rational arithmetic. Calls that used to hang run
+:func:`dpsql.private.noise.laplace_lattice`) and exact rational arithmetic. Calls that used to hang run
 under a deadline, so a regression fails instead of hanging the suite.
 """
 
@@ -20,13 +20,25 @@ import pytest
 from scipy.special import ndtr
 
 from dpsql.errors import ArgumentError, Error, PrivacyError
-from dpsql.noise import (NOISE_CEILING, ROUNDING_SLACK, GaussianLattice, LaplaceLattice,
-                         _bernoulli_exp, _integers_below, categorical, discrete_laplace, gaussian,
-                         gaussian_lattice, laplace, laplace_epsilon_floor, laplace_lattice, lattice_gaussian,
-                         lattice_laplace)
-from dpsql.budget import MIN_EPSILON, MIN_RHO
-from dpsql.privacy import (GAUSSIAN_MIN_DELTA, GAUSSIAN_MIN_EPSILON, Gaussian, Laplace,
-                           analytic_gaussian_sigma)
+from dpsql.privacy import GAUSSIAN_MIN_DELTA, GAUSSIAN_MIN_EPSILON, Gaussian, Laplace, analytic_gaussian_sigma
+from dpsql.private.budget import MIN_EPSILON, MIN_RHO
+from dpsql.private.noise import (
+    NOISE_CEILING,
+    ROUNDING_SLACK,
+    GaussianLattice,
+    LaplaceLattice,
+    _bernoulli_exp,
+    _integers_below,
+    categorical,
+    discrete_laplace,
+    gaussian,
+    gaussian_lattice,
+    laplace,
+    laplace_epsilon_floor,
+    laplace_lattice,
+    lattice_gaussian,
+    lattice_laplace,
+)
 
 TINY, HUGE = 5e-324, 1.7976931348623157e308
 

@@ -1,4 +1,4 @@
-"""Strategy operators (dpsql.optimize): reported error vs. a dense oracle,
+"""Strategy operators (dpsql.hdmm.optimize): reported error vs. a dense oracle,
 published HDMM numbers, SVD-bound consistency, and selector behaviour."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-import dpsql.optimize.union as union_module
-from dpsql.error import expected_error, rmse, svd_bound
+import dpsql.hdmm.optimize.union as union_module
 from dpsql.errors import WorkloadError
-from dpsql.marginals import Marginals, ResidualMarginals
-from dpsql.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
-from dpsql.optimize import opt_0, opt_kron, opt_marginal, opt_plus, select
-from dpsql.optimize.gaussian import optimize_l2
+from dpsql.hdmm.error_analysis import expected_error, rmse, svd_bound
+from dpsql.hdmm.marginals import Marginals, ResidualMarginals
+from dpsql.hdmm.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
+from dpsql.hdmm.optimize import opt_0, opt_kron, opt_marginal, opt_plus, select
+from dpsql.hdmm.optimize.gaussian import optimize_l2
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.hdmm.workload import Workload, marginals_workload, products_workload
 from dpsql.privacy import Gaussian, Laplace
-from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
-from dpsql.workload import Workload, marginals_workload, products_workload
 
 LAP, GAU = Laplace(1.0), Gaussian(epsilon=1.0, delta=1e-6)
 NOISES = [LAP, GAU]
@@ -73,7 +73,7 @@ def test_opt0_matches_dense_oracle(W, noise):
 def test_pidentity_search_reports_true_error():
     """The objective the search returns (and the Gram inverse used for error
     reporting) must match a dense computation of tr(G (AᵀA)⁻¹)."""
-    from dpsql.optimize.opt0 import optimize_factor
+    from dpsql.hdmm.optimize.opt0 import optimize_factor
 
     G = 4.0 * Prefix(5).gram().dense()
     rng = np.random.default_rng(2)

@@ -1,4 +1,4 @@
-"""p-Identity strategies (dpsql.pidentity) against dense numpy."""
+"""p-Identity strategies (dpsql.hdmm.pidentity) against dense numpy."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dpsql.errors import WorkloadError
-from dpsql.matrix import AllRange, InvertibleGram
-from dpsql.pidentity import PIdentity, PIdentityGram, pidentity_objective
+from dpsql.hdmm.matrix import AllRange, InvertibleGram
+from dpsql.hdmm.pidentity import PIdentity, PIdentityGram, pidentity_objective
 
 
 def dense_pidentity(theta, norm):
@@ -111,7 +111,7 @@ def test_objective_gradient_finite_differences(norm, p, n, general):
 
 @pytest.mark.parametrize("norm", [1, 2])
 def test_objective_with_structured_product_equals_dense(norm):
-    from dpsql.matrix import AllRange
+    from dpsql.hdmm.matrix import AllRange
     G = AllRange(20).gram()
     theta = np.random.default_rng(5).random((3, 20))
     dense = pidentity_objective(theta, G.dense(), norm)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql.marginals import Marginals, ResidualMarginals
-from dpsql.matrix import Identity, Prefix, Total
-from dpsql.reconstruct import least_squares
-from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
-from dpsql.workload import Workload
+from dpsql.hdmm.marginals import Marginals, ResidualMarginals
+from dpsql.hdmm.matrix import Identity, Prefix, Total
+from dpsql.hdmm.reconstruct import least_squares
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.hdmm.workload import Workload
 
 DOMAIN = (3, 2, 4)
 

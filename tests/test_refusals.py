@@ -16,15 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_mwem import SCHEMA, make_table
 
 import dpsql
 from dpsql import limits
-from dpsql.budget import Budget, Cost
-from dpsql.errors import (ArgumentError, BudgetExceededError, Error, PrivacyError, ResourceLimitError,
-                          WorkloadError)
+from dpsql.errors import ArgumentError, BudgetExceededError, Error, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.private.budget import Budget, Cost
 from dpsql.synth.accounting import dualquery_epsilon, dualquery_rho
-
-from test_mwem import SCHEMA, make_table
 
 
 def _db(budget, seed=0, rows=300, ledger=None):

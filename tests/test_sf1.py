@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql.matrix import Dense, Identity, Ones
+from dpsql.hdmm.matrix import Dense, Identity, Ones
+from dpsql.hdmm.workload import Workload
 from dpsql.sql import compile_batch
-from dpsql.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent / "examples" / "sf1"
 FLAGS = ["white", "black", "aian", "asian", "nhpi", "other"]
@@ -102,10 +102,10 @@ def test_sf1_matches_the_reference_definition(batch):
 
 def test_sf1_hdmm_rmse_laplace(batch):
     """HDMM's OPT_kron on the compiled SF1 workload reaches the published 7.30 (within 5%)."""
-    opt = pytest.importorskip("dpsql.optimize.kron")
-    from dpsql.error import rmse
+    opt = pytest.importorskip("dpsql.hdmm.optimize.kron")
+    from dpsql.hdmm.error_analysis import rmse
+    from dpsql.hdmm.strategy import KronStrategy
     from dpsql.privacy import Laplace
-    from dpsql.strategy import KronStrategy
 
     W = batch.workload
     strategy = opt.opt_kron(W, Laplace(1.0), restarts=1, seed=0)

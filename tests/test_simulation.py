@@ -18,13 +18,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql.error import expected_error, query_variances
-from dpsql.marginals import Marginals, ResidualMarginals
-from dpsql.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
-from dpsql.pidentity import PIdentity
+from dpsql.hdmm.error_analysis import expected_error, query_variances
+from dpsql.hdmm.marginals import Marginals, ResidualMarginals
+from dpsql.hdmm.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
+from dpsql.hdmm.pidentity import PIdentity
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.hdmm.workload import Workload, marginals_workload
 from dpsql.privacy import Gaussian, Laplace
-from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
-from dpsql.workload import Workload, marginals_workload
 
 R = 20_000
 K_SE = 5.0

@@ -33,16 +33,21 @@ def _missing() -> str | None:
 if _missing():
     pytest.skip(f"Spark backend tests skipped: {_missing()}", allow_module_level=True)
 
-import dpsql  # noqa: E402
-from dpsql import compile_batch  # noqa: E402
-from dpsql.backend import SparkBackend  # noqa: E402
-from dpsql.budget import Budget  # noqa: E402
-from dpsql.errors import MeasurementError  # noqa: E402
-from dpsql.measure import measure_marginals  # noqa: E402
-from dpsql.schema import load_schema  # noqa: E402
-from dpsql.sql.compile import Attribute  # noqa: E402
-from sql_oracle import SCHEMA as PEOPLE, StatementGenerator, _py, make_table  # noqa: E402
-from test_measure import SCHEMA as MERGED, make_people, oracle_marginals  # noqa: E402
+from sql_oracle import SCHEMA as PEOPLE
+from sql_oracle import StatementGenerator, _py, make_table
+from test_measure import SCHEMA as MERGED
+from test_measure import make_people, oracle_marginals
+
+import dpsql
+from dpsql import compile_batch
+from dpsql.errors import MeasurementError
+from dpsql.private.backend import SparkBackend
+from dpsql.private.budget import Budget
+from dpsql.private.measure import measure_marginals
+from dpsql.schema import (
+    Attribute,
+    load_schema,
+)
 
 NAN, INF = float("nan"), float("inf")
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import glob
 import itertools
-import math
 import random
 import sys
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
 from sqlglot import exp
@@ -43,7 +41,8 @@ from dpsql.sql.analyze import SUPPORTED, set_args
 from dpsql.sql.parse import nesting_depth
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sql_oracle import SCHEMA as PEOPLE, StatementGenerator, compare, histogram  # noqa: E402
+from sql_oracle import SCHEMA as PEOPLE  # noqa: E402
+from sql_oracle import StatementGenerator, compare, histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = 2**62  # 4611686018427387904
@@ -480,9 +479,9 @@ def test_corpus_compiles_inside_the_allow_list_or_is_refused():
 
 
 def test_examples_and_fuzzer_statements_stay_inside_the_allow_list():
-    from hypothesis import given, seed, settings, strategies as st
-
     import test_fuzz_sql
+    from hypothesis import given, seed, settings
+    from hypothesis import strategies as st
 
     grammar = load_schema(str(ROOT / "grammar" / "schema.yaml"))
     text = (ROOT / "grammar" / "examples.sql").read_text()

@@ -1,4 +1,4 @@
-"""Strategy error analysis (dpsql.strategy, dpsql.error) against a dense oracle.
+"""Strategy error analysis (dpsql.hdmm.strategy, dpsql.hdmm.error_analysis) against a dense oracle.
 
 The oracle forms W and A densely, X⁺ = pinv(AᵀA), and computes
 TSE = noise.variance(Δ(A)) · tr(W X⁺ Wᵀ) and the per-query variances
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from dpsql.error import expected_error, query_variances, rmse, svd_bound
 from dpsql.errors import WorkloadError
-from dpsql.marginals import Marginals, ResidualMarginals
-from dpsql.matrix import (
+from dpsql.hdmm.error_analysis import expected_error, query_variances, rmse, svd_bound
+from dpsql.hdmm.marginals import Marginals, ResidualMarginals
+from dpsql.hdmm.matrix import (
     AllRange,
     Dense,
     GramFactored,
@@ -26,10 +26,10 @@ from dpsql.matrix import (
     Weighted,
     WidthRange,
 )
-from dpsql.pidentity import PIdentity
+from dpsql.hdmm.pidentity import PIdentity
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
+from dpsql.hdmm.workload import Workload, marginals_workload, products_workload
 from dpsql.privacy import Gaussian, Laplace
-from dpsql.strategy import KronStrategy, MarginalStrategy, UnionStrategy
-from dpsql.workload import Workload, marginals_workload, products_workload
 
 NOISES = [Laplace(1.0), Gaussian(epsilon=1.0, delta=1e-6), Laplace(0.3), Gaussian(rho=0.5)]
 NOISE_IDS = ["laplace", "gaussian", "laplace_eps0.3", "zcdp"]

@@ -8,23 +8,33 @@ import math
 
 import duckdb
 import numpy as np
-import pandas as pd
 import pytest
+from test_mwem import SCHEMA, cli_files, make_table
 
 import dpsql
-from dpsql.budget import Budget, Cost
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, WorkloadError
-from dpsql.kernel import PrivateTable
-from dpsql.ledger import Ledger
-from dpsql.measure import measure_marginals
+from dpsql.owner.evaluate import evaluate
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.private.ledger import Ledger
+from dpsql.private.measure import measure_marginals
 from dpsql.sql.compile import schema_attributes
-from dpsql.synth import MarginalCells, evaluate, random_marginals
-from dpsql.synth.accounting import (MAX_ROUNDS, dualquery_epsilon, dualquery_eta, dualquery_eta_zcdp, dualquery_rho,
-                                    dualquery_rounds, dualquery_samples, exponential_rho, fem_rounds, fem_rounds_zcdp,
-                                    zcdp_epsilon, zcdp_rho)
+from dpsql.synth import MarginalCells, random_marginals
+from dpsql.synth.accounting import (
+    MAX_ROUNDS,
+    dualquery_epsilon,
+    dualquery_eta,
+    dualquery_eta_zcdp,
+    dualquery_rho,
+    dualquery_rounds,
+    dualquery_samples,
+    exponential_rho,
+    fem_rounds,
+    fem_rounds_zcdp,
+    zcdp_epsilon,
+    zcdp_rho,
+)
 from dpsql.synth.oracle import Conjunction, objective, perturbed_responses
-
-from test_mwem import SCHEMA, cli_files, make_table
 
 # -- accounting, by hand -------------------------------------------------------------------
 
@@ -276,7 +286,7 @@ def test_dualquery_spends_count_plus_theorem_4_3(tmp_path):
 
 def test_dualquery_draws_are_charged_as_the_theorem_says(monkeypatch):
     """Every round's draws use the per-draw epsilon 2 eta (t-1) k / n of the proof."""
-    import dpsql.kernel as kernel_module
+    import dpsql.private.kernel as kernel_module
 
     seen = []
     real = kernel_module.PrivateTable.sample_cells
@@ -333,7 +343,7 @@ def test_dualquery_given_rounds_derives_eta_and_spends_the_request(tmp_path):
 
 
 def test_cli_synth_fem(tmp_path, capsys):
-    from dpsql.cli import main
+    from dpsql.api.cli import main
 
     data, schema = cli_files(tmp_path, 800)
     out = tmp_path / "syn.parquet"

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.backend import Backend
 from dpsql.errors import WorkloadError
-from dpsql.kernel import PrivateTable
+from dpsql.private.backend import Backend
+from dpsql.private.kernel import PrivateTable
 
 SCHEMA = {"table": "people", "columns": {
     "age": {"type": "integer", "min": 0, "max": 9},

@@ -4,18 +4,16 @@
   schema checks, errors with line and column);
 * :func:`compile_batch` — statements (a list of texts or a ``;``-separated
   text; never a file name) to a :class:`CompiledBatch`: a
-  :class:`dpsql.workload.Workload` plus which rows answer which statement,
+  :class:`dpsql.hdmm.workload.Workload` plus which rows answer which statement,
   aggregate and group.
 
 The grammar is written down in ``grammar/dpsql.ebnf``.
 """
 
-from .analyze import plan_statement
-from .compile import (Attribute, Block, CompiledBatch, CompiledStatement, compile_batch, compile_sql,
-                      conjuncts)
-from .parse import parse_statements
-from .plan import Aggregate, GroupKey, QueryPlan
+from dpsql.sql.analyze import plan_statement
+from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, compile_sql, conjuncts
+from dpsql.sql.parse import parse_statements
+from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
 __all__ = ["plan_statement", "compile_batch", "compile_sql", "parse_statements", "conjuncts",
-           "QueryPlan", "GroupKey", "Aggregate", "CompiledBatch", "CompiledStatement", "Block",
-           "Attribute"]
+           "QueryPlan", "GroupKey", "Aggregate", "CompiledBatch", "CompiledStatement", "Block"]

@@ -28,16 +28,14 @@ dpsql.errors.UnsupportedSQLError: JOIN is not supported: a statement reads one t
 
 from __future__ import annotations
 
-
 from sqlglot import exp
 
-from .. import limits
-from ..errors import (BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError,
-                      UnsupportedSQLError)
-from ..schema import Binned, Schema
-from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, _construct_name, column_refs, literal_value, number_value
-from .parse import Statement, parse_statements
-from .plan import Aggregate, GroupKey, QueryPlan
+from dpsql import limits
+from dpsql.errors import BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError
+from dpsql.schema import Binned, Schema
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
+from dpsql.sql.parse import Statement, parse_statements
+from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
 __all__ = ["plan_statement", "analyze", "SUPPORTED", "set_args"]
 
@@ -77,7 +75,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Count: frozenset({"this", "big_int"}),
     exp.Sum: frozenset({"this"}),
     exp.Avg: frozenset({"this"}),
-    # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.evaluate)
+    # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.grid)
     exp.Paren: frozenset({"this"}),
     exp.And: _BINARY, exp.Or: _BINARY, exp.Not: frozenset({"this"}),
     exp.EQ: _BINARY, exp.NEQ: _BINARY, exp.LT: _BINARY, exp.LTE: _BINARY, exp.GT: _BINARY, exp.GTE: _BINARY,
@@ -188,7 +186,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         is_agg = _contains_aggregate(body)
         if is_agg and not _is_aggregate_call(body):
             ctx.fail(UnsupportedSQLError, "an expression over an aggregate is not supported; "
-                     "select the aggregate itself", _construct_name(body), body)
+                     "select the aggregate itself", construct_name(body), body)
         parsed_items.append((alias, body, is_agg))
         if alias:
             select_aliases[alias.lower()] = body
@@ -199,7 +197,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     if where is not None:
         agg = _first_aggregate(where)
         if agg is not None:
-            ctx.fail(GroupingError, "aggregates are not allowed in WHERE; use HAVING", _construct_name(agg), agg)
+            ctx.fail(GroupingError, "aggregates are not allowed in WHERE; use HAVING", construct_name(agg), agg)
         _validate_expression(where, schema, ctx, predicate=True)
 
     # -- GROUP BY keys -----------------------------------------------------------------
@@ -241,7 +239,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
             continue
         match = next((k for k, e in enumerate(key_exprs) if _same(body, e)), None)
         if match is None:
-            construct = f"column {body.name!r}" if isinstance(body, exp.Column) else _construct_name(body)
+            construct = f"column {body.name!r}" if isinstance(body, exp.Column) else construct_name(body)
             if group is None and _first_aggregate_in_items(parsed_items):
                 msg = "a non-aggregate select item needs GROUP BY"
             else:
@@ -297,7 +295,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                 r = rewrite(target, "ORDER BY")
                 if not isinstance(r, exp.Column):
                     ctx.fail(UnsupportedSQLError, "ORDER BY takes an output column, a group key or an "
-                             "aggregate", _construct_name(target), target)
+                             "aggregate", construct_name(target), target)
                 name = r.name
             order.append((name, bool(o.args.get("desc"))))
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
@@ -377,7 +375,7 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
         for key in set_args(node):
             if key not in allowed or (type(node) is exp.Ordered and key == "nulls_first"
                                       and node.args[key] is True):
-                name = _ARG_NAMES.get((type(node), key), f"{_construct_name(node)} with {key.upper()}")
+                name = _ARG_NAMES.get((type(node), key), f"{construct_name(node)} with {key.upper()}")
                 value = node.args[key]
                 if isinstance(value, (exp.Select, exp.Subquery, exp.SetOperation)):
                     ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", value)
@@ -417,7 +415,7 @@ def _refuse_node(node: exp.Expression, ctx: "_Context") -> None:
         name = node.sql_name()
         ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported (COUNT, SUM and AVG are)",
                  f"aggregate {name}", node)
-    name = _construct_name(node)
+    name = construct_name(node)
     ctx.fail(UnsupportedSQLError, f"{name} is not supported", name, node)
 
 
@@ -428,7 +426,7 @@ def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, s
     src = frm.this
     if not isinstance(src, exp.Table) or not isinstance(src.this, exp.Identifier):
         ctx.fail(UnsupportedSQLError, f"FROM must name the table {schema.table!r}",
-                 _construct_name(src), src)
+                 construct_name(src), src)
     if src.args.get("db") or src.args.get("catalog"):
         ctx.fail(UnsupportedSQLError, f"a qualified table name ({src.sql(dialect='duckdb')}) is not supported: "
                  f"write FROM {schema.table}", src.sql(dialect="duckdb"), src)
@@ -496,7 +494,7 @@ def _validate_expression(expr: exp.Expression, schema: Schema, ctx: _Context, pr
     else:
         v = grid.value(expr)
         if v.kind == "bin" and not isinstance(expr, exp.Column):  # pragma: no cover
-            ctx.fail(DomainError, "binned columns can be grouped on directly only", _construct_name(expr), expr)
+            ctx.fail(DomainError, "binned columns can be grouped on directly only", construct_name(expr), expr)
 
 
 # -- GROUP BY ---------------------------------------------------------------------------
@@ -650,8 +648,8 @@ class _Rewriter:
         expr = expr.copy()
         for node in list(expr.walk()):
             if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover
-                self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} in {clause}",
-                              _construct_name(node), node)
+                self.ctx.fail(UnsupportedSQLError, f"{construct_name(node)} in {clause}",
+                              construct_name(node), node)
         # sqlglot's transform walks in a loop (a long AND chain does not recurse); a node it
         # replaces is not descended into
         expr = expr.transform(lambda node: self._rewrite(node, clause), copy=False)
@@ -687,13 +685,13 @@ class _Rewriter:
                           f"column {node.name!r}", node)
         if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Case, exp.Cast, exp.Abs,
                                                                  exp.Round, exp.Coalesce, exp.If)):
-            self.ctx.fail(UnsupportedSQLError, f"{_construct_name(node)} is not supported in {clause}",
-                          _construct_name(node), node)
+            self.ctx.fail(UnsupportedSQLError, f"{construct_name(node)} is not supported in {clause}",
+                          construct_name(node), node)
         return node
 
     def _aggregate_name(self, node: exp.Expression) -> str:
         if _first_aggregate(node.this) is not None if node.this is not None else False:
-            self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", _construct_name(node), node)
+            self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", construct_name(node), node)
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
             if a.func == probe.func and a.column == probe.column:

@@ -2,7 +2,7 @@
 
 The public function is :func:`compile_batch` (and :func:`compile_sql` for one
 statement). Every statement of a batch becomes a few terms of one
-:class:`dpsql.workload.Workload`: one Kronecker product per measured
+:class:`dpsql.hdmm.workload.Workload`: one Kronecker product per measured
 aggregate (COUNT, SUM; AVG is a SUM term and a COUNT term). The workload's
 domain is a tuple of *attributes*; an attribute is one schema column, or
 several columns merged into one (their joint domain in C order).
@@ -50,32 +50,19 @@ import numpy as np
 import scipy.sparse as sp
 from sqlglot import exp
 
-from .. import limits
-from ..errors import ArgumentError, UnsupportedSQLError
-from ..schema import Column, Schema, load_schema
-from .analyze import analyze
-from .evaluate import MAX_ATTRIBUTE_SIZE, Grid, column_refs
-from .parse import Statement, parse_statements
-from .plan import QueryPlan
+from dpsql import limits
+from dpsql.errors import ArgumentError, UnsupportedSQLError
+from dpsql.schema import Attribute, Column, Schema, load_schema
+from dpsql.sql.analyze import analyze
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
+from dpsql.sql.parse import Statement, parse_statements
+from dpsql.sql.plan import QueryPlan
 
-__all__ = ["Attribute", "Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
+__all__ = ["Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
            "conjuncts", "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
 
 #: Factors with more entries than this are stored sparse.
 _DENSE_ENTRIES = 200_000
-
-
-@dataclass(frozen=True)
-class Attribute:
-    """One axis of the workload's domain: one column, or merged columns."""
-
-    name: str
-    columns: tuple[str, ...]
-    sizes: tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.sizes)
 
 
 @dataclass(frozen=True)
@@ -141,8 +128,8 @@ class CompiledBatch:
 
     @cached_property
     def workload(self):
-        """The :class:`dpsql.workload.Workload` (built on first use)."""
-        from ..workload import Workload
+        """The :class:`dpsql.hdmm.workload.Workload` (built on first use)."""
+        from dpsql.hdmm.workload import Workload
 
         return Workload(self.domain, list(self.terms))
 
@@ -439,7 +426,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
     terms: list[tuple[float, tuple[Any, ...]]] = []
     compiled: list[CompiledStatement] = []
     row = queries = 0
-    from ..matrix import Dense, Identity, Ones, Sparse
+    from dpsql.hdmm.matrix import Dense, Identity, Ones, Sparse
 
     for s_index, plan in enumerate(plans):
         # predicate mask per attribute (flat boolean), None = no condition

@@ -38,8 +38,8 @@ from sqlglot.errors import ParseError as _SqlglotParseError
 from sqlglot.errors import TokenError as _SqlglotTokenError
 from sqlglot.tokens import TokenType
 
-from .. import limits
-from ..errors import ParseError, UnsupportedSQLError
+from dpsql import limits
+from dpsql.errors import ParseError, UnsupportedSQLError
 
 __all__ = ["Source", "Statement", "parse_statements", "nesting_depth"]
 

@@ -10,16 +10,24 @@ DuckDB (:mod:`dpsql.synth.synthesize`). The pieces:
   query-release game with a best-response oracle, an integer program in
   CVXPY/HiGHS or local search (:mod:`~dpsql.synth.oracle`), over the cells of
   the workload marginals (:mod:`~dpsql.synth.cells`);
-* :mod:`~dpsql.synth.accounting`: their privacy formulas and inverses;
-* :mod:`~dpsql.synth.evaluate`: the data owner's NON-PRIVATE error report.
+* :mod:`~dpsql.synth.accounting`: their privacy formulas and inverses.
+
+The data owner's NON-PRIVATE error report is :func:`dpsql.owner.evaluate.evaluate`.
 """
 
-from .cells import MarginalCells, random_marginals
-from .evaluate import evaluate
-from .oracle import (METHODS, RESULT_METHODS, Conjunction, OracleProblem, Response, best_response, best_responses,
-                     objective, perturbed_responses)
-from .synthesize import SyntheticTable
+from dpsql.synth.cells import MarginalCells, random_marginals
+from dpsql.synth.oracle import (
+                     METHODS,
+                     RESULT_METHODS,
+                     Conjunction,
+                     OracleProblem,
+                     Response,
+                     best_response,
+                     best_responses,
+                     objective,
+                     perturbed_responses,
+)
+from dpsql.synth.synthesize import SyntheticTable
 
 __all__ = ["Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses",
-           "objective", "METHODS", "RESULT_METHODS", "MarginalCells", "random_marginals", "evaluate",
-           "SyntheticTable"]
+           "objective", "METHODS", "RESULT_METHODS", "MarginalCells", "random_marginals", "SyntheticTable"]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ..errors import PrivacyError
+from dpsql.errors import PrivacyError
 
 __all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "dualquery_eta",
            "dualquery_eta_zcdp", "zcdp_epsilon", "zcdp_rho", "exponential_rho", "fem_rounds", "fem_rounds_zcdp",

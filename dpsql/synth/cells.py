@@ -3,7 +3,7 @@
 DualQuery and FEM play their game over individual counting queries: every
 cell of every workload marginal (and its negation). :class:`MarginalCells`
 numbers those cells (marginal by marginal, each in C order, as
-:meth:`dpsql.kernel.PrivateTable.sample_cells` does), turns a cell into an
+:meth:`dpsql.private.kernel.PrivateTable.sample_cells` does), turns a cell into an
 oracle :class:`~dpsql.synth.oracle.Conjunction`, and answers every cell on a
 set of records at once. Public math: it never sees private data.
 
@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import WorkloadError
-from .oracle import Conjunction
+from dpsql.errors import WorkloadError
+from dpsql.synth.oracle import Conjunction
 
 __all__ = ["MarginalCells", "marginal_name", "random_marginals"]
 

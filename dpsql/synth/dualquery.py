@@ -16,7 +16,7 @@ Theorem 4.2's ε, or (ε, δ)-DP with Theorem 4.3's
 (:mod:`dpsql.synth.accounting`). Here ``n`` is a *public* row count (a noisy
 count the caller released), and the kernel scores with
 ``c_q − n_D·q̂``, which one row moves by at most 1 whatever the true ``n_D``
-is (:meth:`~dpsql.kernel.PrivateTable.sample_cells`), so the theorems hold
+is (:meth:`~dpsql.private.kernel.PrivateTable.sample_cells`), so the theorems hold
 with the public ``n`` divided by the unit's row bound ``k``. The records
 depend on the data only through the sampled queries (post-processing).
 
@@ -37,12 +37,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import WorkloadError
-from ..kernel import PrivateTable, Reservation
-from ..sql.compile import Attribute
-from .cells import MarginalCells
-from .game import GameResult
-from .oracle import best_response
+from dpsql.errors import WorkloadError
+from dpsql.private.kernel import PrivateTable, Reservation
+from dpsql.schema import Attribute
+from dpsql.synth.cells import MarginalCells
+from dpsql.synth.game import GameResult
+from dpsql.synth.oracle import best_response
 
 __all__ = ["dualquery", "DEFAULT_ETA", "DEFAULT_SAMPLES", "MAX_ETA"]
 

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import WorkloadError
+from dpsql.errors import WorkloadError
 
 #: Largest table a group of attributes may hold.
 MAX_GROUP_CELLS = 20_000_000

@@ -9,7 +9,7 @@ Each of ``T`` rounds:
    :mod:`dpsql.synth.oracle`); ``D_t`` is those ``s`` records;
 2. the exponential mechanism picks the query, among every workload cell query
    and its negation, that ``D_t`` answers worst: score ``q(D) − q(D_t)``
-   (the only private step, :meth:`~dpsql.kernel.PrivateTable.sample_cells`);
+   (the only private step, :meth:`~dpsql.private.kernel.PrivateTable.sample_cells`);
 3. that query joins the leader's loss.
 
 The output is the union of the ``D_t``.
@@ -31,12 +31,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import WorkloadError
-from ..kernel import PrivateTable, Reservation
-from ..sql.compile import Attribute
-from .cells import MarginalCells
-from .game import GameResult
-from .oracle import METHODS, OracleProblem, best_responses, perturbed_responses
+from dpsql.errors import WorkloadError
+from dpsql.private.kernel import PrivateTable, Reservation
+from dpsql.schema import Attribute
+from dpsql.synth.cells import MarginalCells
+from dpsql.synth.game import GameResult
+from dpsql.synth.oracle import METHODS, OracleProblem, best_responses, perturbed_responses
 
 __all__ = ["fem", "PUBLISHED_EPS0_FACTOR", "PUBLISHED_NOISE"]
 

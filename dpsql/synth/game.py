@@ -23,7 +23,7 @@ class GameResult:
 
     ``methods[i]`` names what produced record ``i``: an oracle label of
     :data:`dpsql.synth.oracle.RESULT_METHODS`. ``selected`` lists the private draws as
-    ``(cell, sign)`` pairs (see :meth:`dpsql.kernel.PrivateTable.sample_cells`).
+    ``(cell, sign)`` pairs (see :meth:`dpsql.private.kernel.PrivateTable.sample_cells`).
     """
 
     records: np.ndarray

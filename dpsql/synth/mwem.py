@@ -40,15 +40,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..budget import Cost
-from ..errors import ArgumentError, ResourceLimitError, WorkloadError
-from ..kernel import PrivateTable
-from ..limits import MAX_MEASURED_CELLS
-from ..matrix import Identity, Total
-from ..privacy import Laplace
-from ..sql.compile import Attribute
-from ..strategy import KronStrategy, UnionStrategy
-from .factored import MAX_GROUP_CELLS, FactoredDistribution
+from dpsql.errors import ArgumentError, ResourceLimitError, WorkloadError
+from dpsql.hdmm.matrix import Identity, Total
+from dpsql.hdmm.strategy import KronStrategy, UnionStrategy
+from dpsql.limits import MAX_MEASURED_CELLS
+from dpsql.privacy import Laplace
+from dpsql.private.budget import Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.schema import Attribute
+from dpsql.synth.factored import MAX_GROUP_CELLS, FactoredDistribution
 
 __all__ = ["MWEMResult", "check_mwem", "marginal_strategy", "mwem", "mwem_steps", "INITS"]
 
@@ -77,7 +77,7 @@ def check_mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: S
     whose candidates the selection can count at once (:data:`~dpsql.limits.MAX_MEASURED_CELLS`);
     ``average=True`` only on a domain small enough to hold whole; and Laplace noise at
     ``step_epsilon`` for every measurement the run takes (the lattice noise has a floor on
-    ``ε`` per changed coordinate, :func:`~dpsql.noise.laplace_lattice`).
+    ``ε`` per changed coordinate, :func:`~dpsql.private.noise.laplace_lattice`).
     """
     for name, value in (("rounds", rounds), ("replays", replays)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:

@@ -59,7 +59,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import WorkloadError
+from dpsql.errors import WorkloadError
 
 __all__ = [
     "Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses", "objective",

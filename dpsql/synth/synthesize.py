@@ -24,32 +24,42 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-
 from tqdm.auto import tqdm
 
-from ..budget import ZCDP, Budget, Cost
-from ..errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
-from ..kernel import PrivateTable
-from .. import limits
-from ..limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
-from ..matrix import is_total
-from ..privacy import Laplace
-from ..sql.compile import Attribute, compile_batch
-from .accounting import (dualquery_epsilon, dualquery_eta, dualquery_eta_zcdp, dualquery_rho, exponential_rho,
-                         fem_rounds, fem_rounds_zcdp, largest_integer, zcdp_epsilon, zcdp_rho)
-from .cells import MarginalCells, marginal_name
-from .dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
-from .fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
-from .game import GameResult
-from .mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
-from .oracle import METHODS as ORACLES
+from dpsql import limits
+from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.hdmm.matrix import is_total
+from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
+from dpsql.privacy import Laplace
+from dpsql.private.budget import ZCDP, Budget, Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.schema import Attribute
+from dpsql.sql.compile import compile_batch
+from dpsql.synth.accounting import (
+    dualquery_epsilon,
+    dualquery_eta,
+    dualquery_eta_zcdp,
+    dualquery_rho,
+    exponential_rho,
+    fem_rounds,
+    fem_rounds_zcdp,
+    largest_integer,
+    zcdp_epsilon,
+    zcdp_rho,
+)
+from dpsql.synth.cells import MarginalCells, marginal_name
+from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
+from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
+from dpsql.synth.game import GameResult
+from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
+from dpsql.synth.oracle import METHODS as ORACLES
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-    from ..released import ReleasedData
-    from ..schema import Schema
+    from dpsql.released import ReleasedData
+    from dpsql.schema import Schema
 
 METHODS = ("mwem", "dualquery", "fem")
 
@@ -155,7 +165,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
                epsilon: float | None, delta: float | None, rho: float | None, rows: int | None, name: str,
                seed: int | None = None, progress: bool | None = None, **options) -> SyntheticTable:
     """Learn privately with ``method``, spending ``epsilon`` (and ``delta``) or
-    ``rho`` in ``budget``'s currency (:meth:`~dpsql.budget.Budget.request`),
+    ``rho`` in ``budget``'s currency (:meth:`~dpsql.private.budget.Budget.request`),
     sample ``rows`` rows and register them as table ``name`` on ``released``,
     the analyst's DuckDB. ``name`` must be new there and on the private
     table's connection (it can never replace the private table).
@@ -436,9 +446,10 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         if rounds is None:
             step = DEFAULT_ETA if eta is None else eta
             limit = rest.rho if request.zcdp else rest.epsilon
-            fits = (lambda t: t <= max_rounds and
-                    (dualquery_rho(step, t, samples, n) if request.zcdp
-                     else dualquery_epsilon(step, t, samples, n, rest.delta)) <= limit)
+
+            def fits(t: int) -> bool:
+                return t <= max_rounds and (dualquery_rho(step, t, samples, n) if request.zcdp
+                                            else dualquery_epsilon(step, t, samples, n, rest.delta)) <= limit
             return step, largest_integer(fits, "DualQuery rounds")  # 1 always fits
         if rounds == 1:
             return DEFAULT_ETA, 1

@@ -1,4 +1,4 @@
-"""The statistical privacy audit (dpsql.audit), at the small sizes: every released
+"""The statistical privacy audit (dpsql.owner.audit), at the small sizes: every released
 mechanism stays within its claimed ε, and a deliberately broken one is caught."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from dpsql.audit import MECHANISMS, Sizes, audit_outputs, clopper_pearson, epsilon_lower_bound, run_audit
+from dpsql.owner.audit import Sizes, audit_outputs, clopper_pearson, epsilon_lower_bound, run_audit
 
 ROOT = Path(__file__).resolve().parents[2]
 

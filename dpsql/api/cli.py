@@ -1,0 +1,324 @@
+"""The ``dpsql`` command line: private queries, batches, synthetic tables and the budget ledger.
+
+::
+
+    dpsql query "SELECT sex, COUNT(*) FROM persons GROUP BY sex" \\
+        --data persons.parquet --schema persons.yaml --ledger persons.ledger --epsilon 0.5
+    dpsql batch tables.sql --data persons.duckdb --schema persons.yaml --ledger persons.ledger \\
+        --epsilon 1 --out results/
+    dpsql synth --data persons.parquet --schema persons.yaml --ledger persons.ledger \\
+        --epsilon 1 --workload 2 --out persons_synthetic.parquet
+    dpsql budget --ledger persons.ledger
+
+A new ledger needs its total budget: ``--budget-epsilon`` (and
+``--budget-delta``) or ``--budget-rho``. ``--out`` writes CSV or Parquet,
+chosen by the file extension; a batch of several statements writes one file
+per statement into the ``--out`` directory (``--format`` picks the type).
+Every file is written to a temporary name and renamed into place, so a
+reader never sees half a file. Errors print one line and exit with status 2
+(bad input, refused spend) or 1 (anything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import duckdb
+
+from dpsql.api.connection import connect
+from dpsql.api.result import Result
+from dpsql.errors import Error
+from dpsql.owner.validate import validate
+from dpsql.private.budget import Budget, Cost
+from dpsql.private.ledger import Ledger
+from dpsql.synth.synthesize import SyntheticTable
+
+OUT_FORMATS = ("csv", "parquet")
+
+
+class UsageError(Exception):
+    """Bad command-line input found before anything is spent (exit status 2)."""
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    if args.budget_rho is not None:
+        return Budget(rho=args.budget_rho)
+    if args.budget_epsilon is not None:
+        return Budget(epsilon=args.budget_epsilon, delta=args.budget_delta or 0.0)
+    return None
+
+
+def _add_table(p: argparse.ArgumentParser) -> None:
+    """Where the private table is and its public schema."""
+    p.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
+    p.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
+    p.add_argument("--table", help="table name in --data (default: the schema's)")
+
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    """The private table, its ledger and the spend: what every spending command takes."""
+    _add_table(p)
+    p.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
+    p.add_argument("--epsilon", type=float, help="epsilon to spend on this request")
+    p.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    _add_source(p)
+    p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
+    p.add_argument("--noise", choices=("laplace", "gaussian"), help="default: the lower-error one")
+    p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
+    p.add_argument("--out", help="write results here (.csv or .parquet; a directory for several statements)")
+    p.add_argument("--format", choices=OUT_FORMATS, default="csv", help="file type inside an --out directory")
+    _add_budget(p)
+
+
+def _add_budget(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("total budget of a new ledger")
+    g.add_argument("--budget-epsilon", type=float)
+    g.add_argument("--budget-delta", type=float)
+    g.add_argument("--budget-rho", type=float)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dpsql", description="Differentially private SQL over DuckDB.")
+    sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("query", help="answer one SQL statement privately")
+    q.add_argument("sql", help="the statement")
+    _add_common(q)
+    b = sub.add_parser("batch", help="answer a file of statements from one joint measurement")
+    b.add_argument("file", help="a .sql file of ;-separated statements")
+    _add_common(b)
+    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery or FEM)")
+    _add_source(y)
+    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM); default 0, pure DP")
+    y.add_argument("--method", choices=("mwem", "dualquery", "fem"), default="mwem")
+    y.add_argument("--workload", default="2",
+                   help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
+    y.add_argument("--rounds", type=int,
+                   help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
+                        "given, the spend sets DualQuery's eta and FEM's eps0)")
+    y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
+    y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
+    y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")
+    _add_budget(y)
+    v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
+    _add_table(v)
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
+    g.add_argument("--ledger", required=True)
+    # accepted for symmetry with query and batch; the ledger alone holds the budget
+    g.add_argument("--data", help=argparse.SUPPRESS)
+    g.add_argument("--schema", help=argparse.SUPPRESS)
+    g.add_argument("--epsilon", type=float, help=argparse.SUPPRESS)
+    _add_budget(g)
+    return p
+
+
+def _write_atomic(result: "Result | SyntheticTable", path: Path) -> None:
+    """Write one result (or a synthetic table) as CSV or Parquet (by extension) via a
+    temporary file and a rename."""
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in OUT_FORMATS:
+        raise ValueError(f"--out {path}: use a .csv or .parquet file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Not tempfile.mkstemp: its files are mode 0600, which the rename would
+    # carry over to the result; O_EXCL with mode 0666 gets the umask's mode.
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        if fmt == "csv":
+            result.df.to_csv(tmp, index=False)
+        else:  # the analyst's DuckDB cannot write files: a scratch one writes the released frame
+            with duckdb.connect() as writer:
+                writer.from_df(result.df).write_parquet(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _is_out_file(out: Path) -> bool:
+    return out.suffix.lower().lstrip(".") in OUT_FORMATS and not out.is_dir()
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad input that would otherwise only fail after the spend is recorded: a new ledger
+    without a budget, an --out that is not a .csv or .parquet name or cannot be written, and
+    input files (a batch's SQL, a --workload .sql file) that cannot be read. Reads those files
+    into ``args`` (``sql_text``, ``workload_value``), so nothing is read after the spend."""
+    if _budget(args) is None and not os.path.exists(args.ledger):
+        raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
+                         "give --budget-epsilon (and --budget-delta) or --budget-rho")
+    out = Path(args.out) if getattr(args, "out", None) else None
+    if out is not None and args.command in ("query", "synth") and not _is_out_file(out) \
+            and (args.command == "synth" or (out.suffix and not out.is_dir())):
+        raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
+    if out is not None:
+        _check_writable(out.parent if _is_out_file(out) else out, out)
+    if args.command == "batch":
+        args.sql_text = _read_text(args.file, "the batch file")
+    if args.command == "synth":
+        args.workload_value = _workload(args.workload)
+
+
+def _read_text(path: str, what: str) -> str:
+    """The UTF-8 text of ``path``, or UsageError naming ``what``."""
+    try:
+        with open(path, encoding="utf-8") as fh:  # the CLI reads files; dpsql's API never does
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what} {path}: cannot be read ({_reason(e)})") from None
+
+
+def _reason(e: BaseException) -> str:
+    """An OS error's short reason, e.g. "Permission denied"."""
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+
+
+def _check_writable(directory: Path, out: Path) -> None:
+    """Refuse (UsageError) an --out whose ``directory`` cannot be created or written: create it and a
+    temporary file in it, then remove both, so that a refused request leaves no trace. The write
+    itself (:func:`_write_atomic`) creates them again after the spend."""
+    missing = []
+    for parent in [directory, *directory.parents]:
+        if parent.exists() or parent.is_symlink():
+            break
+        missing.append(parent)
+    probe = directory / f".dpsql-probe.{secrets.token_hex(6)}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write in {directory} ({_reason(e)}); nothing was spent") from None
+    finally:
+        for created in missing:  # deepest first
+            try:
+                created.rmdir()
+            except OSError:
+                pass
+
+
+def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
+    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
+    try:
+        kwargs = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise,
+                      nonnegative=args.nonnegative)
+        results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
+        if args.out:
+            out = Path(args.out)
+            if len(results) == 1 and _is_out_file(out):
+                _write_atomic(results[0], out)
+                paths = [out]
+            else:
+                paths = [out / f"q{i:02d}.{args.format}" for i in range(1, len(results) + 1)]
+                for r, path in zip(results, paths):
+                    _write_atomic(r, path)
+            print(f"-- {results[0].release.describe()}")
+            print(f"-- wrote {len(paths)} file{'s' if len(paths) != 1 else ''}: {', '.join(map(str, paths[:3]))}"
+                  f"{' ...' if len(paths) > 3 else ''}")
+        else:
+            for r in results:
+                print(r)
+                print()
+        print(f"-- remaining budget: {_format_cost(db.remaining(), db.budget)}")
+    finally:
+        db.close()
+    return 0
+
+
+def _workload(text: str):
+    """``--workload``: an int k, a .sql file, or column groups ``a,b;c``."""
+    if text.strip().isdigit():
+        return int(text)
+    if text.strip().lower().endswith(".sql"):
+        return _read_text(text.strip(), "the --workload file")
+    return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
+
+
+def _run_synth(args: argparse.Namespace) -> int:
+    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
+                 progress=True)
+    try:
+        options = {} if args.rounds is None else {"rounds": args.rounds}
+        syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,
+                            rho=args.rho, rows=args.rows, seed=args.seed, **options)
+        print(syn)
+        if args.out:
+            _write_atomic(syn, Path(args.out))
+            print(f"-- wrote {len(syn.df):,} rows to {args.out}")
+        else:
+            print(syn.df.head(10).to_string(index=False))
+        print(f"-- remaining budget: {_format_cost(db.remaining(), db.budget)}")
+    finally:
+        db.close()
+    return 0
+
+
+def _format_cost(c: Cost, budget: Budget) -> str:
+    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``)."""
+    if budget.rho is not None:
+        return f"rho={c.rho:g}"
+    return f"epsilon={c.epsilon:g}, delta={c.delta:g}"
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger, _budget(args)) as ledger:
+        b = ledger.budget
+        print(f"ledger {args.ledger}")
+        print(f"  budget:    {_format_cost(b.remaining(Cost()), b)}")
+        print(f"  spent:     {_format_cost(ledger.spent(), b)}")
+        print(f"  remaining: {_format_cost(ledger.remaining(), b)}")
+        entries = ledger.entries()
+        print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
+        for e in entries:
+            first = e.description.strip().splitlines()[0] if e.description.strip() else ""
+            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
+    return 0
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    """The data owner's report (exact counts and data values: never for analysts). Exit status 3
+    when some row would be dropped or a column is missing, 0 when the table is clean."""
+    report = validate(args.data, args.schema, table=args.table)
+    print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else report)
+    return 3 if report.problems() else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _run_validate(args)
+        _check_args(args)
+        if args.command == "budget":
+            return _run_budget(args)
+        if args.command == "query":
+            return _run_query(args, args.sql, single=True)
+        if args.command == "synth":
+            return _run_synth(args)
+        return _run_query(args, args.sql_text, single=False)
+    except Error as e:
+        print(f"dpsql: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"dpsql: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"dpsql: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""The user-facing API: ``dpsql.connect`` and private queries on a DuckDB or Spark table.
+
+>>> import duckdb, dpsql
+>>> con = duckdb.connect()
+>>> _ = con.execute("CREATE TABLE people AS SELECT (i % 2 = 0) AS adult, i % 3 AS kids FROM range(300) t(i)")
+>>> db = dpsql.connect(con, schema={"table": "people", "columns": {
+...     "adult": {"type": "boolean"}, "kids": {"type": "integer", "min": 0, "max": 2}}},
+...     budget=dpsql.Budget(epsilon=1.0))
+>>> res = db.query("SELECT kids, COUNT(*) AS n FROM people GROUP BY kids", epsilon=0.5)
+>>> list(res.df.columns)
+['kids', 'n', 'std_error', 'ci_low', 'ci_high']
+>>> res.mechanism, db.spent().epsilon
+('laplace', 0.5)
+
+Each call compiles its SQL into one workload, selects a measurement strategy
+for it with HDMM (data-independent, cached on disk), has the private kernel
+(:mod:`dpsql.private.kernel`) record the spend and then measure it once with noise,
+and reconstructs every answer by least squares with its standard error.
+Nothing that fails before the kernel's ledger write (bad SQL or parameters,
+an unaffordable request, a table or column that does not exist) spends
+anything; a failure while the table is read keeps the charge.
+
+How much a request spends, in the budget's currency:
+
+* an ``(ε, δ)`` budget: ``epsilon=`` (and optionally ``delta=``) per call, or
+  the statements' ``WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=…, delta=…)``,
+  summed over a batch. Laplace noise spends ``(ε, 0)``; Gaussian noise spends
+  ``(ε, δ)`` with ``δ`` defaulting to the budget's δ times ``ε / budget ε``.
+* a ``ρ``-zCDP budget: ``rho=`` per call. Gaussian noise spends ``ρ``;
+  Laplace noise at ``ε = √(2ρ)`` spends the same ``ρ`` (ε-DP implies
+  ε²/2-zCDP).
+
+``noise="laplace"`` or ``"gaussian"`` fixes the mechanism; by default both
+are considered when the budget allows both, and the one with the lower
+expected error for this workload is used.
+
+The private table can live in DuckDB (a connection or a file) or in Apache
+Spark (pass a ``SparkSession`` and the name of a table or temp view): only
+the counting query runs there (:mod:`dpsql.private.backend`); the ledger, the noise
+and the reconstruction stay in this process. What the analyst gets (results,
+their relations, synthetic tables) lives on :attr:`Connection.released`, a
+separate DuckDB database that holds released data only and has no access
+to files (:mod:`dpsql.released`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+import duckdb
+import numpy as np
+from scipy.stats import norm
+
+from dpsql.api.result import Release, Result
+from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
+from dpsql.hdmm.cache import StrategyCache
+from dpsql.hdmm.error_analysis import rmse as expected_rmse
+from dpsql.hdmm.optimize import select
+from dpsql.hdmm.reconstruct import least_squares, nonnegative
+from dpsql.hdmm.strategy import Strategy
+from dpsql.privacy import Gaussian, Laplace, NoiseModel
+from dpsql.private.backend import Backend, backend_for, open_source
+from dpsql.private.budget import APPROX_DP, ZCDP, Budget, Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.private.ledger import Ledger
+from dpsql.private.noise import UniformSource
+from dpsql.released import ReleasedData
+from dpsql.schema import Schema, load_schema
+from dpsql.sql.compile import CompiledBatch, compile_batch, schema_attributes
+
+if TYPE_CHECKING:
+    from dpsql.synth.synthesize import SyntheticTable
+
+__all__ = ["Connection", "connect", "query", "batch"]
+
+NOISE_FAMILIES = ("laplace", "gaussian")
+
+_last: "Connection | None" = None
+
+
+def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | Any", table: str | None = None,
+            schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
+            ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
+            progress: bool | None = None, source_of_noise: UniformSource | None = None) -> "Connection":
+    """Open a private table for differentially private queries.
+
+    ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
+    file (opened read-only), a CSV or Parquet file (read as ``table``), a
+    pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
+    view; the counting query runs on Spark and only the counts come back),
+    or any :class:`~dpsql.private.backend.Backend`.
+    ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
+    dict, or YAML/JSON path); queries name ``table``, which defaults to the
+    schema's table name. ``budget``: the total privacy budget, required for a
+    new ledger. ``ledger``: a file recording every spend across processes and
+    restarts; ``None`` keeps the ledger in memory for this connection only.
+    ``cache``: True for the default on-disk strategy cache, a directory, or
+    False for none. ``progress``: show progress for long strategy selections
+    (None: only when slow). ``source_of_noise``: a seeded uniform source for
+    reproducible tests; it is not secure and must not be used for releases.
+    """
+    global _last
+    if schema is None:
+        raise PrivacyError("connect needs the table's public schema (schema=...)")
+    schema = load_schema(schema)
+    name = table or schema.table
+    if name != schema.table:
+        schema = dataclasses.replace(schema, table=name)
+    conn = Connection(open_source(source, name, schema), schema, Ledger(ledger, budget), cache=cache,
+                      progress=progress, source_of_noise=source_of_noise)
+    _last = conn
+    return conn
+
+
+class Connection:
+    """A private table with a budget: ask it SQL, get noisy answers with error bars.
+
+    ``con`` is where the private table lives: a DuckDB connection or a
+    :class:`~dpsql.private.backend.Backend` (e.g. :class:`~dpsql.private.backend.SparkBackend`).
+    Only the private kernel (:mod:`dpsql.private.kernel`) holds it; no public
+    attribute of a Connection, a :class:`~dpsql.api.result.Result` or a
+    synthetic table leads to it. Everything handed out lives on
+    :attr:`released`, a separate, locked-down DuckDB database holding
+    released data only (:mod:`dpsql.released`).
+    """
+
+    def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", schema: Schema, ledger: Ledger, *,
+                 cache: "bool | str | os.PathLike" = True, progress: bool | None = None,
+                 source_of_noise: UniformSource | None = None) -> None:
+        self.schema = schema
+        self.ledger = ledger
+        self._private = PrivateTable(backend_for(con), schema.table, schema, ledger, source_of_noise)
+        self._released = ReleasedData()
+        self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
+        self._progress = progress
+        self._strategies: dict[tuple[str, str], Strategy] = {}
+
+    @property
+    def released(self) -> duckdb.DuckDBPyConnection:
+        """The analyst's DuckDB: synthetic tables are registered here, results' relations live
+        here, and any SQL over them is free. It holds released data only and cannot read files
+        or the private table (:mod:`dpsql.released`)."""
+        return self._released.con
+
+    # -- budget -----------------------------------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        return self.ledger.budget
+
+    def spent(self) -> Cost:
+        """Everything recorded in the ledger so far (by any process)."""
+        return self.ledger.spent()
+
+    def remaining(self) -> Cost:
+        return self.ledger.remaining()
+
+    # -- queries ----------------------------------------------------------------------
+    def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+              noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> Result:
+        """Answer one statement privately (see :meth:`batch` for the arguments)."""
+        compiled = compile_batch(sql, self.schema)
+        if len(compiled.statements) != 1:
+            raise UnsupportedSQLError(f"query takes one statement, got {len(compiled.statements)}; use batch",
+                                      "several statements")
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)[0]
+
+    def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
+              rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
+              confidence: float = 0.95) -> list[Result]:
+        """Answer many statements from one jointly optimized measurement.
+
+        ``statements``: a list of SQL texts or a text of ``;``-separated
+        statements (a text is SQL, never a file name: a Connection reads no
+        file). The spend (``epsilon``/``delta``
+        or ``rho``) is for the whole batch. ``nonnegative=True`` returns
+        non-negative, mutually consistent answers (biased; see
+        :func:`dpsql.hdmm.reconstruct.nonnegative`). ``confidence`` sets the
+        level of the ``ci_low``/``ci_high`` normal intervals.
+        """
+        compiled = compile_batch(statements, self.schema)
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)
+
+    def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
+            noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> duckdb.DuckDBPyRelation:
+        """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`."""
+        return self.query(query, epsilon, delta, rho, noise, nonnegative, confidence).relation
+
+    def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
+                   delta: float | None = None, rho: float | None = None, rows: int | None = None,
+                   name: str | None = None, seed: int | None = None, **options: Any) -> "SyntheticTable":
+        """A private synthetic table, registered on :attr:`released` as ``name`` (a new name).
+
+        ``method``:
+
+        * ``"mwem"``: ε-DP multiplicative weights over a factored distribution
+          (:mod:`dpsql.synth.mwem`; options ``rounds``, ``replays``, ``init``,
+          ``average``); a ``delta`` it would not use is refused;
+        * ``"dualquery"``: ε-DP, or (ε, δ)-DP with ``delta``, by DualQuery's
+          theorems (:mod:`dpsql.synth.dualquery`; options ``eta`` or
+          ``rounds``, not both, since the spend sets the other once the noisy
+          row count is known; ``samples``, ``count_share``, ``oracle``,
+          ``time_limit``);
+        * ``"fem"``: zCDP-accounted FEM, converted to (ε, δ) with ``delta``
+          (:mod:`dpsql.synth.fem`; options ``eps0``, ``rounds``, ``samples``,
+          ``noise``, ``oracle``, ``time_limit``, ``processes``).
+
+        ``workload``: the marginals to preserve, as ``k`` (all k-way
+        marginals), a list of tuples of column names (e.g. from
+        :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
+        is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is
+        checked against the budget before any data is read, and what the run
+        actually spends (never more) is in the result and the ledger. ``rows``
+        defaults to the noisy row count (MWEM, DualQuery) or the records FEM
+        made, capped by :data:`dpsql.limits.MAX_SYNTHETIC_CELLS`. ``seed``
+        drives only public randomness. Any SQL over the synthetic table is
+        free post-processing. Every option, size and name is checked before
+        the first draw: a refused request raises a :class:`dpsql.Error` and
+        records nothing.
+        """
+        from dpsql.synth.synthesize import synthesize
+
+        name = name or f"{self.schema.table}_synthetic"
+        return synthesize(self._private, self._released, self.schema, schema_attributes(self.schema), method,
+                          workload, self.budget, epsilon, delta, rho, rows, name, seed=seed,
+                          progress=self._progress, **options)
+
+    def close(self) -> None:
+        """Close the ledger and :attr:`released` (results keep their ``df``)."""
+        self.ledger.close()
+        self._released.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the pipeline -----------------------------------------------------------------
+    def _answer(self, compiled: CompiledBatch, epsilon, delta, rho, noise, nonneg, confidence) -> list[Result]:
+        if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.0 < confidence < 1.0:
+            raise ArgumentError(f"confidence must be a number in (0, 1), got {confidence!r}")
+        if not isinstance(nonneg, bool):
+            raise ArgumentError(f"nonnegative must be True or False, got {nonneg!r}")
+        W = compiled.workload
+        k = self._private.rows_per_unit
+        requested = self._noise_options(compiled, epsilon, delta, rho, noise)
+        W.check_size()
+        affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
+        if not affordable:
+            self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization
+        options = []
+        for model, cost in affordable:
+            strategy = self._strategy(W, model)
+            options.append((k * expected_rmse(W, strategy, model), model, cost, strategy))
+        rmse, model, cost, strategy = min(options, key=lambda o: o[0])
+        description = ";\n".join(st.plan.sql for st in compiled.statements)
+        m = self._private.measure(compiled.attributes, strategy, model, cost, description)
+        answers = nonnegative(W, strategy, m.values) if nonneg else least_squares(W, strategy, m.values)
+        se = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
+        release = Release(mechanism=model.name, epsilon=cost.epsilon, delta=cost.delta, rho=cost.rho,
+                          rmse=rmse, operator=strategy.operator, queries=W.num_queries,
+                          statements=len(compiled.statements), entry=m.entry)
+        z = float(norm.ppf(0.5 + confidence / 2.0))
+        def covariance(a: int, b: int) -> np.ndarray:
+            return m.noise_std**2 * strategy.cross_variances(W, a, b)
+
+        frames = compiled.results(answers, [_error_columns(st, answers, se, z, covariance)
+                                            for st in compiled.statements])
+        return [Result(st.plan.sql, _ordered(st, df), release, self._released)
+                for st, df in zip(compiled.statements, frames)]
+
+    def _fits(self, cost: Cost) -> bool:
+        try:
+            self.ledger.check(cost)
+        except BudgetExceededError:
+            return False
+        return True
+
+    def _strategy(self, W, model: NoiseModel) -> Strategy:
+        key = (W.fingerprint(), model.name)
+        if key not in self._strategies:
+            self._strategies[key] = select(W, model, cache=self._cache, progress=self._progress).strategy
+        return self._strategies[key]
+
+    def _noise_options(self, compiled: CompiledBatch, epsilon, delta, rho, noise) -> list[tuple[NoiseModel, Cost]]:
+        """The (noise model, cost) pairs this request allows, from public values only.
+
+        The request is validated by :meth:`Budget.request` (types, finiteness,
+        the floors, δ or ρ the budget cannot be charged with), so a refusal is a
+        PrivacyError and nothing is spent. Laplace noise costs ``ε`` (``ρ = ε²/2``
+        under zCDP); Gaussian noise costs ``(ε, δ)``, with ``δ`` defaulting to the
+        budget's δ in proportion to ``ε``, or ``ρ``. A Gaussian option whose
+        calibration is refused (e.g. δ below its floor) is dropped when the noise
+        family is left to dpsql, and refused when it was asked for.
+        """
+        if noise is not None and noise not in NOISE_FAMILIES:
+            raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r:.80}")
+        budget = self.budget
+        if epsilon is None and rho is None:
+            epsilon, delta = _statement_options(compiled, delta)
+        requested = budget.request(epsilon=epsilon, delta=delta, rho=rho)
+        families = [noise] if noise else list(NOISE_FAMILIES)
+        out: list[tuple[NoiseModel, Cost]] = []
+        for fam in families:
+            if fam == "laplace":
+                # under zCDP, epsilon as given (validated above), or the epsilon whose cost is rho
+                eps = (requested.epsilon if budget.currency == APPROX_DP
+                       else float(epsilon) if rho is None else math.sqrt(2.0 * requested.rho))
+                out.append((Laplace(eps), Cost.laplace(eps, budget)))
+                continue
+            if budget.currency == ZCDP:
+                if rho is None:
+                    if noise == "gaussian":
+                        raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=, not epsilon=")
+                    continue
+                model: NoiseModel = Gaussian(rho=requested.rho)
+            else:
+                gauss_delta = requested.delta if delta is not None else budget.delta * requested.epsilon / budget.epsilon
+                if gauss_delta <= 0:
+                    if noise == "gaussian":
+                        raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
+                    continue
+                model = Gaussian(epsilon=requested.epsilon, delta=gauss_delta)
+            try:
+                model.sigma(1.0)  # the calibration's floors depend on epsilon and delta only
+            except PrivacyError:
+                if noise == "gaussian":
+                    raise
+                continue
+            out.append((model, requested if budget.currency == ZCDP
+                        else Cost(epsilon=requested.epsilon, delta=gauss_delta)))
+        return out
+
+
+def _statement_options(compiled: CompiledBatch, delta: float | None) -> tuple[float | None, float | None]:
+    """ε and δ summed over the statements' DIFFERENTIAL_PRIVACY options, if every statement has ε."""
+    opts = [st.plan.options for st in compiled.statements]
+    if not opts or any("epsilon" not in o for o in opts):
+        return None, delta
+    eps = math.fsum(float(o["epsilon"]) for o in opts)
+    if delta is None and any("delta" in o for o in opts):
+        delta = math.fsum(float(o.get("delta", 0.0)) for o in opts)
+    return eps, delta
+
+
+def _error_names(st, aggregate: str) -> tuple[str, str, str]:
+    visible = [a for a in st.plan.aggregates if a.visible]
+    if len(visible) == 1 and visible[0].name == aggregate:
+        return "std_error", "ci_low", "ci_high"
+    return f"{aggregate}_std_error", f"{aggregate}_ci_low", f"{aggregate}_ci_high"
+
+
+def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float, covariance) -> dict[str, np.ndarray]:
+    """Standard error and confidence interval of every visible aggregate, per group.
+
+    COUNT and SUM use their exact closed-form variance. AVG = SUM / COUNT
+    uses the delta method, ``√(Var S − 2r Cov(S, C) + r² Var C) / |C|`` with
+    ``r`` the ratio and the exact covariance ``covariance(term_S, term_C)``
+    of the two least-squares answers: a first-order approximation, good when
+    the noisy COUNT is far from zero.
+    """
+    out: dict[str, np.ndarray] = {}
+    for agg in st.plan.aggregates:
+        if not agg.visible:
+            continue
+        if agg.func == "avg":
+            sb, cb = st.block(agg.name, "sum"), st.block(agg.name, "count")
+            s, c = answers[sb.rows], answers[cb.rows]
+            cov = covariance(sb.term, cb.term)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
+                var = se[sb.rows] ** 2 - 2 * value * cov + value**2 * se[cb.rows] ** 2
+                err = np.sqrt(np.maximum(var, 0.0)) / np.abs(c)
+        else:
+            rows = st.rows(agg.name)
+            value, err = answers[rows], se[rows]
+        name, lo, hi = _error_names(st, agg.name)
+        out[name], out[lo], out[hi] = err, value - z * err, value + z * err
+    return out
+
+
+def _ordered(st, df):
+    """Each aggregate's error columns right after it."""
+    order = []
+    for col in st.plan.outputs:
+        order.append(col)
+        agg = next((a for a in st.plan.aggregates if a.name == col), None)
+        if agg is not None:
+            order.extend(c for c in _error_names(st, agg.name) if c in df.columns)
+    return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)
+
+
+def _current() -> Connection:
+    if _last is None:
+        raise PrivacyError("no open dpsql connection: call dpsql.connect(...) first")
+    return _last
+
+
+def query(sql: str, **kwargs: Any) -> Result:
+    """:meth:`Connection.query` on the most recently opened connection."""
+    return _current().query(sql, **kwargs)
+
+
+def batch(statements: "Sequence[str] | str", **kwargs: Any) -> list[Result]:
+    """:meth:`Connection.batch` on the most recently opened connection."""
+    return _current().batch(statements, **kwargs)

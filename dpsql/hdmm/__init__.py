@@ -1,0 +1,11 @@
+"""The High-Dimensional Matrix Mechanism: plain linear algebra, no data and no randomness.
+
+Implicit matrices (:mod:`~dpsql.hdmm.matrix`), workloads as unions of Kronecker
+products (:mod:`~dpsql.hdmm.workload`, :mod:`~dpsql.hdmm.marginals`), measurement
+strategies and their expected error (:mod:`~dpsql.hdmm.strategy`,
+:mod:`~dpsql.hdmm.error_analysis`), the OPT_0 / OPT_⊗ / OPT_+ / OPT_M operators and the
+selector that keeps the best (:mod:`~dpsql.hdmm.optimize`), least-squares
+reconstruction (:mod:`~dpsql.hdmm.reconstruct`) and the strategy cache
+(:mod:`~dpsql.hdmm.cache`). Imports only the foundation modules (``dpsql.errors``,
+``dpsql.schema``, ``dpsql.limits``, ``dpsql.privacy``, ``dpsql.released``).
+"""

@@ -1,0 +1,205 @@
+"""Reconstruction: workload answers from noisy strategy measurements.
+
+Given noisy answers ``y = A x + z`` to a strategy ``A``, the least-squares
+estimate of the workload is ``W x̂`` with ``x̂ = (AᵀA)⁺ Aᵀ y`` (HDMM §10).
+Its covariance is ``σ² W (AᵀA)⁺ Wᵀ``, which :mod:`dpsql.hdmm.error_analysis` gives in
+closed form, so each answer comes with an honest standard error. The estimate
+is unbiased for every query in the row space of ``A``.
+
+:func:`least_squares` never forms ``x̂`` over the full domain. Every strategy
+here is a union of Kronecker blocks ``B_b = ⊗_i B_bi`` (with total rows on
+the attributes a block does not measure) and its Gram pseudo-inverse is a sum
+of Kronecker products ``Σ_s c_s ⊗_i K_si`` (one product for a Kronecker
+strategy, the marginal algebra's ``Σ_a u_a ⊗ (I or J)`` for marginal
+strategies, Theorem 8). So each Kronecker term ``W_k = ⊗_i W_ki`` of the
+workload is answered by small per-attribute products::
+
+    W_k x̂ = Σ_s Σ_b c_s (⊗_i W_ki K_si B_biᵀ) y_b
+
+whose sizes are those of the queries and the measurements, never the domain.
+A union strategy (OPT_+) answers each workload term from its own part,
+"local least squares", matching :meth:`dpsql.hdmm.strategy.UnionStrategy.query_variances`.
+
+:func:`nonnegative` is the optional alternative for users who want
+non-negative, mutually consistent answers: one ``x̂ ≥ 0`` minimizing
+``‖A x − y‖²`` over the whole domain, and every answer read from it. It is
+**biased**: clipping at zero pushes small counts up (their expected value
+exceeds the truth), and the mass it adds is taken from elsewhere, so its
+errors are not those the reported standard errors describe. Those remain the
+least-squares ones, an approximation for this estimator.
+
+>>> import numpy as np
+>>> from dpsql.hdmm.matrix import Identity, Prefix, Total
+>>> from dpsql.hdmm.strategy import KronStrategy
+>>> from dpsql.hdmm.workload import Workload
+>>> W = Workload((4, 3), [(1.0, (Prefix(4), Total(3)))])
+>>> A = KronStrategy((Identity(4), Identity(3)))
+>>> x = np.arange(12.0)
+>>> bool(np.allclose(least_squares(W, A, A.matrix.matvec(x)), W.matvec(x)))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import Bounds, minimize
+
+from dpsql.errors import WorkloadError
+from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
+from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
+from dpsql.hdmm.workload import Workload
+
+__all__ = ["least_squares", "nonnegative", "NONNEGATIVE_LIMIT"]
+
+#: Largest domain on which :func:`nonnegative` solves for a full data vector.
+NONNEGATIVE_LIMIT = 20_000_000
+
+
+@dataclass(frozen=True)
+class _System:
+    """One least-squares system: measured blocks ``(weight, factors, rows)``
+    with their rows of ``y``, and the Gram pseudo-inverse as
+    ``[(coefficient, per-attribute factors)]``."""
+
+    blocks: list[tuple[float, tuple[Matrix, ...], slice]]
+    pinv: list[tuple[float, list[Matrix]]]
+
+
+def _blocks(matrix: Matrix, offset: int, weight: float = 1.0) -> list[tuple[float, tuple[Matrix, ...], slice]]:
+    terms = kron_terms(matrix)
+    if terms is None:
+        raise WorkloadError(f"cannot reconstruct from a {type(matrix).__name__} strategy")
+    out = []
+    for w, factors in terms:
+        rows = math.prod(f.shape[0] for f in factors)
+        out.append((weight * w, tuple(factors), slice(offset, offset + rows)))
+        offset += rows
+    return out
+
+
+def _pinv_terms(strategy: KronStrategy | MarginalStrategy, scale: float = 1.0) -> list[tuple[float, list[Matrix]]]:
+    """``scale · (AᵀA)⁺`` as a sum of Kronecker products ``[(c, factors)]``.
+
+    A product strategy's is one product of dense factor pseudo-inverses; a
+    marginal strategy's follows from the algebra (Theorem 8), one product per
+    marginal, times the fixed factors' pseudo-inverses if it has any.
+    """
+    if isinstance(strategy, KronStrategy):
+        return [(scale, [Dense(P) for P in strategy._pinvs])]
+    _, kron = strategy._fixed
+    fixed = [] if kron is None else [Dense(P) for P in kron._pinvs]
+    domain = strategy.strategy.domain
+    u = strategy.strategy.gram().pinv().weights
+    return [
+        (scale * float(u[a]),
+         strategy.interleave(fixed, [Identity(n) if a >> j & 1 else Ones(n, n) for j, n in enumerate(domain)]))
+        for a in np.flatnonzero(u)
+    ]
+
+
+def _systems(workload: Workload, strategy: Strategy) -> list[tuple[list[int], _System]]:
+    """The least-squares systems of a strategy and the workload terms each answers."""
+    all_terms = list(range(len(workload.terms)))
+    if isinstance(strategy, (KronStrategy, MarginalStrategy)):
+        return [(all_terms, _System(_blocks(strategy.matrix, 0), _pinv_terms(strategy)))]
+    if isinstance(strategy, UnionStrategy):
+        owner = {k: l for l, g in enumerate(strategy.groups) for k in g}
+        if sorted(owner) != all_terms:
+            raise WorkloadError("union strategy groups do not cover the workload's terms exactly once")
+        out = []
+        offset = 0
+        for l, (part, c) in enumerate(zip(strategy.parts, strategy.weights)):
+            system = _System(_blocks(part.matrix, offset, c), _pinv_terms(part, 1.0 / c**2))
+            out.append(([k for k in all_terms if owner[k] == l], system))
+            offset += part.matrix.shape[0]
+        return out
+    raise WorkloadError(f"no reconstruction for strategy type {type(strategy).__name__}")
+
+
+def _merged_pinv(pinv: list[tuple[float, list[Matrix]]], W: Sequence[Matrix],
+                 B: Sequence[Matrix]) -> list[tuple[float, list[Matrix]]]:
+    """The Gram pseudo-inverse's terms for one workload term ``W`` and block ``B``,
+    with the terms that act alike on them merged.
+
+    A marginal strategy's pseudo-inverse has a term per attribute subset (up
+    to ``2^d``), with factors ``I`` or ``J = 11ᵀ`` (and its fixed factors, if
+    any, the same in every term). Where ``W_i`` or ``B_i`` is
+    a total row, ``W_i J B_iᵀ = n_i · W_i I B_iᵀ`` (``J 1 = n 1``, ``1ᵀ J = n 1ᵀ``), so
+    ``J`` there is ``I`` times ``n_i``: terms then differ only on the attributes
+    both keep, and at most ``2^(that many)`` distinct products remain.
+    """
+    if len(pinv) == 1:
+        return pinv
+    merged: dict[tuple[bool, ...], float] = {}
+    for c, K in pinv:
+        key = []
+        for W_i, K_i, B_i in zip(W, K, B):
+            ones = isinstance(K_i, Ones)
+            if ones and (is_total(W_i) or is_total(B_i)):
+                c *= K_i.shape[0]
+                ones = False
+            key.append(ones)
+        merged[tuple(key)] = merged.get(tuple(key), 0.0) + c
+    return [(c, [_rebuilt(ones, K_i) for ones, K_i in zip(key, pinv[0][1])]) for key, c in merged.items()]
+
+
+def _rebuilt(ones: bool, K_i: Matrix) -> Matrix:
+    """A merged term's factor: ``J`` or ``I``, or the fixed factor (the same matrix in every term)."""
+    if not isinstance(K_i, (Ones, Identity)):
+        return K_i
+    n = K_i.shape[0]
+    return Ones(n, n) if ones else Identity(n)
+
+
+def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: np.ndarray) -> np.ndarray:
+    out = np.zeros(math.prod(f.shape[0] for f in factors))
+    for w_b, B, rows in system.blocks:
+        for c, K in _merged_pinv(system.pinv, factors, B):
+            M = [Product(W_i, Product(K_i, Transpose(B_i))) for W_i, K_i, B_i in zip(factors, K, B)]
+            out += (weight * c * w_b) * Kronecker(M).matvec(y[rows])
+    return out
+
+
+def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.ndarray:
+    """Least-squares answers to every workload query, in workload row order,
+    from measurements ``y`` of ``strategy.matrix`` (in its row order)."""
+    y = np.asarray(y, dtype=float)
+    if y.shape != (strategy.matrix.shape[0],):
+        raise WorkloadError(f"expected {strategy.matrix.shape[0]} measurements, got shape {y.shape}")
+    answers: list[np.ndarray | None] = [None] * len(workload.terms)
+    for terms, system in _systems(workload, strategy):
+        for k in terms:
+            w, factors = workload.terms[k]
+            answers[k] = _answer_term(factors, w, system, y)
+    return np.concatenate(answers)
+
+
+def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_iterations: int = 2000) -> np.ndarray:
+    """Answers read from one non-negative data vector fitted to ``y``.
+
+    Solves ``min ‖A x − y‖²`` subject to ``x ≥ 0`` (L-BFGS-B on the implicit
+    strategy) and returns ``W x̂``: every answer is then consistent with every
+    other (a total is the sum of its parts) and counts are never negative.
+    Biased, see the module docstring. Refused above
+    :data:`NONNEGATIVE_LIMIT` domain cells.
+    """
+    A = strategy.matrix
+    N = A.shape[1]
+    if N > NONNEGATIVE_LIMIT:
+        raise WorkloadError(
+            f"non-negative answers need a data vector over the full domain ({N:,} cells, at most "
+            f"{NONNEGATIVE_LIMIT:,}); use least-squares answers for this batch")
+    y = np.asarray(y, dtype=float)
+    scale = max(1.0, float(np.abs(y).max(initial=0.0)))
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        r = A.matvec(x) - y / scale
+        return 0.5 * float(r @ r), A.rmatvec(r)
+
+    res = minimize(objective, np.zeros(N), jac=True, method="L-BFGS-B", bounds=Bounds(0.0, np.inf),
+                   options={"maxiter": max_iterations, "ftol": 1e-15, "gtol": 1e-10})
+    return workload.matvec(res.x * scale)

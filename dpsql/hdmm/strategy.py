@@ -1,0 +1,373 @@
+"""Measurement strategies and how well they answer a workload.
+
+A strategy is the matrix ``A`` whose noisy answers ``A x + noise`` are
+released; every workload answer is then a least-squares estimate from them.
+Each class here knows, for its structure, the two quantities error analysis
+needs without ever forming ``WᵀW`` or ``(AᵀA)⁺`` over the full domain:
+
+* ``trace_error(workload)``: ``Σ_k tr(W_kᵀW_k (AᵀA)⁺)`` over the workload's
+  Kronecker terms, the expected total squared error per unit of noise
+  variance at unit sensitivity (HDMM Theorems 4, 6 and 11);
+* ``query_variances(workload)``: ``diag(W (AᵀA)⁺ Wᵀ)`` on the same scale,
+  one array per term.
+
+Both return ``inf`` where the strategy cannot answer some query (the query is
+not in the row space of ``A``).
+
+The shapes match the HDMM operators: :class:`KronStrategy` (OPT_0 and
+OPT_⊗), :class:`UnionStrategy` (OPT_+, each group of workload terms answered
+by its own part, "local least squares") and :class:`MarginalStrategy` (OPT_M,
+and with fixed factors on some attributes an OPT_+ part for a cluster of
+marginal-like terms).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import cached_property, reduce
+from typing import Sequence
+
+import numpy as np
+
+from dpsql.errors import WorkloadError
+from dpsql.hdmm.marginals import Marginals, ResidualMarginals, workload_eigen_weights
+from dpsql.hdmm.matrix import InvertibleGram, Kronecker, Matrix, VStack, Weighted, kron_terms
+from dpsql.hdmm.workload import Term, Workload
+
+#: Relative residual above which a workload factor counts as unsupported.
+SUPPORT_TOL = 1e-8
+
+
+class Strategy:
+    """Base class: a measurement matrix plus error analysis for its structure."""
+
+    operator: str = "?"
+
+    @property
+    def matrix(self) -> Matrix:
+        raise NotImplementedError
+
+    def sensitivity(self, p: int) -> float:
+        return self.matrix.sensitivity(p)
+
+    def trace_error(self, workload: Workload) -> float:
+        raise NotImplementedError
+
+    def query_variances(self, workload: Workload) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``diag(W_a (AᵀA)⁺ W_bᵀ)`` for two workload terms with equal row counts:
+        the covariance of their answers row by row, per unit of noise variance
+        (AVG = SUM / COUNT needs it for its standard error)."""
+        raise NotImplementedError
+
+    def _check_domain(self, workload: Workload, domain: Sequence[int]) -> None:
+        if tuple(workload.domain) != tuple(domain):
+            raise WorkloadError(f"strategy domain {tuple(domain)} does not match workload domain {workload.domain}")
+
+
+@dataclass
+class KronStrategy(Strategy):
+    """A single Kronecker product ``A₁ ⊗ … ⊗ A_d`` (HDMM Definition 17).
+
+    ``(AᵀA)⁺ = ⊗ (A_iᵀA_i)⁺``, so each term's error is a product of small
+    per-attribute traces (Theorem 4).
+    """
+
+    factors: tuple[Matrix, ...]
+    operator: str = "OPT_kron"
+
+    @cached_property
+    def matrix(self) -> Kronecker:
+        return Kronecker(self.factors)
+
+    @cached_property
+    def domain(self) -> tuple[int, ...]:
+        return tuple(f.shape[1] for f in self.factors)
+
+    @cached_property
+    def _grams(self) -> list[Matrix]:
+        return [f.gram() for f in self.factors]
+
+    @cached_property
+    def _pinvs(self) -> list[np.ndarray]:
+        return [
+            X.inverse() if isinstance(X, InvertibleGram) else X.pinv().dense()
+            for X in self._grams
+        ]
+
+    @cached_property
+    def _projectors(self) -> list[np.ndarray | None]:
+        """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` has full column rank."""
+        return [
+            None if isinstance(X, InvertibleGram) else P @ X.dense() for P, X in zip(self._pinvs, self._grams)
+        ]
+
+    def factor_trace(self, i: int, G: np.ndarray) -> float:
+        """``tr(G (A_iᵀA_i)⁺)`` for a factor-sized Gram ``G``; ``inf`` if unsupported."""
+        if not self._supports(i, G):
+            return math.inf
+        return float(np.sum(G * self._pinvs[i]))
+
+    def _supports(self, i: int, G: np.ndarray) -> bool:
+        # W is answerable iff W X⁺X = W, i.e. tr(G) = tr(G X⁺X) for G = WᵀW.
+        if self._projectors[i] is None:
+            return True
+        t = float(np.trace(G))
+        return abs(t - float(np.sum(G * self._projectors[i].T))) <= SUPPORT_TOL * max(t, 1.0)
+
+    def _supported_rows(self, i: int, W: Matrix) -> np.ndarray:
+        """Which rows ``q`` of a factor satisfy ``q X_i⁺X_i = q`` (answerable rows)."""
+        P = self._projectors[i]
+        residual = W._matmat(np.eye(P.shape[0]) - P.T)
+        return (residual**2).sum(axis=1) <= SUPPORT_TOL * np.maximum(W.row_norms_sq(), 1.0)
+
+    def term_traces(self, workload: Workload) -> np.ndarray:
+        """``tr(G_ki X_i⁺)`` for every term ``k`` and attribute ``i``."""
+        self._check_domain(workload, self.domain)
+        return np.array(
+            [[self.factor_trace(i, f.gram().dense()) for i, f in enumerate(fs)] for _, fs in workload.terms]
+        )
+
+    def term_errors(self, workload: Workload) -> np.ndarray:
+        """``Π_i tr(G_ki X_i⁺)`` per term, weights aside: ``inf`` if unsupported, and 0 for a
+        term with a zero factor (its queries are all zero, with zero error)."""
+        T = self.term_traces(workload)
+        with np.errstate(invalid="ignore"):
+            return np.where((T == 0).any(axis=1), 0.0, np.prod(T, axis=1))
+
+    def trace_error(self, workload: Workload) -> float:
+        w2 = np.array([w * w for w, _ in workload.terms])
+        return float(np.sum(w2 * self.term_errors(workload)))
+
+    def factor_cross_diag(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
+        """``diag(x X_i⁺ yᵀ)`` for two factors on attribute ``i``; for ``x is y``, ``inf``
+        on the rows this factor cannot answer."""
+        v = _cross_diag(x, y, self._pinvs[i])
+        if x is y and self._projectors[i] is not None and not self._supports(i, x.gram().dense()):
+            v = np.where(self._supported_rows(i, x), v, math.inf)
+        return v
+
+    def query_variances(self, workload: Workload) -> list[np.ndarray]:
+        self._check_domain(workload, self.domain)
+        out = []
+        for w, fs in workload.terms:
+            with np.errstate(invalid="ignore"):
+                var = reduce(np.kron, [self.factor_cross_diag(i, f, f) for i, f in enumerate(fs)])
+            # 0 · inf: an all-zero query row (answered exactly) times an unsupported factor row
+            out.append(w * w * np.where(np.isnan(var), 0.0, var))
+        return out
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        self._check_domain(workload, self.domain)
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        parts = [_cross_diag(x, y, P) for x, y, P in zip(fa, fb, self._pinvs)]
+        return wa * wb * reduce(np.kron, parts)
+
+
+@dataclass
+class UnionStrategy(Strategy):
+    """A weighted union of strategies (HDMM Definition 19): Kronecker products,
+    or marginal strategies with fixed factors for clusters of marginal-like terms.
+
+    Part ``l`` is measured with weight ``c_l`` and answers exactly the workload
+    terms in ``groups[l]`` by its own least squares, so term errors add up as
+    ``Σ_l Σ_{k ∈ groups[l]} tr(G_k X_l⁺) / c_l²``: an upper bound on the error
+    of joint least squares over the whole union.
+    """
+
+    parts: list[KronStrategy | MarginalStrategy]
+    weights: list[float]
+    groups: list[list[int]]
+    operator: str = "OPT_plus"
+
+    @cached_property
+    def matrix(self) -> VStack:
+        return VStack([Weighted(p.matrix, c) for p, c in zip(self.parts, self.weights)])
+
+    def _assignment(self, workload: Workload) -> list[tuple[int, KronStrategy | MarginalStrategy, float]]:
+        listed = sorted(k for g in self.groups for k in g)
+        if listed != list(range(len(workload.terms))):
+            raise WorkloadError("union strategy groups do not cover the workload's terms exactly once")
+        owner = {k: l for l, g in enumerate(self.groups) for k in g}
+        return [(k, self.parts[owner[k]], self.weights[owner[k]]) for k in range(len(workload.terms))]
+
+    def _sub(self, workload: Workload, k: int) -> Workload:
+        return Workload(workload.domain, [workload.terms[k]])
+
+    def trace_error(self, workload: Workload) -> float:
+        return float(
+            sum(part.trace_error(self._sub(workload, k)) / c**2 for k, part, c in self._assignment(workload))
+        )
+
+    def query_variances(self, workload: Workload) -> list[np.ndarray]:
+        return [part.query_variances(self._sub(workload, k))[0] / c**2 for k, part, c in self._assignment(workload)]
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        assignment = self._assignment(workload)
+        (_, part_a, c), (_, part_b, _) = assignment[a], assignment[b]
+        if part_a is not part_b:  # answered from different parts, whose noise is independent
+            return np.zeros(math.prod(f.shape[0] for f in workload.terms[a][1]))
+        pair = Workload(workload.domain, [workload.terms[a], workload.terms[b]])
+        return part_a.cross_variances(pair, 0, 1) / c**2
+
+
+@dataclass
+class MarginalStrategy(Strategy):
+    """A strategy whose Gram matrix lies in the marginal algebra (HDMM §8),
+    optionally in Kronecker product with fixed factors on some attributes.
+
+    ``strategy`` is weighted marginals (:class:`~dpsql.hdmm.marginals.Marginals`)
+    or the residual realization of the same Gram matrices
+    (:class:`~dpsql.hdmm.marginals.ResidualMarginals`). The error is
+    ``Σ_t γ_t / λ_t`` (Theorem 11) with ``γ`` from
+    :func:`~dpsql.hdmm.marginals.workload_eigen_weights`.
+
+    ``fixed``, when given, has one entry per attribute of the full domain: a
+    factor matrix ``A_i`` on the attributes ``S`` it names, None on the
+    attributes ``strategy`` spans (in domain order). The strategy is then
+    ``(⊗_{i∈S} A_i) ⊗ M`` with the attributes in domain order, and since
+    ``(AᵀA)⁺ = ⊗_{i∈S} X_i⁺ ⊗ X_M⁺`` a term's error is
+    ``Π_{i∈S} tr(G_i X_i⁺) · Σ_t γ_t / λ_t``, the eigen weights taken over the
+    marginal attributes. OPT_+ uses it for a group of workload terms that
+    share their structured factors (ranges, prefixes) and differ only in
+    marginal ones (identities, totals).
+    """
+
+    strategy: Marginals | ResidualMarginals
+    operator: str = "OPT_M"
+    fixed: tuple[Matrix | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.fixed is not None and all(f is None for f in self.fixed):
+            self.fixed = None
+        if self.fixed is not None:
+            free = sum(f is None for f in self.fixed)
+            if free != len(self.strategy.domain):
+                raise WorkloadError(f"a marginal strategy over {len(self.strategy.domain)} attributes needs as many "
+                                    f"None entries in fixed, got {free}")
+
+    @cached_property
+    def marginal_attributes(self) -> list[int]:
+        """Positions, in the full domain, of the attributes ``strategy`` spans."""
+        if self.fixed is None:
+            return list(range(len(self.strategy.domain)))
+        return [i for i, f in enumerate(self.fixed) if f is None]
+
+    @cached_property
+    def _fixed(self) -> tuple[list[int], KronStrategy | None]:
+        """The fixed attributes and their product (None when there are none)."""
+        if self.fixed is None:
+            return [], None
+        S = [i for i, f in enumerate(self.fixed) if f is not None]
+        return S, KronStrategy(tuple(self.fixed[i] for i in S))
+
+    @cached_property
+    def domain(self) -> tuple[int, ...]:
+        if self.fixed is None:
+            return tuple(self.strategy.domain)
+        sizes = iter(self.strategy.domain)
+        return tuple(next(sizes) if f is None else f.shape[1] for f in self.fixed)
+
+    def interleave(self, fixed: Sequence, marginal: Sequence) -> list:
+        """One entry per attribute: ``fixed[j]`` on the j-th fixed attribute,
+        ``marginal[j]`` on the j-th marginal one."""
+        if self.fixed is None:
+            return list(marginal)
+        f, m = iter(fixed), iter(marginal)
+        return [next(m) if x is None else next(f) for x in self.fixed]
+
+    @cached_property
+    def matrix(self) -> Matrix:
+        if self.fixed is None:
+            return self.strategy
+        _, kron = self._fixed
+        return VStack([Weighted(Kronecker(self.interleave(kron.factors, fs)), w)
+                       for w, fs in kron_terms(self.strategy)])
+
+    @cached_property
+    def eigenvalues(self) -> np.ndarray:
+        return self.strategy.gram().eigenvalues()
+
+    def _split(self, terms: Sequence[Term]) -> tuple[np.ndarray, list[Term]]:
+        """Per term, the product of the fixed attributes' traces ``Π_{i∈S} tr(G_i X_i⁺)``
+        (0 for a zero factor, ``inf`` if unsupported), and the terms' marginal-attribute parts."""
+        R = self.marginal_attributes
+        marginal = [(w, tuple(fs[i] for i in R)) for w, fs in terms]
+        S, kron = self._fixed
+        if kron is None:
+            return np.ones(len(terms)), marginal
+        return kron.term_errors(Workload(kron.domain, [(1.0, tuple(fs[i] for i in S)) for _, fs in terms])), marginal
+
+    def trace_error(self, workload: Workload) -> float:
+        self._check_domain(workload, self.domain)
+        scale, marginal = self._split(workload.terms)
+        sub = self.strategy.domain
+        if self.fixed is None:
+            return eigen_trace_error(workload_eigen_weights(sub, marginal), self.eigenvalues)
+        total = 0.0
+        for c, term in zip(scale, marginal):
+            e = eigen_trace_error(workload_eigen_weights(sub, [term]), self.eigenvalues) if c > 0 else 0.0
+            if e > 0:  # a term whose marginal part is zero has no error, whatever its fixed part
+                total += c * e
+        return float(total)
+
+    def query_variances(self, workload: Workload) -> list[np.ndarray]:
+        """``diag(W_k X⁺ W_kᵀ)`` for every term (see :meth:`cross_variances`)."""
+        return [self.cross_variances(workload, k, k) for k in range(len(workload.terms))]
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``diag(W_a X⁺ W_bᵀ) = Σ_t (1/λ_t) ⊗_i diag(W_ai Π_t,i W_biᵀ)``.
+
+        On a marginal attribute ``i`` the projector onto the ones vector
+        contributes ``row_sum_a · row_sum_b / n_i`` and its complement the rest
+        of ``diag(W_ai W_biᵀ)``; only subsets of the attributes where a term is
+        not constant contribute. A fixed attribute contributes
+        ``diag(W_ai X_i⁺ W_biᵀ)`` to every subset.
+        """
+        self._check_domain(workload, self.domain)
+        lam = self.eigenvalues
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        R = self.marginal_attributes
+        S, kron = self._fixed
+        pinned = [kron.factor_cross_diag(j, fa[i], fb[i]) for j, i in enumerate(S)]
+        sizes = self.strategy.domain
+        ones = [fa[i].row_sums() * fb[i].row_sums() / n for i, n in zip(R, sizes)]
+        full = [fa[i].row_norms_sq() if a == b else _cross_diag(fa[i], fb[i], np.eye(n)) for i, n in zip(R, sizes)]
+        rest = [f - o for f, o in zip(full, ones)]
+        if a == b:
+            rest = [np.maximum(r, 0.0) for r in rest]
+        active = [j for j in range(len(R)) if np.abs(rest[j]).max() > SUPPORT_TOL * max(1.0, np.abs(ones[j]).max())]
+        var = np.zeros(math.prod(f.shape[0] for f in fa))
+        with np.errstate(invalid="ignore"):
+            for r in range(len(active) + 1):
+                for sub in itertools.combinations(active, r):
+                    t = sum(1 << j for j in sub)
+                    contrib = reduce(np.kron, self.interleave(
+                        pinned, [rest[j] if j in sub else ones[j] for j in range(len(R))]))
+                    if lam[t] <= 0:
+                        if np.abs(np.nan_to_num(contrib)).max() > 0:
+                            var = var + np.where(contrib != 0, math.inf, 0.0)
+                        continue
+                    var = var + contrib / lam[t]
+        # 0 · inf: an all-zero query row (answered exactly) times an unsupported fixed-factor row
+        return wa * wb * np.where(np.isnan(var), 0.0, var)
+
+
+def _cross_diag(A: Matrix, B: Matrix, M: np.ndarray) -> np.ndarray:
+    """``diag(A M Bᵀ)`` for two factors with equal row counts."""
+    if A is B:
+        return A.quadratic_diag(M)
+    return np.einsum("ij,ij->i", A._matmat(M), B.dense())
+
+
+def eigen_trace_error(gamma: np.ndarray, lam: np.ndarray) -> float:
+    """``Σ_t γ_t / λ_t``, infinite when some ``γ_t > 0`` meets ``λ_t = 0``."""
+    scale = max(1.0, float(np.max(np.abs(lam))))
+    zero = lam <= 1e-12 * scale
+    if np.any(zero & (gamma > 1e-12 * max(1.0, float(gamma.max())))):
+        return math.inf
+    return float(np.sum(gamma[~zero] / lam[~zero]))

@@ -1,0 +1,578 @@
+"""Where measurement queries run: DuckDB (the default) or Apache Spark.
+
+:mod:`dpsql.private.measure` builds one counting query as a :mod:`sqlglot`
+expression; a :class:`Backend` is the one thing that knows how to run it
+somewhere. It has three members:
+
+* ``dialect``: the sqlglot dialect the query is rendered in
+  (``"duckdb"``, ``"spark"``);
+* :meth:`~Backend.column_types`: the *type family* of every column of a
+  table (see :data:`FAMILIES`), read from the catalog without reading rows.
+  :func:`dpsql.private.measure.index_expression` picks the value-to-index mapping
+  from it, so the same cell gets the same index whatever the engine;
+* :meth:`~Backend.source`: what a measurement reads FROM for a table. On
+  DuckDB, a view is read through its definition with every ``CAST`` made a
+  ``TRY_CAST`` and its row-level expressions wrapped in ``TRY(...)``, so that
+  no row's value can make the counting query fail (:func:`safe_view`);
+* :meth:`~Backend.run`: render, execute and return the result columns as
+  numpy arrays. Only the aggregated counts of the query come back (one row
+  per marginal cell seen), never rows of the table.
+
+:func:`open_source` turns what ``dpsql.connect`` is given (a connection, a
+file, a ``SparkSession``) into a backend. A CSV file is read line by line
+with fixed dialect options and no type sniffing (:func:`csv_view`): in a
+sniffed read, one row could change the detected types or delimiter, and with
+them every other row.
+
+Failures of the engine are raised as :class:`BackendError`, whose text is
+data-free: the engine's message is kept only for schema-level problems
+found before any row is read (a missing table or column); for any other
+failure only the exception class (and Spark's error condition name, e.g.
+``CAST_INVALID_INPUT``) is kept, since a runtime message can quote a value.
+:func:`dpsql.private.measure.measure_marginals` turns it into a
+:class:`~dpsql.errors.MeasurementError`.
+
+Noise, the budget ledger and strategy selection never run in a backend:
+they stay in the Python process that calls :mod:`dpsql.private.kernel`.
+
+>>> import duckdb
+>>> from sqlglot import exp
+>>> con = duckdb.connect()
+>>> _ = con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a', 1), ('b', 2), ('a', 3)) v(s, x)")
+>>> backend = backend_for(con)
+>>> backend.dialect, backend.column_types("t")
+('duckdb', {'s': 'string', 'x': 'int'})
+>>> q = exp.select("s", exp.Count(this=exp.Star()).as_("n")).from_("t").group_by("s").order_by("s")
+>>> {k: v.tolist() for k, v in backend.run(q).items()}
+{'s': ['a', 'b'], 'n': [2, 1]}
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+if TYPE_CHECKING:
+    from dpsql.schema import Column, Schema
+
+__all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
+           "duckdb_type_family", "integer_cast_type", "is_spark_session", "open_source", "safe_view",
+           "spark_type_family", "table_expression"]
+
+#: The type families a backend reports (what the domain-index mapping needs to know).
+FAMILIES = ("string", "int", "float", "decimal", "bool", "null", "other")
+
+_DUCKDB_FAMILIES = {
+    "varchar": "string", "enum": "string", "json": "string",
+    "tinyint": "int", "smallint": "int", "integer": "int", "bigint": "int", "hugeint": "int",
+    "utinyint": "int", "usmallint": "int", "uinteger": "int", "ubigint": "int", "uhugeint": "int",
+    "bignum": "int", "varint": "int", "int": "int",
+    "float": "float", "double": "float", "decimal": "decimal",
+    "boolean": "bool", "bool": "bool", "null": "null", "other": "other",
+}
+
+
+def duckdb_type_family(sql_type: Any) -> str | None:
+    """The family of a DuckDB column type (a ``duckdb`` type object, whose
+    ``id`` is used, or a type name), or None when ``sql_type`` is None.
+
+    Family names map to themselves, so a family is also a valid type here.
+
+    >>> duckdb_type_family("DECIMAL(5,2)"), duckdb_type_family("VARCHAR"), duckdb_type_family("DATE")
+    ('decimal', 'string', 'other')
+    >>> [duckdb_type_family(f) for f in FAMILIES] == list(FAMILIES)
+    True
+    """
+    if sql_type is None:
+        return None
+    key = getattr(sql_type, "id", None)
+    if not isinstance(key, str):
+        key = str(sql_type)
+    key = key.strip().lower().split("(", 1)[0].strip()
+    if key.startswith("varchar") or key in ("text", "string", "char", "bpchar"):
+        key = "varchar"
+    return _DUCKDB_FAMILIES.get(key, "other")
+
+
+def spark_type_family(simple_string: str) -> str:
+    """The family of a Spark SQL type, given its ``DataType.simpleString()``.
+
+    STRING (with any collation), CHAR(n) and VARCHAR(n) are strings;
+    TINYINT … BIGINT ints; FLOAT and DOUBLE floats; VOID (an all-NULL column)
+    is ``"null"``; dates, timestamps, binary and nested types are ``"other"``
+    (never in a declared domain).
+
+    >>> [spark_type_family(t) for t in ("string collate UTF8_LCASE", "varchar(3)", "tinyint", "bigint",
+    ...                                 "double", "decimal(10,2)", "boolean", "void", "date", "array<int>")]
+    ['string', 'string', 'int', 'int', 'float', 'decimal', 'bool', 'null', 'other', 'other']
+    """
+    key = simple_string.strip().lower()
+    head = key.split("(", 1)[0].split("<", 1)[0].split(" ", 1)[0]
+    if head in ("string", "varchar", "char"):
+        return "string"
+    if head in ("tinyint", "smallint", "int", "bigint", "byte", "short", "integer", "long"):
+        return "int"
+    if head in ("float", "double", "real"):
+        return "float"
+    return {"decimal": "decimal", "boolean": "bool", "void": "null", "null": "null"}.get(head, "other")
+
+
+def table_expression(table: "str | exp.Table") -> exp.Table:
+    """A table reference: a string is ONE (quoted) identifier, whatever it
+    contains; pass an ``exp.Table`` for a qualified name.
+
+    >>> table_expression('my "odd" table').sql("duckdb"), table_expression("people").sql("spark")
+    ('"my ""odd"" table"', '`people`')
+    """
+    if isinstance(table, exp.Table):
+        return table.copy()
+    return exp.Table(this=exp.to_identifier(table, quoted=True))
+
+
+class BackendError(Exception):
+    """A failed query, described without data values.
+
+    ``reason`` is the engine's message when ``schema_level`` (a missing
+    table or column: found before rows are read), else the exception class.
+    """
+
+    def __init__(self, reason: str, schema_level: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.schema_level = schema_level
+
+
+class Backend(abc.ABC):
+    """Where measurement queries run (see the module docstring)."""
+
+    #: the sqlglot dialect queries are rendered in
+    dialect: str = "duckdb"
+
+    @abc.abstractmethod
+    def column_types(self, table: "str | exp.Table") -> dict[str, str]:
+        """Every column of ``table`` → its family (one of :data:`FAMILIES`), reading no rows."""
+
+    @abc.abstractmethod
+    def run(self, query: exp.Select) -> dict[str, np.ndarray]:
+        """Execute ``query`` rendered in :attr:`dialect`; its result as one array per column."""
+
+    def render(self, query: exp.Expression) -> str:
+        """The SQL text this backend executes for ``query``."""
+        return query.sql(dialect=self.dialect)
+
+    def source(self, table: "str | exp.Table") -> exp.Expression:
+        """What a measurement reads FROM for ``table`` (by default the table itself)."""
+        return table_expression(table)
+
+    @abc.abstractmethod
+    def has_table(self, name: str) -> bool:
+        """Whether a table or view called ``name`` exists (a catalog lookup: reads no rows)."""
+
+    def _schema_query(self, table: "str | exp.Table") -> str:
+        return self.render(exp.select(exp.Star()).from_(table_expression(table)).limit(0))
+
+
+class DuckDBBackend(Backend):
+    """Queries run on a DuckDB connection (or any object with DuckDB's
+    ``sql`` and ``execute`` methods).
+
+    >>> DuckDBBackend(duckdb.connect()).dialect
+    'duckdb'
+    """
+
+    dialect = "duckdb"
+
+    def __init__(self, con: "duckdb.DuckDBPyConnection") -> None:
+        self.con = con
+
+    def column_types(self, table: "str | exp.Table") -> dict[str, str]:
+        try:
+            rel = self.con.sql(self._schema_query(table))
+            return {name: duckdb_type_family(t) for name, t in zip(rel.columns, rel.types)}
+        except duckdb.Error as e:
+            raise _duckdb_failure(e) from None
+
+    def run(self, query: exp.Select) -> dict[str, np.ndarray]:
+        try:
+            return dict(self.con.execute(self.render(query)).fetchnumpy())
+        except duckdb.Error as e:
+            raise _duckdb_failure(e) from None
+
+    def source(self, table: "str | exp.Table") -> exp.Expression:
+        """``table``, or for a view, its definition made safe (:func:`safe_view`)."""
+        if isinstance(table, str):
+            try:
+                view = safe_view(self.con, table)
+            except duckdb.Error as e:
+                raise _duckdb_failure(e) from None
+            if view is not None:
+                return view
+        return table_expression(table)
+
+    def has_table(self, name: str) -> bool:
+        try:
+            return _catalog_has(self.con, name)
+        except duckdb.Error as e:
+            raise _duckdb_failure(e) from None
+
+
+def _catalog_has(con: "duckdb.DuckDBPyConnection", name: str) -> bool:
+    """Whether a table or view ``name`` (any case, any schema) is in ``con``'s catalogs."""
+    return con.execute(
+        "SELECT count(*) FROM (SELECT table_name AS name FROM duckdb_tables() UNION ALL "
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal) WHERE lower(name) = lower(?)",
+        [name]).fetchall()[0][0] > 0
+
+
+#: Deepest chain of views (a view reading a view ...) that :func:`safe_view` rewrites.
+MAX_VIEW_DEPTH = 16
+#: Table functions whose view text cannot be run again (they scan a Python object).
+_OBJECT_SCANS = ("pandas_scan", "arrow_scan", "arrow_scan_dumb", "python_map_function")
+#: Functions that TRY(...) must not wrap (volatile) or that may be volatile (unknown to sqlglot).
+_VOLATILE = (exp.Rand, exp.Anonymous, exp.Uuid)
+
+
+def _view_definition(con: "duckdb.DuckDBPyConnection", name: str) -> tuple[str, list[str]] | None:
+    """The SQL text and column names of the view ``name`` as DuckDB resolves an unqualified name
+    (temporary objects first, then the current schema), or None when ``name`` is not a view."""
+    rows = con.execute(
+        "SELECT v.sql, v.database_name, v.schema_name, v.view_oid FROM duckdb_views() v "
+        "WHERE NOT v.internal AND lower(v.view_name) = lower(?) AND (v.temporary OR "
+        "(v.database_name = current_database() AND v.schema_name = current_schema())) "
+        "ORDER BY v.temporary DESC LIMIT 1", [name]).fetchall()
+    if not rows:
+        return None
+    sql, _, _, oid = rows[0]
+    columns = [r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_oid = ? ORDER BY column_index", [oid]).fetchall()]
+    return sql, columns
+
+
+def _row_level(e: exp.Expression) -> bool:
+    """Whether TRY(e) is allowed and means the same per row: no aggregate, window, subquery or
+    (possibly) volatile function inside."""
+    return not any(isinstance(n, (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, *_VOLATILE)) for n in e.walk())
+
+
+def _try_wrapped(select: exp.Select, columns: list[str]) -> None:
+    """Wrap the row-level output expressions and WHERE condition of a plain SELECT (no ``*``,
+    grouping, DISTINCT or set operation) in ``TRY(...)``, named as DuckDB names the view's
+    columns, so an error in one row's value gives NULL (out of domain) instead of failing."""
+    items = select.expressions
+    if (any(isinstance(i, exp.Star) or (isinstance(i, exp.Column) and isinstance(i.this, exp.Star)) for i in items)
+            or len(items) != len(columns) or any(select.args.get(k) for k in ("group", "having", "distinct",
+                                                                                 "qualify", "windows"))
+            or any(isinstance(n, (exp.AggFunc, exp.Window)) for i in items for n in i.walk())):
+        return
+    wrapped = []
+    for item, name in zip(items, columns):
+        body = item.this if isinstance(item, exp.Alias) else item
+        if not isinstance(body, (exp.Column, exp.Literal)) and _row_level(body):
+            body = exp.Try(this=body.copy())
+        wrapped.append(exp.alias_(body, exp.to_identifier(name, quoted=True)))
+    select.set("expressions", wrapped)
+    where = select.args.get("where")
+    if where is not None and _row_level(where.this):
+        where.set("this", exp.Try(this=where.this.copy()))
+
+
+def safe_view(con: "duckdb.DuckDBPyConnection", name: str, depth: int = 0) -> exp.Subquery | None:
+    """The view ``name`` of ``con`` as a subquery that no row's value can make fail, or None when
+    ``name`` is not a view (or is one whose text cannot be run again: a registered DataFrame).
+
+    The view's SQL is read from the catalog (not data) and rewritten: every ``CAST`` becomes a
+    ``TRY_CAST``, the row-level output expressions and WHERE condition of its SELECT are wrapped
+    in ``TRY(...)`` (DuckDB's "NULL on error"), and the views it reads are inlined the same way,
+    up to :data:`MAX_VIEW_DEPTH` deep. A value that would have made the view fail is then NULL,
+    which the measurement counts as outside the domain (a row-level filter, like any other
+    out-of-domain value). What TRY cannot wrap (aggregates, window functions, volatile
+    functions) is left as it is; the kernel charges the budget before reading, so a failure
+    there is fail-closed.
+
+    >>> con = duckdb.connect()
+    >>> _ = con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('1'), ('x')) v(a)")
+    >>> _ = con.execute("CREATE VIEW people AS SELECT CAST(a AS INTEGER) AS age FROM raw")
+    >>> view = safe_view(con, "people")
+    >>> view.sql("duckdb")
+    '(SELECT TRY(TRY_CAST(a AS INT)) AS "age" FROM raw) AS "people"("age")'
+    >>> con.sql(f"SELECT age FROM {view.sql('duckdb')} ORDER BY age").fetchall()
+    [(1,), (None,)]
+    """
+    found = _view_definition(con, name)
+    if found is None:
+        return None
+    sql, columns = found
+    if depth >= MAX_VIEW_DEPTH:
+        raise BackendError(f"views nested more than {MAX_VIEW_DEPTH} deep under {name!r}", schema_level=True)
+    try:
+        create = sqlglot.parse_one(sql, read="duckdb")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return None
+    query = create.args.get("expression") if isinstance(create, exp.Create) else None
+    if query is None or any(isinstance(f, exp.Func) and f.sql_name().lower() in _OBJECT_SCANS
+                            or (isinstance(f, exp.Anonymous) and str(f.this).lower() in _OBJECT_SCANS)
+                            for f in query.walk()):
+        return None
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+
+    def inline(node: exp.Expression) -> exp.Expression:
+        if (isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.args.get("db")
+                and node.name.lower() not in ctes):
+            inner = safe_view(con, node.name, depth + 1)
+            if inner is not None:
+                alias = node.alias or node.name
+                inner.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True),
+                                                  columns=inner.args["alias"].args.get("columns")))
+                return inner
+        return node
+
+    query = query.transform(inline)
+    for cast in [c for c in query.find_all(exp.Cast) if type(c) is exp.Cast]:  # nested casts too
+        cast.replace(exp.TryCast(**{**cast.args, "safe": True}))
+    if isinstance(query, exp.Select):
+        _try_wrapped(query, columns)
+    return exp.Subquery(this=query, alias=exp.TableAlias(
+        this=exp.to_identifier(name, quoted=True), columns=[exp.to_identifier(c, quoted=True) for c in columns]))
+
+
+def _duckdb_failure(e: BaseException) -> BackendError:
+    if isinstance(e, (duckdb.CatalogException, duckdb.BinderException)):
+        return BackendError(str(e), schema_level=True)
+    return BackendError(type(e).__name__, schema_level=False)
+
+
+class SparkBackend(Backend):
+    """Queries run on Apache Spark through a ``SparkSession`` (classic or
+    Spark Connect), as Spark SQL rendered by sqlglot's ``spark`` dialect.
+
+    The query is planned and executed by Spark where the data lives; the
+    driver collects only its result, the aggregated marginal counts (at
+    most one row per cell of the requested marginals). Tables and temp
+    views are named as for DuckDB: a string is one identifier (register a
+    temp view, or pass an ``exp.Table``, for a ``db.table`` name).
+    pyspark is imported only when a SparkBackend is made.
+    """
+
+    dialect = "spark"
+
+    def __init__(self, spark: Any) -> None:
+        from pyspark.errors import AnalysisException, PySparkException  # pyspark >= 3.4
+
+        errors: list[type[BaseException]] = [PySparkException]
+        try:
+            from py4j.protocol import Py4JError  # classic sessions only
+            errors.append(Py4JError)
+        except ImportError:  # pragma: no cover - Spark Connect without py4j
+            pass
+        self.spark = spark
+        self._analysis = AnalysisException
+        self._errors = tuple(errors)
+
+    def column_types(self, table: "str | exp.Table") -> dict[str, str]:
+        try:  # analysis only: a LIMIT 0 query is planned, not run
+            fields = self.spark.sql(self._schema_query(table)).schema.fields
+            return {f.name: spark_type_family(f.dataType.simpleString()) for f in fields}
+        except self._errors as e:
+            raise self._failure(e) from None
+
+    def run(self, query: exp.Select) -> dict[str, np.ndarray]:
+        try:
+            df = self.spark.sql(self.render(query))
+            names = list(df.columns)
+            rows = df.collect()
+        except self._errors as e:
+            raise self._failure(e) from None
+        return {name: np.array([r[i] for r in rows]) for i, name in enumerate(names)}
+
+    def has_table(self, name: str) -> bool:
+        try:
+            return bool(self.spark.catalog.tableExists(name))
+        except self._errors as e:
+            raise self._failure(e) from None
+
+    def _failure(self, e: BaseException) -> BackendError:
+        if isinstance(e, self._analysis):  # raised while planning, before any row is read
+            return BackendError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                                schema_level=True)
+        condition = None
+        for getter in ("getCondition", "getErrorClass"):
+            try:
+                condition = getattr(e, getter)()
+                break
+            except Exception:  # not a Spark error with a condition name
+                continue
+        return BackendError(type(e).__name__ + (f" {condition}" if isinstance(condition, str) else ""),
+                            schema_level=False)
+
+
+def is_spark_session(obj: Any) -> bool:
+    """Whether ``obj`` is a pyspark ``SparkSession`` (classic or Connect),
+    decided from its class names, without importing pyspark.
+
+    >>> is_spark_session(duckdb.connect()), is_spark_session("persons")
+    (False, False)
+    """
+    return any(c.__name__ == "SparkSession" and c.__module__.startswith("pyspark.")
+               for c in type(obj).__mro__)
+
+
+def backend_for(source: Any) -> Backend:
+    """The backend for ``source``: a :class:`Backend` itself, a
+    ``SparkSession`` (:class:`SparkBackend`), or a DuckDB connection
+    (:class:`DuckDBBackend`; also any object with DuckDB's ``sql`` and
+    ``execute`` methods).
+
+    >>> type(backend_for(duckdb.connect())).__name__
+    'DuckDBBackend'
+    >>> backend_for(42)
+    Traceback (most recent call last):
+    ...
+    TypeError: cannot run measurement queries on a int: pass a DuckDB connection, a SparkSession or a Backend
+    """
+    if isinstance(source, Backend):
+        return source
+    if is_spark_session(source):
+        return SparkBackend(source)
+    if isinstance(source, duckdb.DuckDBPyConnection) or (hasattr(source, "sql") and hasattr(source, "execute")):
+        return DuckDBBackend(source)
+    raise TypeError(f"cannot run measurement queries on a {type(source).__name__}: "
+                    "pass a DuckDB connection, a SparkSession or a Backend")
+
+
+#: File name suffixes :func:`open_source` reads, and how.
+_DATABASE_SUFFIXES = (".duckdb", ".db", ".ddb")
+_CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
+
+
+def open_source(source: Any, table: str, schema: "Schema") -> Backend:
+    """Where ``dpsql.connect`` finds the private table ``table``, as a backend.
+
+    A DuckDB connection, a ``SparkSession`` or a :class:`Backend` is used as
+    it is. A ``.duckdb`` (``.db``, ``.ddb``) file is opened read-only; a
+    Parquet file is read as ``table`` (its column types are in the file's
+    metadata); a CSV or TSV file is read by :func:`csv_view`. Raises
+    TypeError, FileNotFoundError or ValueError for anything else.
+    """
+    if isinstance(source, (duckdb.DuckDBPyConnection, Backend)) or is_spark_session(source):
+        return backend_for(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
+                        f"got {type(source).__name__}")
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no such data file: {path}")
+    suffixes = "".join(path.suffixes).lower()
+    if path.suffix.lower() in _DATABASE_SUFFIXES:
+        return DuckDBBackend(duckdb.connect(str(path), read_only=True))
+    con = duckdb.connect()
+    if ".parquet" in suffixes:
+        con.read_parquet(str(path)).create_view(table)
+    elif delimiter := next((d for s, d in _CSV_DELIMITERS.items() if s in suffixes), None):
+        con.execute(csv_view(path, table, schema, delimiter))
+    else:
+        raise ValueError(f"cannot tell the format of {path}: use .duckdb, .csv, .tsv or .parquet")
+    return DuckDBBackend(con)
+
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT128 = (-(2 ** 127), 2 ** 127 - 1)
+
+
+def integer_cast_type(lo: int, hi: int) -> str | None:
+    """The narrower of BIGINT and HUGEINT that holds every integer in ``[lo, hi]``, or None.
+
+    >>> integer_cast_type(0, 90), integer_cast_type(0, 2 ** 64), integer_cast_type(0, 2 ** 200)
+    ('BIGINT', 'HUGEINT', None)
+    """
+    if _INT64[0] <= lo and hi <= _INT64[1]:
+        return "BIGINT"
+    if _INT128[0] <= lo and hi <= _INT128[1]:
+        return "HUGEINT"
+    return None
+
+
+def _natural_type(column: "Column") -> str:
+    """The SQL type that holds ``column``'s domain values, for reading them from text."""
+    from dpsql.schema import Binned, Boolean, Categorical, IntegerRange
+
+    if isinstance(column, Boolean):
+        return "BOOLEAN"
+    if isinstance(column, IntegerRange):
+        return integer_cast_type(column.min, column.max) or "DOUBLE"
+    if isinstance(column, Categorical) and not column.is_numeric:
+        return "VARCHAR"
+    if isinstance(column, Categorical) and all(isinstance(v, int) for v in column.values):
+        return integer_cast_type(min(column.values), max(column.values)) or "DOUBLE"
+    if isinstance(column, (Categorical, Binned)):
+        return "DOUBLE"
+    raise TypeError(f"unknown column kind {type(column).__name__}")  # pragma: no cover
+
+
+def _unquoted(field: exp.Expression) -> exp.Expression:
+    """A CSV field without its surrounding double quotes (``""`` inside becomes ``"``)."""
+    quoted = exp.and_(exp.GTE(this=exp.Length(this=field.copy()), expression=exp.Literal.number(2)),
+                      exp.func("starts_with", field.copy(), exp.Literal.string('"')),
+                      exp.func("ends_with", field.copy(), exp.Literal.string('"')))
+    inner = exp.func("replace", exp.Substring(this=field.copy(), start=exp.Literal.number(2),
+                                              length=exp.Sub(this=exp.Length(this=field.copy()),
+                                                             expression=exp.Literal.number(2))),
+                     exp.Literal.string('""'), exp.Literal.string('"'))
+    return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=field.copy())
+
+
+def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter: str = ",") -> str:
+    """``CREATE VIEW table AS ...``: a CSV file read so that each line is one row, whatever any
+    other line holds.
+
+    DuckDB's CSV reader sniffs the dialect and the column types from a sample of rows, and a
+    quoted field may run across lines: one hostile row could change the types, the delimiter
+    or the rows of everyone else. Here nothing is sniffed: the header (column names, public)
+    is read in Python; every field is read as text with a fixed ``delimiter`` and no quoting,
+    so a row is exactly one line; a line with the wrong number of fields is skipped (as an
+    out-of-domain row would be); surrounding double quotes are stripped from each field; and
+    each schema column is ``TRY_CAST`` to its domain's type (a value that does not convert
+    is NULL, outside the domain unless the column is nullable). Fields holding the delimiter
+    or a line break inside quotes are not supported: such a line is skipped.
+
+    >>> import tempfile, pathlib
+    >>> from dpsql.schema import load_schema
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.csv"
+    >>> _ = f.write_text('age,sex\\n30,F\\n"41","M"\\nabc,F\\n5,"M\\n7,F,extra\\n')
+    >>> s = load_schema({"table": "p", "columns": {"age": {"type": "integer", "min": 0, "max": 99},
+    ...                                          "sex": {"type": "categorical", "values": ["F", "M"]}}})
+    >>> con = duckdb.connect(); _ = con.execute(csv_view(f, "p", s))
+    >>> con.sql("SELECT * FROM p").fetchall()
+    [(30, 'F'), (41, 'M'), (None, 'F'), (5, '"M')]
+    """
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh, delimiter=delimiter), [])
+    if not header:
+        raise ValueError(f"{path}: the CSV file has no header line")
+    names = [h.strip() for h in header]
+    text = {exp.Literal.string(n): exp.Literal.string("VARCHAR") for n in names}
+    read = exp.func("read_csv", exp.Literal.string(os.fspath(path)),
+                    *[exp.EQ(this=exp.column(k), expression=v) for k, v in (
+                        ("auto_detect", exp.false()), ("header", exp.true()),
+                        ("delim", exp.Literal.string(delimiter)), ("quote", exp.Literal.string("")),
+                        ("escape", exp.Literal.string("")), ("ignore_errors", exp.true()),
+                        ("columns", exp.Struct(expressions=[exp.PropertyEQ(this=k, expression=v)
+                                                            for k, v in text.items()])))])
+    by_name = {n.lower(): n for n in names}
+    wanted = [c for c in schema.columns if c.name.lower() in by_name]
+    unit = schema.privacy_unit.column
+    items = [exp.alias_(exp.TryCast(this=_unquoted(exp.column(by_name[c.name.lower()], quoted=True)),
+                                    to=exp.DataType.build(_natural_type(c)), safe=True),
+                        exp.to_identifier(c.name, quoted=True)) for c in wanted]
+    if unit is not None and unit.lower() in by_name and unit.lower() not in {c.name.lower() for c in wanted}:
+        items.append(exp.alias_(_unquoted(exp.column(by_name[unit.lower()], quoted=True)),
+                                exp.to_identifier(unit, quoted=True)))
+    select = exp.select(*items).from_(read)
+    return f"CREATE VIEW {exp.to_identifier(table, quoted=True).sql('duckdb')} AS {select.sql('duckdb')}"

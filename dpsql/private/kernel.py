@@ -1,0 +1,373 @@
+"""The private kernel: the one layer that reads the private table and spends budget.
+
+Everything else in dpsql (compiling SQL, selecting a strategy, reconstructing
+answers, post-processing) is public math on public inputs and on the noisy
+values this layer releases. :class:`PrivateTable` holds the connection to
+the private data and the ledger. Its outputs that depend on the data, each a
+differentially private release charged to the ledger before it is made:
+
+* :meth:`PrivateTable.measure`: noisy answers to a strategy's queries
+  (Laplace or Gaussian noise), with their noise scale;
+* :meth:`PrivateTable.select_marginal`: the index of one candidate marginal
+  (an exponential mechanism; MWEM's selection);
+* :meth:`PrivateTable.sample_cells`: exponential-mechanism draws of cell
+  queries (DualQuery's and FEM's selections), against a budget charged in
+  advance by :meth:`PrivateTable.reserve`.
+
+Its other outputs (``rows_per_unit``, ``sensitivity``, ``check``) are
+functions of the public schema, the strategy and the ledger alone.
+
+Order of operations in ``measure`` (and alike in the others), and why:
+
+1. the ledger checks that the cost fits the budget, and everything that can
+   be known without reading a row is checked: the size of the measurement,
+   the noise parameters, and the table's catalog entry (its columns and
+   their types). A request refused here reads nothing and records nothing;
+2. the spend is recorded in the ledger, atomically re-checked against the
+   budget and made durable (a concurrent spender that took the budget first
+   makes this one fail, still before any row is read);
+3. only then are exact marginals counted where the table lives, DuckDB or
+   Spark (:mod:`dpsql.private.measure`, :mod:`dpsql.private.backend`), over the attributes
+   each strategy block measures. The counting query is built so that no
+   row's value can make it fail; should it fail anyway (say, an owner's view
+   calling a function that raises on some value), the charge is kept and the
+   error says so: whether a read fails might depend on the data, so failing
+   must cost what succeeding costs (fail closed);
+4. noise is drawn from the OS CSPRNG (:mod:`dpsql.private.noise`), on a power-of-two
+   lattice so no low-order bit of a release depends on the exact value
+   (Laplace: exact discrete Laplace noise on the rounded answers), and the
+   noisy values are returned.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import duckdb
+import numpy as np
+
+from dpsql.errors import MeasurementError
+from dpsql.hdmm.matrix import Kronecker, Matrix, Ones, kron_terms
+from dpsql.hdmm.strategy import Strategy
+from dpsql.limits import check_measured_cells
+from dpsql.privacy import Gaussian, Laplace, NoiseModel
+from dpsql.private.backend import Backend, BackendError, backend_for
+from dpsql.private.budget import Cost
+from dpsql.private.ledger import Ledger
+from dpsql.private.measure import Counting, prepare_counting
+from dpsql.private.noise import (
+    GaussianLattice,
+    LaplaceLattice,
+    UniformSource,
+    categorical,
+    gaussian_lattice,
+    laplace_lattice,
+)
+from dpsql.schema import Attribute, Schema
+
+__all__ = ["Measurement", "PrivateTable", "Reservation", "strategy_answers"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Noisy answers to every row of a strategy, and how they were made.
+
+    ``sensitivity`` already includes the privacy unit's row bound; every
+    value carries independent noise of standard deviation ``noise_std``.
+    """
+
+    values: np.ndarray
+    noise: NoiseModel
+    sensitivity: float
+    noise_std: float
+    cost: Cost
+    entry: int
+
+
+def _constant_row(f: Matrix) -> float | None:
+    """``c`` when ``f`` is the single query ``c·1ᵀ`` (it sums its attribute out), else None."""
+    if f.shape[0] != 1:
+        return None
+    if isinstance(f, Ones):
+        return 1.0
+    row = f.dense().ravel()
+    return float(row[0]) if np.all(row == row[0]) else None
+
+
+def _block_plan(strategy: Strategy) -> list[tuple[float, tuple[int, ...], Matrix | None]]:
+    """Per strategy block, in row order: (scalar, measured attributes, block on them).
+
+    A factor ``c·1ᵀ`` sums its attribute out, so the block is computed from
+    the marginal on the other attributes only (HDMM §10.1).
+    """
+    terms = kron_terms(strategy.matrix)
+    if terms is None:
+        raise TypeError(f"cannot measure a {type(strategy.matrix).__name__} strategy")
+    plan = []
+    for w, factors in terms:
+        scalar, kept = w, []
+        for i, f in enumerate(factors):
+            c = _constant_row(f)
+            if c is None:
+                kept.append(i)
+            else:
+                scalar *= c
+        block = Kronecker([factors[i] for i in kept]) if kept else None
+        plan.append((scalar, tuple(kept), block))
+    return plan
+
+
+def strategy_answers(strategy: Strategy, marginals: dict[tuple[int, ...], np.ndarray]) -> np.ndarray:
+    """Exact ``A x`` from the marginals of ``x`` that the strategy's blocks need.
+
+    ``marginals[S]`` is the histogram over attributes ``S`` (C order). Public
+    math: it is applied inside the kernel to exact marginals, and by tests to
+    known data.
+    """
+    parts = []
+    for scalar, kept, block in _block_plan(strategy):
+        m = marginals[kept]
+        parts.append(scalar * (block.matvec(m) if block is not None else np.atleast_1d(m.sum())))
+    return np.concatenate(parts)
+
+
+def required_marginals(strategy: Strategy) -> list[tuple[int, ...]]:
+    """The distinct attribute subsets a strategy's blocks are computed from."""
+    return sorted({kept for _, kept, _ in _block_plan(strategy)}, key=lambda s: (len(s), s))
+
+
+def max_column_nonzeros(strategy: Strategy) -> int:
+    """At most how many strategy answers one row moves: the most nonzeros in a column of ``A``
+    (a Kronecker block's is the product of its factors'; blocks add up). Factors too large to
+    densify count all their rows."""
+    total = 0
+    for _, factors in kron_terms(strategy.matrix):
+        block = 1
+        for f in factors:
+            rows, cols = f.shape
+            block *= int(np.count_nonzero(f.dense(), axis=0).max()) if rows * cols <= 4_000_000 else rows
+        total += block
+    return total
+
+
+def measured_cells(strategy: Strategy) -> int:
+    """How big a measurement of ``strategy`` is: its largest marginal's cells, or its rows if more."""
+    domain = [f.shape[1] for f in kron_terms(strategy.matrix)[0][1]]
+    largest = max(math.prod(domain[a] for a in s) for s in required_marginals(strategy))
+    return max(largest, strategy.matrix.shape[0])
+
+
+class PrivateTable:
+    """A private table, its public schema and its budget ledger.
+
+    ``measure`` is the only way to learn anything about the rows, and it
+    satisfies the guarantee of its noise model with respect to adding or
+    removing one privacy unit (a row, or all rows sharing the schema's unit
+    column, of which at most ``max_rows`` are kept):
+
+    * :class:`~dpsql.privacy.Laplace` (ε): each strategy answer is rounded
+      to a lattice ``γ·Z`` and gets independent discrete Laplace noise of
+      scale ``k Δ₁(A) / ε`` (to within 2^-23): ε-DP, since one unit moves
+      ``A x`` by at most ``k Δ₁`` in L1 (HDMM Proposition 2) and the
+      rounding is accounted for (:func:`~dpsql.private.noise.lattice_laplace`); no
+      floating-point noise, so no floating-point attack (Mironov 2012).
+    * :class:`~dpsql.privacy.Gaussian` (ε, δ) or ρ: N(0, σ²) noise with
+      ``σ`` calibrated to ``k Δ₂(A)`` by the analytic Gaussian mechanism
+      (Balle & Wang 2018), or ``σ = k Δ₂ / √(2ρ)`` for ρ-zCDP; the noisy
+      answers are rounded to a lattice of step at most ``σ/2^24``
+      (:func:`~dpsql.private.noise.lattice_gaussian`).
+
+    ``k`` is the unit's row bound (1 when each row is its own unit).
+    ``con`` is where the table lives: a DuckDB connection or a
+    :class:`~dpsql.private.backend.Backend` (e.g. Spark); only the counting query
+    runs there, and noise and ledger stay in this process.
+    ``source`` replaces the secure generator, for reproducible tests only.
+    """
+
+    def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", table: str, schema: Schema, ledger: Ledger,
+                 source: UniformSource | None = None) -> None:
+        self._con = con
+        self._table = table
+        self._schema = schema
+        self._ledger = ledger
+        self._source = source
+        # one query at a time on the shared connection (DuckDB connections are not thread-safe)
+        self._lock = threading.RLock()
+
+    @property
+    def rows_per_unit(self) -> int:
+        unit = self._schema.privacy_unit
+        return 1 if unit.column is None else int(unit.max_rows)
+
+    def _counting(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]]) -> Counting:
+        """The counting query, checked against the table's catalog entry (no row read): every
+        failure that does not depend on the rows happens here, before anything is charged."""
+        with self._lock:
+            return prepare_counting(self._con, self._table, self._schema, attributes, subsets)
+
+    def _read(self, counting: Counting, entry: int) -> list[np.ndarray]:
+        """Exact marginals of the private table (never released as they are), one query at a time,
+        read only after ledger entry ``entry`` has charged for them. A failure now keeps the
+        charge (fail closed): whether a read fails may depend on the rows."""
+        with self._lock:
+            try:
+                return counting.run()
+            except MeasurementError as e:
+                raise MeasurementError(f"{e}; the spend recorded before the table was read (ledger entry "
+                                       f"{entry}) is kept, since a failure while reading may depend on "
+                                       "the data") from None
+
+    def has_table(self, name: str) -> bool:
+        """Whether ``name`` is taken on the private table's connection (a catalog lookup: no row read)."""
+        with self._lock:
+            try:
+                return backend_for(self._con).has_table(name)
+            except BackendError as e:
+                raise MeasurementError(f"looking up the name {name!r} failed ({e.reason})") from None
+
+    def check(self, cost: Cost) -> None:
+        """Refuse (BudgetExceededError) a request whose total cost does not fit, reading nothing."""
+        self._ledger.check(cost)
+
+    def sensitivity(self, strategy: Strategy, noise: NoiseModel) -> float:
+        """Most one privacy unit can move the strategy's answers, in the noise's norm."""
+        return self.rows_per_unit * strategy.sensitivity(noise.norm)
+
+    def plan(self, strategy: Strategy, noise: NoiseModel) -> LaplaceLattice | GaussianLattice:
+        """The noise a measurement of ``strategy`` would add, from public values only.
+
+        Refuses (before anything is read or charged) a measurement that counts more
+        cells than :data:`~dpsql.limits.MAX_MEASURED_CELLS` (ResourceLimitError) or whose
+        noise cannot be added (PrivacyError: the floors and ceilings of
+        :func:`~dpsql.private.noise.laplace_lattice` and :func:`~dpsql.private.noise.gaussian_lattice`).
+        :meth:`measure` calls it first; multi-step mechanisms call it for every step
+        before their first spend.
+        """
+        check_measured_cells(measured_cells(strategy), "this measurement needs")
+        sens = self.sensitivity(strategy, noise)
+        if isinstance(noise, Laplace):
+            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(strategy))
+        if isinstance(noise, Gaussian):
+            return gaussian_lattice(noise.sigma(sens))
+        raise TypeError(f"unknown noise model {noise!r}")  # pragma: no cover - NoiseModel is a closed union
+
+    def measure(self, attributes: Sequence[Attribute], strategy: Strategy, noise: NoiseModel, cost: Cost,
+                description: str = "") -> Measurement:
+        """Noisy answers to ``strategy.matrix`` on the table's data vector over ``attributes``.
+
+        ``cost`` must be what ``noise`` spends in the ledger's currency; the
+        caller derives both from the same request (see :mod:`dpsql.api.connection`).
+        """
+        self._ledger.check(cost)
+        plan = self.plan(strategy, noise)
+        subsets = required_marginals(strategy)
+        counting = self._counting(attributes, subsets)
+        entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
+        counts = self._read(counting, entry)
+        exact = strategy_answers(strategy, dict(zip(subsets, counts)))
+        return Measurement(values=plan.release(exact, self._source), noise=noise,
+                           sensitivity=self.sensitivity(strategy, noise), noise_std=plan.std, cost=cost, entry=entry)
+
+    def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
+                        estimates: Sequence[np.ndarray], epsilon: float, cost: Cost, description: str = "") -> int:
+        """The exponential mechanism over marginals (McSherry & Talwar 2007; MWEM's selection step).
+
+        Picks candidate ``j`` with probability ∝ ``exp(ε s_j / (2k))`` where
+        ``s_j = ‖m_j − estimates[j]‖₁`` is how badly a public estimate
+        misses the true marginal ``m_j`` on attributes ``candidates[j]``.
+        One privacy unit changes every ``m_j`` by at most ``k`` in L1, so each
+        score moves by at most ``k``: ε-DP. Only the chosen index leaves the
+        kernel; the spend is recorded before it does.
+        """
+        if not candidates:
+            raise ValueError("the exponential mechanism needs at least one candidate")
+        self._ledger.check(cost)
+        subsets = [tuple(c) for c in candidates]
+        unique = sorted(set(subsets), key=lambda t: (len(t), t))
+        counting = self._counting(attributes, unique)
+        entry = self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
+        counts = dict(zip(unique, self._read(counting, entry)))
+        scores = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
+        return int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
+
+    def reserve(self, cost: Cost, description: str, mechanism: str) -> "Reservation":
+        """Charge the ledger now for a whole multi-step mechanism, before its first release.
+
+        For algorithms whose total privacy loss composes by a formula over all
+        of their steps (advanced composition, zCDP converted to (ε, δ); e.g.
+        DualQuery and FEM), the total is recorded in one entry before any step
+        runs. Steps then draw against the returned :class:`Reservation`
+        instead of a cost; each records what it used in
+        :attr:`Reservation.charges`, so the caller's formula can be checked
+        against the steps actually taken. A refused reservation reads nothing
+        and records nothing.
+        """
+        self._ledger.check(cost)
+        entry = self._ledger.spend(cost, description=description, mechanism=mechanism)
+        return Reservation(cost=cost, entry=entry, _owner=self)
+
+    def sample_cells(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
+                     estimates: np.ndarray, epsilon: float, size: int, reservation: "Reservation") -> np.ndarray:
+        """``size`` independent exponential-mechanism draws over every cell query
+        of the marginals ``subsets`` and its negation (DualQuery's query
+        sampling, FEM's query selection).
+
+        Cells are numbered in order: the cells of ``subsets[0]`` in C order,
+        then those of ``subsets[1]``, and so on. For cell ``j`` of a marginal
+        whose exact counts are ``c`` (total ``n``), the score is
+        ``s_j = c_j − n·estimates[j]`` with ``estimates[j] ∈ [0, 1]`` a public
+        estimate of the cell's fraction. Each draw returns ``(j, +1)``, the
+        cell query, with probability ∝ ``exp(ε s_j / (2k))``, or ``(j, −1)``,
+        its negation (whose score is ``−s_j``), with probability ∝
+        ``exp(−ε s_j / (2k))``, as rows ``[j, sign]`` of the result.
+
+        **Guarantee.** Adding or removing one row ``x`` changes ``s_j`` by
+        ``[x ∈ cell j] − estimates[j] ∈ [−1, 1]``, so one privacy unit of at
+        most ``k`` rows moves every score by at most ``k``; each draw is
+        ``ε``-DP (McSherry & Talwar 2007) and the ``size`` draws compose to
+        ``size·ε``. The exact counts of one reservation are read once and kept
+        in it (never released), so every draw of a run sees the same data.
+        """
+        if reservation._owner is not self or reservation.closed:
+            raise ValueError("sample_cells needs an open reservation of this table")
+        estimates = np.asarray(estimates, dtype=float).reshape(-1)
+        if not np.all((estimates >= 0.0) & (estimates <= 1.0)):
+            raise ValueError("cell estimates must be fractions in [0, 1]")
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+        subsets = tuple(tuple(s) for s in subsets)
+        if subsets not in reservation._counts:
+            counts = self._read(self._counting(attributes, subsets), reservation.entry)
+            reservation._counts[subsets] = (np.concatenate(counts),
+                                            np.concatenate([np.full(c.size, c.sum()) for c in counts]))
+        counts, totals = reservation._counts[subsets]
+        if estimates.size != counts.size:
+            raise ValueError(f"{counts.size} cells but {estimates.size} estimates")
+        scores = counts - totals * estimates
+        logits = (epsilon / (2.0 * self.rows_per_unit)) * np.concatenate([scores, -scores])
+        draws = categorical(logits, size, self._source)
+        reservation.charges.append(("exponential", float(epsilon), int(size)))
+        return np.stack([draws % counts.size, np.where(draws < counts.size, 1, -1)], axis=1)
+
+
+@dataclass(eq=False)
+class Reservation:
+    """Budget already recorded in the ledger for one multi-step mechanism
+    (see :meth:`PrivateTable.reserve`). ``charges`` lists each step drawn
+    against it as ``(mechanism, epsilon per draw, draws)``; the private
+    counts it caches for the steps never leave the kernel."""
+
+    cost: Cost
+    entry: int
+    _owner: "PrivateTable"
+    charges: list[tuple[str, float, int]] = field(default_factory=list)
+    closed: bool = False
+    _counts: dict = field(default_factory=dict, repr=False)
+
+    def close(self) -> None:
+        """End the run: no more steps may draw on it, and its cached counts are dropped."""
+        self.closed = True
+        self._counts.clear()

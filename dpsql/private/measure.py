@@ -1,0 +1,583 @@
+"""Exact marginal histograms of the private table: the one module that reads private data.
+
+:func:`measure_marginals` counts, in DuckDB or Apache Spark (wherever the
+table lives: :mod:`dpsql.private.backend`), the rows of a private table in
+every cell of a few low-dimensional marginals (contingency tables) over the
+workload's *attributes* (:class:`dpsql.sql.compile.Attribute`). Nothing here
+adds noise or releases anything: the counts go straight to
+:mod:`dpsql.private.kernel`, which perturbs them before they leave the private layer.
+
+Privacy-relevant guarantees:
+
+* **Only declared-domain cells are counted.** Each schema column is mapped in
+  SQL to its domain index (:func:`index_expression`, the same mapping as
+  :meth:`dpsql.schema.Column.index_of`); the output is one count per cell of
+  the public domain and nothing else (no data value, no list of values seen).
+* **Out-of-domain rows are dropped.** A row in which *any* column that the
+  requested marginals read holds a value outside its declared domain (a
+  value not listed, a non-integral or out-of-range number, NaN, ±inf, a
+  value of the wrong SQL type, NULL in a column that is not ``nullable``) is
+  removed before counting, for every marginal of the call alike, so all
+  marginals of one measurement describe the same set of rows. Columns no
+  marginal reads are not read at all (so a query about two columns costs
+  about as much as a plain GROUP BY over them). A row-level filter is a
+  stable transformation: it does not change the sensitivity.
+* **Privacy units are bounded.** When the schema's ``privacy_unit`` names a
+  column, at most ``max_rows`` rows per unit are kept, chosen uniformly at
+  random in SQL, *before* the domain filter; rows whose unit column is NULL
+  are each treated as a unit of their own (all kept).
+* **Errors do not echo data.** A database failure becomes a
+  :class:`dpsql.errors.MeasurementError`. The engine's own message is kept
+  only for schema-level errors found before any row is read (DuckDB catalog
+  and binder errors, Spark analysis errors: a missing table or column); any
+  other failure is reported by its exception class alone. Every cast of
+  a data value that could fail is a ``TRY_CAST``, arithmetic is widened
+  first, and comparisons never coerce data to a narrower type, so no value
+  can make the query fail in the first place.
+
+Columns of the table that the schema does not declare are ignored. All
+marginals come from one scan (``GROUP BY GROUPING SETS``); only the requested
+marginals are built, never the full-domain vector unless it is requested
+(HDMM §10.1). The SQL is built with :mod:`sqlglot` expressions and rendered
+in the backend's dialect at the end (:func:`marginals_query` returns the
+expression); the few constructs that differ between DuckDB and Spark are
+chosen so the same counts come out on both (:func:`_for_dialect`).
+
+>>> import duckdb
+>>> from dpsql.schema import load_schema
+>>> from dpsql.schema import Attribute
+>>> con = duckdb.connect()
+>>> _ = con.execute("CREATE TABLE people AS SELECT * FROM (VALUES "
+...                 "('F', 30, true), ('M', 41, false), ('F', 30, NULL), ('X', 35, true)) v(sex, age, ok)")
+>>> schema = load_schema({"table": "people", "columns": {
+...     "sex": {"type": "categorical", "values": ["F", "M"]},
+...     "age": {"type": "integer", "min": 30, "max": 41},
+...     "ok": {"type": "boolean", "nullable": True}}})
+>>> attrs = [Attribute("sex", ("sex",), (2,)), Attribute("age+ok", ("age", "ok"), (12, 3))]
+>>> total, by_sex, sex_ok = measure_marginals(con, "people", schema, attrs, [(), (0,), (0, 1)])
+>>> total, by_sex          # the 'X' row is outside the domain of sex: dropped everywhere
+(array([3.]), array([2., 1.]))
+>>> sex_ok.shape           # sex (2) x age+ok (12 * 3), cell = sex * 36 + (age - 30) * 3 + ok
+(72,)
+>>> {int(i): float(sex_ok[i]) for i in sex_ok.nonzero()[0]}   # (F,30,true), (F,30,NULL), (M,41,false)
+{1: 1.0, 2: 1.0, 69: 1.0}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.errors import MeasurementError, WorkloadError
+from dpsql.private.backend import (
+    Backend,
+    BackendError,
+    backend_for,
+    duckdb_type_family,
+    integer_cast_type,
+    table_expression,
+)
+from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, Schema
+
+__all__ = ["Counting", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
+           "sql_type_family", "MeasurementError"]
+
+#: Above this many cases, value lookups are a balanced binary search of nested
+#: CASEs (O(log n) comparisons per row) rather than one flat CASE.
+_FLAT_CASES = 16
+
+#: Index of a value outside the domain, and the key of a column a grouping set omits.
+_OUTSIDE, _OMITTED = -1, -2
+
+
+
+def sql_type_family(sql_type: Any) -> str | None:
+    """The family of a column type, as far as domain indices go.
+
+    ``sql_type`` is a ``duckdb`` type object (its ``id`` is used), a DuckDB
+    type name, or already a family (what :meth:`dpsql.private.backend.Backend.column_types`
+    returns). Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``,
+    ``"float"`` (FLOAT, DOUBLE), ``"decimal"``, ``"bool"``, ``"null"`` (the
+    type of an all-NULL column), ``"other"`` (dates, lists, blobs, ...), or
+    None when ``sql_type`` is None (unknown).
+
+    >>> sql_type_family("DECIMAL(5,2)"), sql_type_family("VARCHAR"), sql_type_family("DATE"), sql_type_family(None)
+    ('decimal', 'string', 'other', None)
+    """
+    return duckdb_type_family(sql_type)
+
+
+# -- literals and small builders ---------------------------------------------------------
+
+def _int(n: int) -> exp.Expression:
+    return exp.Literal.number(int(n))
+
+
+def _double(x: float) -> exp.Expression:
+    """A DOUBLE literal equal to ``x`` exactly (integers below 2**53 print as
+    integers; others as a string cast, so no DECIMAL literal rounds them)."""
+    x = float(x)
+    if x.is_integer() and abs(x) < 2 ** 53:
+        return _int(int(x))
+    return exp.cast(exp.Literal.string(repr(x)), exp.DataType.build("DOUBLE"))
+
+
+def _try_cast(e: exp.Expression, to: str) -> exp.Expression:
+    """A cast that yields NULL instead of failing (``safe``: sqlglot's spark
+    dialect renders an unsafe TryCast as a plain, failing, CAST)."""
+    return exp.TryCast(this=e.copy(), to=exp.DataType.build(to), safe=True)
+
+
+def _binary(e: exp.Expression) -> exp.Expression:
+    """Compare strings byte by byte whatever the connection's default collation
+    (UTF-8 byte order is code point order, which is Python's ``str`` order)."""
+    return exp.Paren(this=exp.Collate(this=e, expression=exp.to_identifier("binary", quoted=True)))
+
+
+def _case(ifs: list[tuple[exp.Expression, exp.Expression]], default: exp.Expression | None = None,
+          this: exp.Expression | None = None) -> exp.Expression:
+    node = exp.Case(this=this.copy() if this is not None else None,
+                    ifs=[exp.If(this=cond, true=val) for cond, val in ifs])
+    if default is not None:
+        node.set("default", default)
+    return node
+
+
+def _outside(outside: int | None) -> exp.Expression | None:
+    """The ELSE of a top-level CASE: nothing (NULL) or the ``outside`` marker."""
+    return None if outside is None else _int(outside)
+
+
+def _nothing(outside: int | None) -> exp.Expression:
+    """An index expression that is never in the domain."""
+    return exp.cast(exp.null(), exp.DataType.build("INTEGER")) if outside is None else _int(outside)
+
+
+def _lookup(x: exp.Expression, keys: list[tuple[exp.Expression, Any, int]], outside: int | None) -> exp.Expression:
+    """Index of ``x`` among ``keys`` = (literal, sort key, index), else
+    ``outside``: a flat ``CASE x WHEN k THEN i ...`` for few keys, a binary
+    search of nested CASEs on ``x < k`` for many (keys must sort like SQL
+    compares them; NULL and NaN fall through every test to ``outside``)."""
+    keys = sorted(keys, key=lambda k: k[1])
+    if not keys:
+        return _nothing(outside)
+
+    def build(lo: int, hi: int) -> exp.Expression:
+        if hi - lo <= _FLAT_CASES:
+            return _case([(lit.copy(), _int(i)) for lit, _, i in keys[lo:hi]], _outside(outside), this=x)
+        mid = (lo + hi) // 2
+        return _case([(exp.LT(this=x.copy(), expression=keys[mid][0].copy()), build(lo, mid))], build(mid, hi))
+
+    return build(0, len(keys))
+
+
+def _bins(v: exp.Expression, edges: Sequence[float], outside: int | None) -> exp.Expression:
+    """Bin of DOUBLE ``v``: i when ``edges[i] <= v < edges[i+1]``, the last bin
+    closed; ``outside`` beyond ``[edges[0], edges[-1]]`` and for NULL or NaN
+    (NaN fails ``v <= edges[-1]`` whether it compares as largest, as in
+    DuckDB and PostgreSQL, or unordered, as in IEEE)."""
+    e = [_double(x) for x in edges]
+    n = len(edges) - 1
+
+    def build(lo: int, hi: int) -> exp.Expression:  # v is known to be in bins lo..hi-1
+        if hi - lo == 1:
+            return _int(lo)
+        if hi - lo <= _FLAT_CASES:
+            return _case([(exp.LT(this=v.copy(), expression=e[i + 1].copy()), _int(i)) for i in range(lo, hi - 1)],
+                         _int(hi - 1))
+        mid = (lo + hi) // 2
+        return _case([(exp.LT(this=v.copy(), expression=e[mid].copy()), build(lo, mid))], build(mid, hi))
+
+    inside = exp.and_(exp.GTE(this=v.copy(), expression=e[0].copy()),
+                      exp.LTE(this=v.copy(), expression=e[n].copy()))
+    return _case([(inside, build(0, n))], _outside(outside))
+
+
+# -- index expressions -------------------------------------------------------------------
+
+def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None, *,
+                     outside: int | None = None) -> exp.Expression:
+    """A sqlglot expression giving the domain index of ``expr`` (a column
+    reference) under ``column``, or NULL when the value is outside the domain
+    (or the integer ``outside``, e.g. -1, when given).
+
+    With ``sql_type`` (the column's DuckDB type, see :func:`sql_type_family`)
+    the mapping agrees with :meth:`Column.index_of` on the Python value DuckDB
+    returns for the cell: a value whose type cannot hold a domain value (the
+    string ``'3'`` for an integer column, the number 3 for a categorical of
+    strings, a DATE for anything) is out of the domain. Two documented
+    departures: NaN is out of the domain (SQL does not treat NaN as NULL;
+    ``index_of`` does), and DECIMAL values are compared after conversion to
+    DOUBLE (so DECIMAL 0.1 is the schema value 0.1, as in SQL). Strings are
+    compared byte by byte (``COLLATE "binary"``) whatever the connection's
+    default collation. Without ``sql_type`` the mapping is lenient: the value
+    is ``TRY_CAST`` to the kind's natural type first (VARCHAR for string
+    categoricals, DOUBLE for numbers, BOOLEAN).
+
+    Nothing here can raise on a data value: every cast is a ``TRY_CAST`` (or
+    cannot fail) and comparisons only widen the data.
+
+    >>> from sqlglot import exp
+    >>> from dpsql.schema import IntegerRange
+    >>> index_expression(IntegerRange("age", min=17, max=90), exp.column("age"), "INTEGER").sql("duckdb")
+    'CASE WHEN age BETWEEN 17 AND 90 THEN TRY_CAST(age AS BIGINT) - 17 END'
+    """
+    family = sql_type_family(sql_type)
+    value = _value_index(column, expr, family, outside)
+    if column.nullable:
+        return _case([(exp.Is(this=expr.copy(), expression=exp.null()), _int(len(column.values)))], value)
+    return value
+
+
+def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None) -> exp.Expression:
+    """Index of a non-NULL value; ``outside`` for NULL or an out-of-domain value."""
+    if family in ("null", "other"):
+        return _nothing(outside)
+    if isinstance(column, Boolean):
+        if family is None:
+            b = _try_cast(c, "BOOLEAN")
+        elif family == "bool":
+            b = c.copy()
+        else:
+            return _nothing(outside)
+        as_int = exp.cast(b, exp.DataType.build("INTEGER"))  # False, True -> 0, 1
+        return as_int if outside is None else exp.Coalesce(this=as_int, expressions=[_int(outside)])
+    if family == "bool":  # Python bools are in no other kind's domain
+        return _nothing(outside)
+    if isinstance(column, Categorical) and not column.is_numeric:
+        if family is None:
+            x = _try_cast(c, "VARCHAR")
+        elif family == "string":
+            x = exp.cast(c.copy(), exp.DataType.build("VARCHAR"))  # a no-op on VARCHAR; ENUM, JSON to text
+        else:
+            return _nothing(outside)
+        x = _binary(x)
+        return _lookup(x, [(exp.Literal.string(s), s, i) for i, s in enumerate(column.values)], outside)
+    if family == "string":  # numbers only from here on
+        return _nothing(outside)
+    integral = family == "int"
+    if isinstance(column, Categorical):
+        if integral:
+            x = c.copy()
+            keys = [(_int(int(v)), int(v), i) for i, v in enumerate(column.values) if float(v).is_integer()]
+        else:
+            x = _try_cast(c, "DOUBLE")
+            keys = [(_double(v), float(v), i) for i, v in enumerate(column.values)
+                    if isinstance(v, float) or float(v) == v]  # an int no DOUBLE equals is unreachable
+        return _lookup(x, keys, outside)
+    if isinstance(column, IntegerRange):
+        lo, hi = column.min, column.max
+        to = integer_cast_type(lo, hi)
+        if integral and to is not None:
+            inside = exp.Between(this=c.copy(), low=_int(lo), high=_int(hi))
+            # c - lo in c's own type could overflow (a TINYINT 100 minus -100): widen first
+            index = c.copy() if lo == 0 else exp.Sub(this=_try_cast(c, to), expression=_int(lo))
+            return _case([(inside, index)], _outside(outside))
+        v = _try_cast(c, "DOUBLE")
+        # integral: v % 1 = 0 (fmod; NaN and ±inf give NaN). Not v = FLOOR(v): Spark's FLOOR
+        # returns BIGINT and fails on overflow in ANSI mode, whatever the range test before it
+        integral_v = exp.EQ(this=exp.Mod(this=v.copy(), expression=_int(1)), expression=_int(0))
+        inside = exp.and_(exp.GTE(this=v.copy(), expression=_int(lo)), exp.LTE(this=v.copy(), expression=_int(hi)),
+                          integral_v)
+        index = exp.Sub(this=_try_cast(v, to), expression=_int(lo)) if to is not None else \
+            _try_cast(exp.Sub(this=v.copy(), expression=_int(lo)), "BIGINT")  # bounds beyond 128 bits
+        return _case([(inside, index)], _outside(outside))
+    if isinstance(column, Binned):
+        return _bins(_try_cast(c, "DOUBLE"), column.edges, outside)
+    raise TypeError(f"unknown column kind {type(column).__name__}")  # pragma: no cover
+
+
+# -- the query ---------------------------------------------------------------------------
+
+def _ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _col(name: str, table: str | None = None) -> exp.Column:
+    return exp.Column(this=_ident(name), table=_ident(table) if table else None)
+
+
+def _free_name(prefix: str, taken: set[str]) -> str:
+    """``prefix``, or ``prefix`` with the smallest number appended, that no name in ``taken`` (lower case) is."""
+    return next(n for n in (f"{prefix}{i or ''}" for i in range(len(taken) + 1)) if n not in taken)
+
+
+def _from_item(table: "str | exp.Table | exp.Subquery") -> exp.Expression:
+    """What to read FROM: a table name (one identifier), a table, or a subquery
+    (:meth:`dpsql.private.backend.Backend.source`, e.g. a view made safe)."""
+    return table.copy() if isinstance(table, exp.Subquery) else table_expression(table)
+
+
+_SPARK = ("spark", "spark2", "databricks")
+
+
+def _for_dialect(query: exp.Select, dialect: str | None) -> exp.Select:
+    """Adapt the neutral query to ``dialect`` where the same sqlglot node
+    would mean something else there (None and ``"duckdb"``: unchanged).
+
+    Spark: ``COLLATE "binary"`` is dropped, since every string is compared
+    after ``CAST(... AS STRING)``, which in Spark yields the default
+    UTF8_BINARY collation (byte order, as in DuckDB's ``binary``), and Spark
+    3.5 has no COLLATE at all; DuckDB's HUGEINT becomes DECIMAL(38, 0), the
+    widest exact integer Spark has. (Other portable choices are made while
+    building: TRY_CAST is marked ``safe`` so sqlglot renders Spark's
+    ``TRY_CAST`` rather than a failing CAST; integrality is ``v % 1 = 0``,
+    not ``v = FLOOR(v)``; the unit bound is a subquery, not QUALIFY;
+    ``RAND()`` is rendered per dialect by sqlglot.)
+    """
+    if dialect not in _SPARK:
+        return query
+
+    def adapt(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Paren) and isinstance(node.this, exp.Collate):
+            return node.this.this
+        if isinstance(node, exp.Collate):
+            return node.this
+        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
+            return exp.DataType.build("DECIMAL(38, 0)")
+        return node
+
+    return query.transform(adapt)
+
+
+class _Plan:
+    """The query and how to read its result: ``keys[j]`` is the output column
+    of schema column ``key_columns[j]``; ``order[s]`` lists, for subset ``s``,
+    the key positions in ravel order, ``dims[s]`` their sizes."""
+
+    def __init__(self, schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
+                 table: "str | exp.Table", types: Mapping[str, Any] | None, dialect: str | None = None) -> None:
+        cols = schema.columns
+        position = {c.name: i for i, c in enumerate(cols)}
+        self.subsets = [tuple(int(a) for a in s) for s in subsets]
+        for s in self.subsets:
+            if len(set(s)) != len(s) or any(not 0 <= a < len(attributes) for a in s):
+                raise WorkloadError(f"marginal {s} must list distinct attribute positions below {len(attributes)}")
+        attr_cols: list[list[int]] = []
+        for a in attributes:
+            try:
+                idx = [position[schema.column(c).name] for c in a.columns]  # type: ignore[union-attr]
+            except (AttributeError, KeyError):
+                raise WorkloadError(f"attribute {a.name!r} names a column the schema does not declare") from None
+            if tuple(cols[i].size for i in idx) != tuple(a.sizes):
+                raise WorkloadError(f"attribute {a.name!r} sizes {a.sizes} do not match the schema")
+            attr_cols.append(idx)
+        # output keys: the columns of every attribute some marginal uses, in schema order
+        used = sorted({i for s in self.subsets for a in s for i in attr_cols[a]})
+        self.key_columns = used
+        key_pos = {c: j for j, c in enumerate(used)}
+        self.keys = [f"k{j}" for j in range(len(used))]
+        self.order = [[key_pos[i] for a in s for i in attr_cols[a]] for s in self.subsets]
+        self.dims = [[cols[i].size for a in s for i in attr_cols[a]] for s in self.subsets]
+        self.sizes = [math.prod(attributes[a].size for a in s) for s in self.subsets]
+
+        # 1. source rows: the columns the marginals read, at most max_rows per privacy unit
+        types = {k.lower(): v for k, v in (types or {}).items()}
+        read = [cols[i] for i in used]
+        src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
+        unit = schema.privacy_unit
+        if unit.column is None:
+            src = src.from_(_from_item(table), copy=False)
+        else:
+            # ranked = rows numbered in random order within each unit, then a filter on the number
+            # (a subquery, not QUALIFY, which Spark SQL lacks). DuckDB refuses a volatile window
+            # ORDER BY: the random key is drawn in a projection first.
+            taken = {c.name.lower() for c in read} | {unit.column.lower()}
+            rnd, rnk = _free_name("_dpsql_random", taken), _free_name("_dpsql_rank", taken)
+            u = _col(unit.column)
+            carried = [_col(c.name) for c in read]
+            if unit.column.lower() not in {c.name.lower() for c in read}:
+                carried.append(u.copy())  # a column listed twice would be ambiguous in Spark
+            drawn = exp.select(*[c.copy() for c in carried], exp.alias_(exp.Rand(), _ident(rnd)))
+            drawn = drawn.from_(_from_item(table), copy=False)
+            rank = exp.Window(this=exp.RowNumber(), partition_by=[u.copy()],
+                              order=exp.Order(expressions=[exp.Ordered(this=_col(rnd), nulls_first=False)]))
+            ranked = exp.select(*[c.copy() for c in carried], exp.alias_(rank, _ident(rnk)))
+            ranked = ranked.from_(exp.Subquery(this=drawn, alias=exp.TableAlias(this=_ident("drawn"))), copy=False)
+            src = src.from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=_ident("ranked"))), copy=False)
+            src = src.where(exp.or_(exp.Is(this=u.copy(), expression=exp.null()),
+                                    exp.LTE(this=_col(rnk), expression=_int(unit.max_rows))), copy=False)
+        # 2. every read column's index (-1 outside the domain), computed once
+        idx_names = [f"i{j}" for j in range(len(read))]
+        proj = exp.select(*([exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()),
+                                                          outside=_OUTSIDE), _ident(n))
+                             for c, n in zip(read, idx_names)] or [exp.alias_(_int(1), _ident("one"))]))
+        proj = proj.from_(exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("src"))), copy=False)
+        # 3. drop rows with any column out of domain. A column that every grouping set keys on
+        #    needs no filter: its -1 groups are dropped after counting (see split). For the
+        #    others, indices are >= 0 or -1, so one bitwise OR is negative exactly when some
+        #    column is out (one cheap test per row; CASEs with a non-NULL ELSE keep DuckDB's
+        #    statistics, so small domains get its perfect-hash aggregation).
+        sets = sorted({tuple(sorted(o)) for o in self.order}, key=lambda t: (len(t), t))
+        nonempty = [s for s in sets if s]
+        always = set.intersection(*[set(s) for s in sets]) if sets else set()
+        checked = [n for j, n in enumerate(idx_names) if j not in always]
+        selects: list[exp.Expression] = [
+            exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
+            for n, k in zip(idx_names, self.keys)]
+        selects.append(exp.alias_(exp.Count(this=exp.Star()), _ident("n")))
+        query = exp.select(*selects).from_(exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("idx"))))
+        if checked:
+            any_out: exp.Expression = _col(checked[0])
+            for n in checked[1:]:
+                any_out = exp.BitwiseOr(this=any_out, expression=_col(n))
+            query = query.where(exp.GTE(this=exp.Paren(this=any_out), expression=_int(0)), copy=False)
+        if len(sets) == 1 and nonempty:
+            query = query.group_by(*[_col(idx_names[j]) for j in nonempty[0]], copy=False)
+        elif nonempty:
+            grouping = exp.GroupingSets(expressions=[
+                exp.Tuple(expressions=[_col(idx_names[j]) for j in s]) for s in sets])
+            query.set("group", exp.Group(expressions=[grouping]))
+        self.query = _for_dialect(query, dialect)
+
+    def split(self, result: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Scatter the result rows into one flat histogram per subset."""
+        n = np.asarray(result["n"], dtype=np.float64)
+        keys = np.column_stack([np.asarray(result[k], dtype=np.int64) for k in self.keys]) \
+            if self.keys else np.zeros((len(n), 0), dtype=np.int64)
+        keep = ~np.any(keys == _OUTSIDE, axis=1)  # out of domain in a column every set keys on
+        n, keys = n[keep], keys[keep]
+        present = keys != _OMITTED  # a key is NULL exactly when its grouping set omits it
+        patterns, inverse = (np.unique(np.packbits(present, axis=1), axis=0, return_inverse=True)
+                             if self.keys else (np.zeros((1, 0)), np.zeros(len(n), dtype=np.int64)))
+        inverse = np.asarray(inverse).reshape(-1)
+        rows_of: dict[tuple[int, ...], np.ndarray] = {}
+        for p in range(len(patterns)):
+            sel = np.flatnonzero(inverse == p)
+            if len(sel):
+                rows_of[tuple(np.flatnonzero(present[sel[0]]))] = sel
+        out = []
+        for order, dims, size in zip(self.order, self.dims, self.sizes):
+            hist = np.zeros(size, dtype=np.float64)
+            sel = rows_of.get(tuple(sorted(order)))
+            if sel is not None:
+                if order:
+                    flat = np.ravel_multi_index(tuple(keys[sel, j] for j in order), dims)
+                    hist[flat] = n[sel]
+                else:
+                    hist[0] = n[sel].sum()
+            out.append(hist)
+        return out
+
+
+def marginals_query(schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
+                    table: "str | exp.Table", types: Mapping[str, Any] | None = None,
+                    dialect: str | None = None) -> exp.Select:
+    """One SELECT counting every requested marginal in one scan.
+
+    Its shape (``i*`` index every column the marginals read, -1 outside the domain;
+    ``k*`` are the keys of the marginals, -2 where a grouping set omits one)::
+
+        SELECT COALESCE(i0, -2) AS k0, ..., COUNT(*) AS n
+        FROM (SELECT <index of column 0> AS i0, ...                -- index_expression
+              FROM (SELECT <columns read> FROM <table>) AS src) AS idx
+        WHERE (i0 | i1 | ...) >= 0                                  -- every read column in domain
+        GROUP BY GROUPING SETS ((<columns of subset 1>), ...)
+
+    With a privacy unit, ``src`` keeps at most ``max_rows`` random rows per unit::
+
+        (SELECT <columns read> FROM
+           (SELECT <columns read>, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY r) AS rank
+            FROM (SELECT <columns read>, unit, RANDOM() AS r FROM <table>) AS drawn) AS ranked
+         WHERE unit IS NULL OR rank <= max_rows) AS src
+
+    (one plain GROUP BY when there is one marginal; the WHERE skips the
+    columns that every marginal keys on, whose -1 groups are dropped after
+    counting; merged attributes are grouped by their columns and raveled in
+    numpy). ``types`` maps column names to their SQL types (see
+    :func:`index_expression`); :func:`measure_marginals` reads them from the
+    table. Without ``dialect`` the expression is neutral sqlglot, as run on
+    DuckDB; with one (``"spark"``), the few nodes that mean something else
+    there are adapted (see :func:`_for_dialect`). Render it with
+    ``.sql(dialect=...)``.
+    """
+    return _Plan(schema, attributes, subsets, table, types, dialect).query
+
+
+# -- running it --------------------------------------------------------------------------
+
+def _name(table: Any, dialect: str) -> str:
+    return table.sql(dialect=dialect) if isinstance(table, exp.Expression) else repr(table)
+
+
+def _fail(table: Any, e: BackendError, dialect: str) -> MeasurementError:
+    name = _name(table, dialect)
+    if e.schema_level:
+        return MeasurementError(f"measuring table {name} failed: {e.reason}")
+    return MeasurementError(f"measuring table {name} failed ({e.reason})")
+
+
+def _column_types(backend: Backend, table: "str | exp.Table", schema: Schema) -> dict[str, str]:
+    """The type family of every schema column (reads no rows)."""
+    found = {name.lower(): t for name, t in backend.column_types(table).items()}
+    name = _name(table, backend.dialect)
+    missing = [c.name for c in schema.columns if c.name.lower() not in found]
+    if missing:
+        raise MeasurementError(f"table {name} has no column {', '.join(map(repr, missing))} declared in the schema")
+    unit = schema.privacy_unit.column
+    if unit is not None and unit.lower() not in found:
+        raise MeasurementError(f"table {name} has no privacy-unit column {unit!r}")
+    return {c.name: found[c.name.lower()] for c in schema.columns}
+
+
+@dataclass(frozen=True)
+class Counting:
+    """A counting query made ready from the catalog and public inputs only: ``read()`` reads the
+    table and returns the histograms (see :func:`prepare_counting`)."""
+
+    read: Callable[[], list[np.ndarray]]
+
+    def run(self) -> list[np.ndarray]:
+        """The histograms (see :func:`measure_marginals`); MeasurementError without data values."""
+        return self.read()
+
+
+def _run(backend: Backend, table: "str | exp.Table", plan: _Plan) -> list[np.ndarray]:
+    try:
+        result = backend.run(plan.query)
+    except BackendError as e:
+        raise _fail(table, e, backend.dialect) from None
+    return plan.split(result)
+
+
+def prepare_counting(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
+                     attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> Counting:
+    """Check that ``table`` has every schema column (reading its catalog entry, no rows) and
+    build the counting query, so that every failure that does not depend on the rows happens
+    here, before the kernel charges the budget. Arguments as for :func:`measure_marginals`."""
+    if not subsets:
+        return Counting(list)
+    backend = backend_for(source)
+    try:
+        types = _column_types(backend, table, schema)
+        plan = _Plan(schema, attributes, subsets, backend.source(table), types, backend.dialect)
+    except BackendError as e:
+        raise _fail(table, e, backend.dialect) from None
+    return Counting(lambda: _run(backend, table, plan))
+
+
+def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
+                      attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Exact histograms of ``table`` over subsets of ``attributes``.
+
+    ``source`` says where the table lives: a :class:`~dpsql.private.backend.Backend`
+    (e.g. :class:`~dpsql.private.backend.SparkBackend`), a ``SparkSession``, or a
+    DuckDB connection (see :func:`dpsql.private.backend.backend_for`). The same
+    counts come out on every backend.
+
+    ``subsets[s]`` lists attribute positions (normally sorted; empty means
+    the grand total). Result ``s`` is the histogram over those attributes,
+    flattened in C order over their sizes (the first listed attribute varies
+    slowest; a merged attribute's index is the C-order index of its
+    columns'), as float64 of length ``prod(sizes)`` (1 for the empty subset).
+
+    Rows with any column the marginals read outside its declared domain are dropped
+    before counting, from every marginal alike; with a privacy unit, at most
+    ``max_rows`` random rows per unit are counted (see the module docstring).
+    Database failures raise :class:`MeasurementError` without data values.
+    """
+    return prepare_counting(source, table, schema, attributes, subsets).run()
