@@ -121,11 +121,13 @@ class Column:
                 out[i] = -1
         return out
 
-    def sum_weights(self) -> np.ndarray:
-        """The clamped value of each domain index (NULL counts 0), used for SUM."""
-        if self.bounds is None or not self.is_numeric:
+    def sum_weights(self, bounds: "tuple[float, float] | None" = None) -> np.ndarray:
+        """The value of each domain index clamped to ``bounds`` (the column's own by default;
+        NULL counts 0): the weights of a SUM over this column."""
+        bounds = self.bounds if bounds is None else bounds
+        if bounds is None or not self.is_numeric:
             raise ValueError(f"column {self.name!r} cannot be summed")
-        lo, hi = self.bounds
+        lo, hi = bounds
         vals = np.clip(np.asarray(self.values, dtype=float), lo, hi)
         if self.nullable:
             vals = np.append(vals, 0.0)

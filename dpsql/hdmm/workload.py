@@ -130,18 +130,3 @@ def products_workload(
 def marginals_workload(domain: Sequence[int], k: int, lower: bool = False) -> Workload:
     """All ``k``-way marginals (every size up to ``k`` when ``lower``)."""
     return products_workload(domain, kway_subsets(len(domain), k, lower))
-
-
-def random_marginals_workload(domain: Sequence[int], k: int, count: int, seed: int = 0) -> Workload:
-    """``count`` distinct ``k``-way marginals chosen uniformly at random."""
-    subsets = kway_subsets(len(domain), k)
-    if count > len(subsets):
-        raise WorkloadError(f"only {len(subsets)} {k}-way marginals exist, {count} requested")
-    rng = np.random.default_rng(seed)
-    pick = sorted(rng.choice(len(subsets), size=count, replace=False))
-    return products_workload(domain, [subsets[i] for i in pick])
-
-
-def fingerprint_bytes(*parts: str) -> str:
-    """Hash several fingerprint strings into one."""
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()

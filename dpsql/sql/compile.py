@@ -52,6 +52,7 @@ from sqlglot import exp
 
 from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
+from dpsql.hdmm.matrix import Dense, Identity, Ones, Sparse
 from dpsql.schema import Attribute, Column, Schema, load_schema
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
@@ -426,8 +427,6 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
     terms: list[tuple[float, tuple[Any, ...]]] = []
     compiled: list[CompiledStatement] = []
     row = queries = 0
-    from dpsql.hdmm.matrix import Dense, Identity, Ones, Sparse
-
     for s_index, plan in enumerate(plans):
         # predicate mask per attribute (flat boolean), None = no condition
         masks: list[np.ndarray | None] = [None] * len(attributes)
@@ -496,11 +495,11 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                             nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
                             mask = nn if mask is None else (mask & nn)
                         else:
-                            w = _sum_weights(col, agg.bounds)
+                            w = col.sum_weights(agg.bounds)
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     factors.append(_factor(attr, grids[a], mask, weights,
                                            [key_domains[k] for k in hosted[a]],
-                                           [plan.keys[k] for k in hosted[a]], Dense, Sparse, Identity, Ones))
+                                           [plan.keys[k] for k in hosted[a]]))
                 nrows = math.prod(f.shape[0] for f in factors)
                 blk = Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
                             row, row + nrows, len(terms))
@@ -519,16 +518,7 @@ def _not_null(col: Column) -> np.ndarray:
     return v
 
 
-def _sum_weights(col: Column, bounds) -> np.ndarray:
-    lo, hi = bounds
-    vals = np.clip(np.asarray(col.values, dtype=float), lo, hi)
-    if col.nullable:
-        vals = np.append(vals, 0.0)
-    return vals
-
-
-def _factor(attr: Attribute, grid: Grid, mask, weights, keys: list[_KeyDomain], key_plans,
-            Dense, Sparse, Identity, Ones):
+def _factor(attr: Attribute, grid: Grid, mask, weights, keys: list[_KeyDomain], key_plans):
     n = attr.size
     if mask is not None and mask.all():
         mask = None

@@ -17,17 +17,17 @@ The data owner's NON-PRIVATE error report is :func:`dpsql.owner.evaluate.evaluat
 
 from dpsql.synth.cells import MarginalCells, random_marginals
 from dpsql.synth.oracle import (
-                     METHODS,
-                     RESULT_METHODS,
-                     Conjunction,
-                     OracleProblem,
-                     Response,
-                     best_response,
-                     best_responses,
-                     objective,
-                     perturbed_responses,
+    ORACLES,
+    RESULT_METHODS,
+    Conjunction,
+    OracleProblem,
+    Response,
+    best_response,
+    best_responses,
+    objective,
+    perturbed_responses,
 )
 from dpsql.synth.synthesize import SyntheticTable
 
 __all__ = ["Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses",
-           "objective", "METHODS", "RESULT_METHODS", "MarginalCells", "random_marginals", "SyntheticTable"]
+           "objective", "ORACLES", "RESULT_METHODS", "MarginalCells", "random_marginals", "SyntheticTable"]

@@ -36,7 +36,7 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.cells import MarginalCells
 from dpsql.synth.game import GameResult
-from dpsql.synth.oracle import METHODS, OracleProblem, best_responses, perturbed_responses
+from dpsql.synth.oracle import ORACLES, OracleProblem, best_responses, perturbed_responses
 
 __all__ = ["fem", "PUBLISHED_EPS0_FACTOR", "PUBLISHED_NOISE"]
 
@@ -63,8 +63,8 @@ def fem(table: PrivateTable, attributes: Sequence[Attribute], subsets: Sequence[
     """
     if rounds < 1 or samples < 1 or not eps0 > 0 or not noise > 0:
         raise WorkloadError("FEM needs rounds >= 1, samples >= 1, eps0 > 0 and noise > 0")
-    if oracle != "heuristic" and oracle not in METHODS:
-        raise WorkloadError(f"oracle must be 'heuristic' or one of {METHODS}, got {oracle!r}")
+    if oracle != "heuristic" and oracle not in ORACLES:
+        raise WorkloadError(f"oracle must be 'heuristic' or one of {ORACLES}, got {oracle!r}")
     domain = tuple(a.size for a in attributes)
     cells = MarginalCells(domain, subsets)
     offsets = np.concatenate([[0], np.cumsum(domain)])

@@ -63,11 +63,11 @@ from dpsql.errors import WorkloadError
 
 __all__ = [
     "Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses", "objective",
-    "METHODS", "RESULT_METHODS",
+    "ORACLES", "RESULT_METHODS",
 ]
 
 #: Values of ``method`` accepted by :func:`best_response`.
-METHODS = ("auto", "mip", "heuristic")
+ORACLES = ("auto", "mip", "heuristic")
 
 #: Values of :attr:`Response.method`: what produced the returned record.
 RESULT_METHODS = ("mip-optimal", "mip-gap", "mip-time-limit", "heuristic", "warm-start")
@@ -644,8 +644,8 @@ def best_response(domain: Sequence[int], queries: Sequence[Conjunction], weights
     drives the heuristic's randomness and HiGHS's ``random_seed``.
     """
     started = time.monotonic()
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in ORACLES:
+        raise ValueError(f"method must be one of {ORACLES}, got {method!r}")
     if not (time_limit > 0) or not (0 <= mip_gap < 1):
         raise ValueError(f"need time_limit > 0 and 0 <= mip_gap < 1, got {time_limit} and {mip_gap}")
     deadline = started + time_limit

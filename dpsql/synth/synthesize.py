@@ -52,7 +52,7 @@ from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualque
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
-from dpsql.synth.oracle import METHODS as ORACLES
+from dpsql.synth.oracle import ORACLES
 
 if TYPE_CHECKING:
     import duckdb
