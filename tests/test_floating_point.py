@@ -18,7 +18,7 @@ from scipy.stats import chi2_contingency, chisquare
 import dpsql
 from dpsql.private.noise import (
     ROUNDING_SLACK,
-    _bernoulli_exp,
+    bernoulli_exp,
     discrete_laplace,
     laplace,
     lattice_gaussian,
@@ -41,7 +41,7 @@ def test_discrete_laplace_has_the_exact_distribution():
 @pytest.mark.parametrize("num,den", [(0, 5), (1, 3), (2, 3), (1, 1)])
 def test_bernoulli_exp_is_exact(num, den):
     n = 200_000
-    draws = _bernoulli_exp(np.full(n, num), np.full(n, den), source=np.random.default_rng(num * 10 + den))
+    draws = bernoulli_exp(np.full(n, num), np.full(n, den), source=np.random.default_rng(num * 10 + den))
     p = math.exp(-num / den)
     assert abs(draws.mean() - p) < 5 * math.sqrt(p * (1 - p) / n) + 1e-12
 

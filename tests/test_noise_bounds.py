@@ -27,12 +27,12 @@ from dpsql.private.noise import (
     ROUNDING_SLACK,
     GaussianLattice,
     LaplaceLattice,
-    _bernoulli_exp,
-    _integers_below,
+    bernoulli_exp,
     categorical,
     discrete_laplace,
     gaussian,
     gaussian_lattice,
+    integers_below,
     laplace,
     laplace_epsilon_floor,
     laplace_lattice,
@@ -348,15 +348,15 @@ def test_rejection_samplers_refuse_bounds_they_cannot_meet():
     with deadline(2.0):
         for bound in ([0], [2**45 + 1], [-3]):
             with pytest.raises(PrivacyError):       # a 0 bound used to loop forever
-                _integers_below(np.array(bound), rng)
+                integers_below(np.array(bound), rng)
         for num, den in (([2], [1]), ([-1], [3]), ([0], [0])):
             with pytest.raises(PrivacyError):
-                _bernoulli_exp(np.array(num), np.array(den), rng)
+                bernoulli_exp(np.array(num), np.array(den), rng)
         for scale in (0, 2**45 + 1, float("nan"), float("inf"), "x", None):
             with pytest.raises(PrivacyError):
                 discrete_laplace(scale, 3, rng)
         assert discrete_laplace(2**45, 1000, rng).shape == (1000,)
-        assert _integers_below(np.array([1, 2**45]), rng).tolist()[0] == 0
+        assert integers_below(np.array([1, 2**45]), rng).tolist()[0] == 0
 
 
 @pytest.mark.parametrize("sampler", [laplace, gaussian])

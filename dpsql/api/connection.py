@@ -71,6 +71,7 @@ from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
 from dpsql.sql.compile import CompiledBatch, compile_batch, schema_attributes
+from dpsql.sql.postprocess import postprocess
 
 if TYPE_CHECKING:
     from dpsql.synth.synthesize import SyntheticTable
@@ -268,8 +269,8 @@ class Connection:
         def covariance(a: int, b: int) -> np.ndarray:
             return m.noise_std**2 * strategy.cross_variances(W, a, b)
 
-        frames = compiled.results(answers, [_error_columns(st, answers, se, z, covariance)
-                                            for st in compiled.statements])
+        frames = postprocess(compiled, answers, [_error_columns(st, answers, se, z, covariance)
+                                                 for st in compiled.statements])
         return [Result(st.plan.sql, _ordered(st, df), release, self._released)
                 for st, df in zip(compiled.statements, frames)]
 
@@ -369,10 +370,10 @@ def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float, covariance
             continue
         if agg.func == "avg":
             sb, cb = st.block(agg.name, "sum"), st.block(agg.name, "count")
-            s, c = answers[sb.rows], answers[cb.rows]
+            c = answers[cb.rows]
             cov = covariance(sb.term, cb.term)
+            value = st.values(agg.name, answers)
             with np.errstate(divide="ignore", invalid="ignore"):
-                value = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
                 var = se[sb.rows] ** 2 - 2 * value * cov + value**2 * se[cb.rows] ** 2
                 err = np.sqrt(np.maximum(var, 0.0)) / np.abs(c)
         else:

@@ -71,7 +71,7 @@ class _Encoder:
         if isinstance(m, PIdentity):
             return {"type": "PIdentity", "theta": self.array(m.theta), "norm": m.norm}
         if isinstance(m, GramFactored):
-            return {"type": "GramFactored", "array": self.array(m.array), "gram_inverse": self.array(m._gram_inverse)}
+            return {"type": "GramFactored", "array": self.array(m.array), "gram_inverse": self.array(m.gram_inverse)}
         if isinstance(m, Dense):
             return {"type": "Dense", "array": self.array(m.array)}
         if isinstance(m, Identity):

@@ -241,17 +241,17 @@ class StructuredGram(Dense):
 
 
 class GramFactored(Dense):
-    """An explicit strategy ``A`` stored with its Gram matrix's known inverse."""
+    """An explicit strategy ``A`` stored with its Gram matrix's known inverse, ``gram_inverse``."""
 
     def __init__(self, array: np.ndarray, gram_inverse: np.ndarray) -> None:
         super().__init__(array)
-        self._gram_inverse = gram_inverse
+        self.gram_inverse = gram_inverse
 
     def gram(self) -> InvertibleGram:
-        return InvertibleGram(self.array.T @ self.array, self._gram_inverse)
+        return InvertibleGram(self.array.T @ self.array, self.gram_inverse)
 
     def pinv(self):
-        return Product(Dense(self._gram_inverse), Transpose(self))
+        return Product(Dense(self.gram_inverse), Transpose(self))
 
 
 class Sparse(Matrix):

@@ -89,9 +89,9 @@ def _pinv_terms(strategy: KronStrategy | MarginalStrategy, scale: float = 1.0) -
     marginal, times the fixed factors' pseudo-inverses if it has any.
     """
     if isinstance(strategy, KronStrategy):
-        return [(scale, [Dense(P) for P in strategy._pinvs])]
-    _, kron = strategy._fixed
-    fixed = [] if kron is None else [Dense(P) for P in kron._pinvs]
+        return [(scale, [Dense(P) for P in strategy.factor_pinvs])]
+    _, kron = strategy.fixed_part
+    fixed = [] if kron is None else [Dense(P) for P in kron.factor_pinvs]
     domain = strategy.strategy.domain
     u = strategy.strategy.gram().pinv().weights
     return [

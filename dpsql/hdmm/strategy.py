@@ -93,7 +93,8 @@ class KronStrategy(Strategy):
         return [f.gram() for f in self.factors]
 
     @cached_property
-    def _pinvs(self) -> list[np.ndarray]:
+    def factor_pinvs(self) -> list[np.ndarray]:
+        """``(A_iᵀA_i)⁺`` per factor, dense (the exact inverse where it is known)."""
         return [
             X.inverse() if isinstance(X, InvertibleGram) else X.pinv().dense()
             for X in self._grams
@@ -103,14 +104,14 @@ class KronStrategy(Strategy):
     def _projectors(self) -> list[np.ndarray | None]:
         """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` has full column rank."""
         return [
-            None if isinstance(X, InvertibleGram) else P @ X.dense() for P, X in zip(self._pinvs, self._grams)
+            None if isinstance(X, InvertibleGram) else P @ X.dense() for P, X in zip(self.factor_pinvs, self._grams)
         ]
 
     def factor_trace(self, i: int, G: np.ndarray) -> float:
         """``tr(G (A_iᵀA_i)⁺)`` for a factor-sized Gram ``G``; ``inf`` if unsupported."""
         if not self._supports(i, G):
             return math.inf
-        return float(np.sum(G * self._pinvs[i]))
+        return float(np.sum(G * self.factor_pinvs[i]))
 
     def _supports(self, i: int, G: np.ndarray) -> bool:
         # W is answerable iff W X⁺X = W, i.e. tr(G) = tr(G X⁺X) for G = WᵀW.
@@ -146,7 +147,7 @@ class KronStrategy(Strategy):
     def factor_cross_diag(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
         """``diag(x X_i⁺ yᵀ)`` for two factors on attribute ``i``; for ``x is y``, ``inf``
         on the rows this factor cannot answer."""
-        v = _cross_diag(x, y, self._pinvs[i])
+        v = _cross_diag(x, y, self.factor_pinvs[i])
         if x is y and self._projectors[i] is not None and not self._supports(i, x.gram().dense()):
             v = np.where(self._supported_rows(i, x), v, math.inf)
         return v
@@ -164,7 +165,7 @@ class KronStrategy(Strategy):
     def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
         self._check_domain(workload, self.domain)
         (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
-        parts = [_cross_diag(x, y, P) for x, y, P in zip(fa, fb, self._pinvs)]
+        parts = [_cross_diag(x, y, P) for x, y, P in zip(fa, fb, self.factor_pinvs)]
         return wa * wb * reduce(np.kron, parts)
 
 
@@ -258,7 +259,7 @@ class MarginalStrategy(Strategy):
         return [i for i, f in enumerate(self.fixed) if f is None]
 
     @cached_property
-    def _fixed(self) -> tuple[list[int], KronStrategy | None]:
+    def fixed_part(self) -> tuple[list[int], KronStrategy | None]:
         """The fixed attributes and their product (None when there are none)."""
         if self.fixed is None:
             return [], None
@@ -284,7 +285,7 @@ class MarginalStrategy(Strategy):
     def matrix(self) -> Matrix:
         if self.fixed is None:
             return self.strategy
-        _, kron = self._fixed
+        _, kron = self.fixed_part
         return VStack([Weighted(Kronecker(self.interleave(kron.factors, fs)), w)
                        for w, fs in kron_terms(self.strategy)])
 
@@ -297,7 +298,7 @@ class MarginalStrategy(Strategy):
         (0 for a zero factor, ``inf`` if unsupported), and the terms' marginal-attribute parts."""
         R = self.marginal_attributes
         marginal = [(w, tuple(fs[i] for i in R)) for w, fs in terms]
-        S, kron = self._fixed
+        S, kron = self.fixed_part
         if kron is None:
             return np.ones(len(terms)), marginal
         return kron.term_errors(Workload(kron.domain, [(1.0, tuple(fs[i] for i in S)) for _, fs in terms])), marginal
@@ -332,7 +333,7 @@ class MarginalStrategy(Strategy):
         lam = self.eigenvalues
         (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
         R = self.marginal_attributes
-        S, kron = self._fixed
+        S, kron = self.fixed_part
         pinned = [kron.factor_cross_diag(j, fa[i], fb[i]) for j, i in enumerate(S)]
         sizes = self.strategy.domain
         ones = [fa[i].row_sums() * fb[i].row_sums() / n for i, n in zip(R, sizes)]

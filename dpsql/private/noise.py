@@ -25,7 +25,7 @@ inputs; so a refusal never depends on the data and can happen before the
 budget is charged.
 
 **Termination.** Every sampler here finishes in bounded time, or, for the
-rejection samplers (:func:`_integers_below`, :func:`_bernoulli_exp`,
+rejection samplers (:func:`integers_below`, :func:`bernoulli_exp`,
 :func:`discrete_laplace`), in bounded expected time with geometric tails, for
 every finite argument, and raises only dpsql errors for finite arguments
 (:class:`~dpsql.errors.PrivacyError` for noise parameters outside their
@@ -58,7 +58,8 @@ from dpsql.errors import ArgumentError, PrivacyError
 
 __all__ = ["UniformSource", "SecureRandom", "laplace", "gaussian", "categorical", "discrete_laplace",
            "LaplaceLattice", "laplace_lattice", "laplace_epsilon_floor", "lattice_laplace",
-           "GaussianLattice", "gaussian_lattice", "lattice_gaussian", "NOISE_CEILING", "MAX_CHANGED"]
+           "GaussianLattice", "gaussian_lattice", "lattice_gaussian", "integers_below", "bernoulli_exp",
+           "NOISE_CEILING", "MAX_CHANGED"]
 
 
 class UniformSource(Protocol):
@@ -200,7 +201,7 @@ _MIN_STEP = 2.0**-1022
 MAX_CHANGED = 2**53
 
 
-def _integers_below(bound: np.ndarray, source: UniformSource | None) -> np.ndarray:
+def integers_below(bound: np.ndarray, source: UniformSource | None) -> np.ndarray:
     """Exactly uniform integers in ``[0, bound)`` (each ``bound`` an integer in [1, 2^45], else
     PrivacyError), by rejection from the 53-bit integers ``u·2^53`` of the source's uniforms.
 
@@ -223,7 +224,7 @@ def _integers_below(bound: np.ndarray, source: UniformSource | None) -> np.ndarr
     return out
 
 
-def _bernoulli_exp(num: np.ndarray, den: np.ndarray, source: UniformSource | None) -> np.ndarray:
+def bernoulli_exp(num: np.ndarray, den: np.ndarray, source: UniformSource | None) -> np.ndarray:
     """Exact Bernoulli(exp(−num/den)) draws for integers ``0 ≤ num ≤ den``, ``1 ≤ den ≤ 2^45``
     (else PrivacyError) (Canonne, Kamath & Steinke 2020, Algorithm 1): count ``K`` while
     Bernoulli(γ/K) succeeds; true iff ``K`` is odd. Bernoulli(γ/K) is drawn as Bernoulli(num/den)
@@ -240,8 +241,8 @@ def _bernoulli_exp(num: np.ndarray, den: np.ndarray, source: UniformSource | Non
     k = np.ones(num.shape, dtype=np.int64)
     active = np.arange(num.size)
     while active.size:
-        hit = _integers_below(den[active], source) < num[active]
-        hit &= _integers_below(k[active], source) == 0
+        hit = integers_below(den[active], source) < num[active]
+        hit &= integers_below(k[active], source) == 0
         stop = active[~hit]
         out[stop] = k[stop] % 2 == 1
         active = active[hit]
@@ -276,16 +277,16 @@ def discrete_laplace(scale: int, size: int, source: UniformSource | None = None)
     pending = np.arange(n)
     while pending.size:
         m = pending.size
-        u = _integers_below(np.full(m, t), source)
-        keep = _bernoulli_exp(u, np.full(m, t), source)          # accept u w.p. exp(−u/t)
+        u = integers_below(np.full(m, t), source)
+        keep = bernoulli_exp(u, np.full(m, t), source)          # accept u w.p. exp(−u/t)
         v = np.zeros(m, dtype=np.int64)
         going = np.arange(m)
         while going.size:                                        # v ~ Geometric(1 − 1/e)
-            more = _bernoulli_exp(np.ones(going.size, np.int64), np.ones(going.size, np.int64), source)
+            more = bernoulli_exp(np.ones(going.size, np.int64), np.ones(going.size, np.int64), source)
             going = going[more]
             v[going] += 1
         x = u + t * v
-        negative = _integers_below(np.full(m, 2), source) == 1
+        negative = integers_below(np.full(m, 2), source) == 1
         keep &= ~(negative & (x == 0))                           # −0 would count zero twice
         out[pending[keep]] = np.where(negative[keep], -x[keep], x[keep])
         pending = pending[~keep]

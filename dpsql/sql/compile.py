@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Sequence
@@ -58,6 +57,7 @@ from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import QueryPlan
+from dpsql.sql.postprocess import check_postprocessing
 
 __all__ = ["Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
            "conjuncts", "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
@@ -109,6 +109,15 @@ class CompiledStatement:
         """Workload rows of an aggregate's block."""
         return self.block(aggregate, measure).rows
 
+    def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
+        """One aggregate's value per group from workload answers ``y``: its block's rows, and
+        for AVG the SUM rows divided by the COUNT rows (NaN where the count is 0)."""
+        if next(a for a in self.plan.aggregates if a.name == aggregate).func != "avg":
+            return y[self.rows(aggregate)]
+        s, c = y[self.rows(aggregate, "sum")], y[self.rows(aggregate, "count")]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
+
 
 @dataclass(frozen=True, eq=False)
 class CompiledBatch:
@@ -151,49 +160,10 @@ class CompiledBatch:
                 # object dtype keeps None as SQL NULL (pandas would turn it into NaN)
                 data[key.name] = pd.Series([g[i] for g in st.groups], dtype=object)
             for agg in st.plan.aggregates:
-                if agg.func == "avg":
-                    s = y[st.rows(agg.name, "sum")]
-                    c = y[st.rows(agg.name, "count")]
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        data[agg.name] = np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
-                else:
-                    data[agg.name] = y[st.rows(agg.name)]
+                data[agg.name] = st.values(agg.name, y)
             if not st.plan.keys:
                 data = {k: np.atleast_1d(v) for k, v in data.items()}
             out.append(pd.DataFrame(data))
-        return out
-
-    def results(self, y: np.ndarray, extra: "Sequence[dict[str, np.ndarray]] | None" = None) -> list:
-        """:meth:`tables` with each statement's HAVING, ORDER BY, LIMIT and
-        OFFSET applied (post-processing of ``y``), in SELECT column order.
-
-        ``extra[i]`` maps column names to per-group values (such as standard
-        errors) added to statement ``i``'s table before post-processing and
-        kept, after the SELECT columns, in its result rows.
-        """
-        import duckdb
-
-        out = []
-        con = None  # opened only if some statement needs post-processing
-        try:
-            for i, (st, df) in enumerate(zip(self.statements, self.tables(y))):
-                columns = dict(extra[i]) if extra is not None else {}
-                for name, values in columns.items():
-                    df[name] = values
-                if not st.plan.has_postprocessing:
-                    out.append(df[[*st.plan.outputs, *columns]])
-                    continue
-                con = con or _scratch()
-                con.register("answers", df)
-                try:
-                    out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
-                except duckdb.Error as e:  # checked at compile time (_check_postprocessing); a safety net
-                    raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT failed on the answers "
-                                              f"({type(e).__name__})", "post-processing", st.plan.line, 1) from None
-                con.unregister("answers")
-        finally:
-            if con is not None:
-                con.close()
         return out
 
 
@@ -256,25 +226,8 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
         batch = _compile(schema, plans, attributes)
     except RecursionError:  # a safety net: parse_statements bounds the nesting on tokens first
         raise limits.nesting_error(None, None, ", or its syntax tree is too deep for the Python stack left") from None
-    _check_postprocessing(batch)
+    check_postprocessing(batch)
     return batch
-
-
-_SCRATCH: list = []
-_SCRATCH_LOCK = threading.Lock()
-
-
-def _scratch():
-    """A new cursor on one process-wide in-memory DuckDB, for post-processing answers (a cursor
-    is ten times cheaper than a new connection; each has its own registered views, so threads
-    do not share state). It holds noisy answers only, and like the analyst's DuckDB
-    (:mod:`dpsql.released`) it has no file access."""
-    import duckdb
-
-    with _SCRATCH_LOCK:
-        if not _SCRATCH:
-            _SCRATCH.append(duckdb.connect(config={"enable_external_access": False, "lock_configuration": True}))
-        return _SCRATCH[0].cursor()
 
 
 def _check_size(texts: Sequence[str]) -> None:
@@ -287,32 +240,6 @@ def _check_size(texts: Sequence[str]) -> None:
     chars = sum(len(t) for t in texts if isinstance(t, str))
     if chars > limits.MAX_SQL_CHARS:
         raise limits.refuse("this SQL text has", chars, "characters", limits.MAX_SQL_CHARS)
-
-
-def _check_postprocessing(batch: CompiledBatch) -> None:
-    """Run every statement's HAVING, ORDER BY, LIMIT and OFFSET once on zero answers, at
-    compile time, so SQL that DuckDB cannot evaluate (a literal no DOUBLE holds, a bad
-    comparison) is refused before anything is spent rather than after the release."""
-    if not any(st.plan.has_postprocessing for st in batch.statements):
-        return
-    import duckdb
-
-    con = _scratch()
-    try:
-        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.workload.shape[0]))):
-            if not st.plan.has_postprocessing:
-                continue
-            con.register("answers", df)
-            try:
-                con.sql(st.plan.postprocess_sql("answers")).fetchall()
-            except duckdb.Error as e:
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT cannot be evaluated ({reason[:300]})",
-                                          "post-processing", st.plan.line, 1) from None
-            finally:
-                con.unregister("answers")
-    finally:
-        con.close()
 
 
 def schema_attributes(schema: "Schema | dict | str") -> tuple[Attribute, ...]:

@@ -1,0 +1,104 @@
+"""Post-processing: a statement's HAVING, ORDER BY, LIMIT and OFFSET, run on its noisy answers.
+
+One public function, :func:`postprocess`, and the compile-time check
+:func:`check_postprocessing`. Answers are put in one pandas table per
+statement (:meth:`~dpsql.sql.compile.CompiledBatch.tables`) and each
+statement's clauses run on it in DuckDB (:meth:`~dpsql.sql.plan.QueryPlan.postprocess_sql`).
+Everything here is a function of released values only, and the DuckDB it uses
+holds nothing else and has no file access.
+
+>>> import numpy as np
+>>> from dpsql.sql import compile_batch
+>>> s = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}}
+>>> batch = compile_batch("SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING n > 1 ORDER BY n DESC", s)
+>>> postprocess(batch, np.array([1.0, 5.0, 3.0]))[0].to_dict("list")
+{'a': [1, 2], 'n': [5.0, 3.0]}
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Sequence
+
+import duckdb
+import numpy as np
+
+from dpsql.errors import UnsupportedSQLError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpsql.sql.compile import CompiledBatch
+
+__all__ = ["postprocess", "check_postprocessing"]
+
+_SCRATCH: list[duckdb.DuckDBPyConnection] = []
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _scratch() -> duckdb.DuckDBPyConnection:
+    """A new cursor on one process-wide in-memory DuckDB (a cursor is ten times cheaper than a new
+    connection; each has its own registered views, so threads do not share state). It holds noisy
+    answers only, and like the analyst's DuckDB (:mod:`dpsql.released`) it has no file access."""
+    with _SCRATCH_LOCK:
+        if not _SCRATCH:
+            _SCRATCH.append(duckdb.connect(config={"enable_external_access": False, "lock_configuration": True}))
+        return _SCRATCH[0].cursor()
+
+
+def postprocess(batch: CompiledBatch, y: np.ndarray,
+                extra: Sequence[dict[str, np.ndarray]] | None = None) -> list[pd.DataFrame]:
+    """Each statement's result table from workload answers ``y``: its groups, with HAVING,
+    ORDER BY, LIMIT and OFFSET applied, in SELECT column order.
+
+    ``extra[i]`` maps column names to per-group values (such as standard errors) added to
+    statement ``i``'s table before post-processing and kept, after the SELECT columns, in its
+    rows. A failure is an UnsupportedSQLError; :func:`check_postprocessing` has refused, at
+    compile time, what DuckDB cannot evaluate, so this is a safety net.
+    """
+    out = []
+    con = None  # opened only if some statement needs post-processing
+    try:
+        for i, (st, df) in enumerate(zip(batch.statements, batch.tables(y))):
+            columns = dict(extra[i]) if extra is not None else {}
+            for name, values in columns.items():
+                df[name] = values
+            if not st.plan.has_postprocessing:
+                out.append(df[[*st.plan.outputs, *columns]])
+                continue
+            con = con or _scratch()
+            con.register("answers", df)
+            try:
+                out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
+            except duckdb.Error as e:
+                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT failed on the answers ({type(e).__name__})",
+                                          "post-processing", st.plan.line, 1) from None
+            con.unregister("answers")
+    finally:
+        if con is not None:
+            con.close()
+    return out
+
+
+def check_postprocessing(batch: CompiledBatch) -> None:
+    """Run every statement's HAVING, ORDER BY, LIMIT and OFFSET once on zero answers, at
+    compile time, so SQL that DuckDB cannot evaluate (a literal no DOUBLE holds, a bad
+    comparison) is refused before anything is spent rather than after the release."""
+    if not any(st.plan.has_postprocessing for st in batch.statements):
+        return
+    con = _scratch()
+    try:
+        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.workload.shape[0]))):
+            if not st.plan.has_postprocessing:
+                continue
+            con.register("answers", df)
+            try:
+                con.sql(st.plan.postprocess_sql("answers")).fetchall()
+            except duckdb.Error as e:
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT cannot be evaluated ({reason[:300]})",
+                                          "post-processing", st.plan.line, 1) from None
+            finally:
+                con.unregister("answers")
+    finally:
+        con.close()
