@@ -12,7 +12,10 @@ import pytest
 
 from dpsql.errors import WorkloadError
 from dpsql.synth import Conjunction, OracleProblem, Response, best_response, best_responses, objective
-from dpsql.synth.oracle import RESULT_METHODS, _Compiled, _heuristic, _mip
+from dpsql.synth.oracle import RESULT_METHODS
+from dpsql.synth.oracle.compiled import CompiledProblem
+from dpsql.synth.oracle.heuristic import local_search
+from dpsql.synth.oracle.mip import solve_mip
 
 SMALL = (3, 4, 2, 5)
 
@@ -151,7 +154,7 @@ def test_duplicates_merge_and_cancel():
     # +1 and -1 on the same conjunction cancel; the linear term decides.
     r = best_response((2, 2), [q, same], [1.0, -1.0], [[0.0, 0.1], [0.2, 0.0]], method="mip", mip_gap=0.0)
     assert r.record == (1, 0) and r.objective == pytest.approx(0.3)
-    assert _Compiled((2, 2), [q, same], [1.0, -1.0], None).n_active == 0
+    assert CompiledProblem((2, 2), [q, same], [1.0, -1.0], None).n_active == 0
     r = best_response((2, 2), [q, same], [1.0, 1.0], [[0.0, 0.1], [0.2, 0.0]], method="mip", mip_gap=0.0)
     assert r.record == (1, 1) and r.objective == pytest.approx(2.1)
 
@@ -226,9 +229,9 @@ def test_warm_start_reaches_highs_as_mip_start():
     """HiGHS keeps the start as its incumbent: even with too little time to find
     a solution of its own, the MIP returns a record at least as good."""
     domain, queries, weights = big_instance(3000, seed=3)
-    problem = _Compiled(domain, queries, weights, None)
-    start, start_value, _ = _heuristic(problem, np.random.default_rng(0), time.monotonic() + 5.0, [], 5, 20)
-    record, label, bound = _mip(problem, 0.2, 1e-4, start, 0)
+    problem = CompiledProblem(domain, queries, weights, None)
+    start, start_value, _ = local_search(problem, np.random.default_rng(0), time.monotonic() + 5.0, [], 5, 20)
+    record, label, bound = solve_mip(problem, 0.2, 1e-4, start, 0)
     assert record is not None and label == "mip-time-limit"
     assert problem.value(record) >= start_value - 1e-9
     assert bound is None or bound >= start_value - 1e-6  # no bound when time ran out before the root LP
@@ -290,14 +293,14 @@ def test_best_responses_parallel_matches_inline():
 
 def test_sparse_masks_give_the_same_search(monkeypatch):
     """Large attributes switch the heuristic to sparse masks; the search must not change."""
-    import dpsql.synth.oracle as oracle
+    import dpsql.synth.oracle.compiled as compiled
 
     rng = np.random.default_rng(11)
     raw, weights, linear = random_instance(rng, SMALL, 30)
     queries = [Conjunction(lits) for lits in raw]
     dense = best_response(SMALL, queries, weights, linear, method="heuristic", seed=4)
-    monkeypatch.setattr(oracle, "_DENSE_MASK_LIMIT", 0)
-    assert any(not isinstance(m, np.ndarray) for m in _Compiled(SMALL, queries, weights, linear).attr_masks)
+    monkeypatch.setattr(compiled, "DENSE_MASK_LIMIT", 0)
+    assert any(not isinstance(m, np.ndarray) for m in CompiledProblem(SMALL, queries, weights, linear).attr_masks)
     sparse = best_response(SMALL, queries, weights, linear, method="heuristic", seed=4)
     assert sparse.record == dense.record and sparse.objective == pytest.approx(dense.objective, abs=1e-12)
     assert sparse.objective == pytest.approx(brute_force(SMALL, raw, weights, linear)[0], abs=1e-9)
