@@ -159,24 +159,53 @@ def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         raise limits.nesting_error(line, col, ", or its syntax tree is too deep for the Python stack left") from None
 
 
+#: One select item as read from the select list: (alias, expression, whether it is an aggregate).
+_Item = tuple[str | None, exp.Expression, bool]
+
+
 def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
+    """The steps of :func:`analyze`, in the order their errors are raised."""
     ctx = _Context(stmt)
-    tree = stmt.tree
+    tree = _check_statement(stmt.tree, schema, ctx)
+    table, alias = _check_from(tree, schema, ctx)
+    _resolve_columns(tree, schema, table, alias, ctx)
+    items, select_aliases = _read_select_list(tree, ctx)
+    where = _check_where(tree, schema, ctx)
+    keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
+    key_of_item = _match_items_to_keys(items, key_exprs, tree.args.get("group") is not None, ctx)
+    outputs, aggregates, used_names = _name_outputs(items, keys, key_of_item, schema, ctx)
+    _require_aggregate(aggregates, tree, ctx)
+    rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
+    having = _rewrite_having(tree, rewrite)
+    order = _read_order_by(tree, rewrite, outputs, ctx)
+    limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
+    offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
+    line, _ = stmt.position(None)
+    return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
+                     where=_strip(where) if where is not None else None, outputs=tuple(outputs),
+                     having=having, order_by=tuple(order), limit=limit, offset=offset,
+                     options=dict(stmt.options), line=line)
+
+
+# -- the steps of _analyze, in order ------------------------------------------------------
+
+def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp.Select:
+    """Check that the statement is a SELECT using only supported clauses and nodes, before anything reads it."""
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
     _check_select_args(tree, ctx)
     _check_supported(tree, schema, ctx)
-    table, alias = _check_from(tree, schema, ctx)
-    _resolve_columns(tree, schema, table, alias, ctx)
+    return tree
 
+
+def _read_select_list(tree: exp.Select, ctx: _Context) -> tuple[list[_Item], dict[str, exp.Expression]]:
+    """Read the select items (refusing * and expressions over aggregates) and their aliases, for GROUP BY."""
     items = list(tree.expressions)
     if not items:  # pragma: no cover - sqlglot rejects an empty select list
         ctx.fail(UnsupportedSQLError, "empty select list", "SELECT", tree)
-
-    # -- select items: aggregates and key candidates ------------------------------
     select_aliases: dict[str, exp.Expression] = {}
-    parsed_items: list[tuple[str | None, exp.Expression, bool]] = []  # (alias, expr, is_agg)
+    parsed_items: list[_Item] = []
     for item in items:
         alias = item.alias if isinstance(item, exp.Alias) else None
         body = item.this if isinstance(item, exp.Alias) else item
@@ -190,8 +219,11 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         parsed_items.append((alias, body, is_agg))
         if alias:
             select_aliases[alias.lower()] = body
+    return parsed_items, select_aliases
 
-    # -- WHERE -----------------------------------------------------------------------
+
+def _check_where(tree: exp.Select, schema: Schema, ctx: _Context) -> exp.Expression | None:
+    """Return the WHERE condition, checked to hold no aggregate and to evaluate on the columns' domains."""
     where_node = tree.args.get("where")
     where = where_node.this if where_node is not None else None
     if where is not None:
@@ -199,48 +231,54 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         if agg is not None:
             ctx.fail(GroupingError, "aggregates are not allowed in WHERE; use HAVING", construct_name(agg), agg)
         _validate_expression(where, schema, ctx, predicate=True)
+    return where
 
-    # -- GROUP BY keys -----------------------------------------------------------------
+
+def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],
+                   schema: Schema, ctx: _Context) -> tuple[list[GroupKey], list[exp.Expression]]:
+    """Build the (not yet visible) group keys and their expressions from GROUP BY, refusing what cannot be a key."""
     keys: list[GroupKey] = []
     key_exprs: list[exp.Expression] = []
     group = tree.args.get("group")
-    if group is not None:
-        for extra in ("grouping_sets", "cube", "rollup", "all", "totals"):
-            if group.args.get(extra):
-                name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
-                        "all": "GROUP BY ALL", "totals": "WITH TOTALS"}[extra]
-                ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
-                         name, group)
-        for g in group.expressions:
-            if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
-                name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
-                ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
-                         "statements", name, g)
-            expr, name, visible_item = _resolve_group_item(g, parsed_items, select_aliases, schema, ctx)
-            if _first_aggregate(expr) is not None:
-                ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
-            if any(_same(expr, e) for e in key_exprs):
-                continue  # GROUP BY a, a
-            if not column_refs(expr):
-                ctx.fail(GroupingError, "GROUP BY a constant is not supported; group on columns",
-                         f"GROUP BY {expr.sql(dialect='duckdb')}", g)
-            _validate_expression(expr, schema, ctx, predicate=False)
-            key_exprs.append(expr)
-            keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),
-                                 visible=False))
+    if group is None:
+        return keys, key_exprs
+    for extra in ("grouping_sets", "cube", "rollup", "all", "totals"):
+        if group.args.get(extra):
+            name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
+                    "all": "GROUP BY ALL", "totals": "WITH TOTALS"}[extra]
+            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
+                     name, group)
+    for g in group.expressions:
+        if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
+            name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
+            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
+                     "statements", name, g)
+        expr, name, visible_item = _resolve_group_item(g, items, select_aliases, schema, ctx)
+        if _first_aggregate(expr) is not None:
+            ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
+        if any(_same(expr, e) for e in key_exprs):
+            continue  # GROUP BY a, a
+        if not column_refs(expr):
+            ctx.fail(GroupingError, "GROUP BY a constant is not supported; group on columns",
+                     f"GROUP BY {expr.sql(dialect='duckdb')}", g)
+        _validate_expression(expr, schema, ctx, predicate=False)
+        key_exprs.append(expr)
+        keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),
+                             visible=False))
+    return keys, key_exprs
 
-    # -- outputs: match non-aggregates to keys, collect aggregates ----------------------
-    outputs: list[str] = []
-    aggregates: list[Aggregate] = []
-    used_names: set[str] = set()
+
+def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], grouped: bool,
+                         ctx: _Context) -> dict[int, int]:
+    """Map each non-aggregate select item to its group key, refusing an item that is not a key."""
     key_of_item: dict[int, int] = {}
-    for i, (alias, body, is_agg) in enumerate(parsed_items):
+    for i, (alias, body, is_agg) in enumerate(items):
         if is_agg:
             continue
         match = next((k for k, e in enumerate(key_exprs) if _same(body, e)), None)
         if match is None:
             construct = f"column {body.name!r}" if isinstance(body, exp.Column) else construct_name(body)
-            if group is None and _first_aggregate_in_items(parsed_items):
+            if not grouped and _first_aggregate_in_items(items):
                 msg = "a non-aggregate select item needs GROUP BY"
             else:
                 msg = "this select item is not a GROUP BY key and not inside an aggregate"
@@ -250,7 +288,16 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                 ctx.fail(UnsupportedSQLError, msg, construct, body)
             ctx.fail(GroupingError, msg, construct, body)
         key_of_item[i] = match
-    for i, (alias, body, is_agg) in enumerate(parsed_items):
+    return key_of_item
+
+
+def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[int, int], schema: Schema,
+                  ctx: _Context) -> tuple[list[str], list[Aggregate], set[str]]:
+    """Build the aggregates and unique output and key names (selected keys made visible), for HAVING and ORDER BY."""
+    outputs: list[str] = []
+    aggregates: list[Aggregate] = []
+    used_names: set[str] = set()
+    for i, (alias, body, is_agg) in enumerate(items):
         if is_agg:
             agg = _make_aggregate(body, alias, schema, ctx, used_names)
             aggregates.append(agg)
@@ -271,41 +318,46 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         if not key.visible:
             keys[k] = GroupKey(name=_unique(key.name, used_names), expr=key.expr, columns=key.columns,
                                visible=False)
+    return outputs, aggregates, used_names
+
+
+def _require_aggregate(aggregates: list[Aggregate], tree: exp.Select, ctx: _Context) -> None:
+    """Refuse a statement that selects no aggregate: there would be nothing to measure."""
     if not aggregates:
         ctx.fail(UnsupportedSQLError, "a statement must compute COUNT, SUM or AVG", "SELECT", tree)
 
-    # -- HAVING, ORDER BY, LIMIT, OFFSET (post-processing) ------------------------------
-    rewrite = _Rewriter(keys, key_exprs, aggregates, parsed_items, outputs, schema, ctx, used_names)
-    having = None
+
+def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | None:
+    """Rewrite HAVING over output names, so it can run on the released answers."""
     having_node = tree.args.get("having")
-    if having_node is not None:
-        having = rewrite(having_node.this, "HAVING")
+    if having_node is None:
+        return None
+    return rewrite(having_node.this, "HAVING")
+
+
+def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],
+                   ctx: _Context) -> list[tuple[str, bool]]:
+    """Resolve each ORDER BY term to an output column name and direction, so it can run on the released answers."""
     order: list[tuple[str, bool]] = []
     order_node = tree.args.get("order")
-    if order_node is not None:
-        for o in order_node.expressions:
-            target = o.this
-            ok, lit = literal_value(target)
-            if ok and isinstance(lit, int) and not isinstance(lit, bool):
-                if not 1 <= lit <= len(outputs):
-                    ctx.fail(GroupingError, f"ORDER BY position {lit} is not in the select list "
-                             f"(1..{len(outputs)})", f"ORDER BY {lit}", target)
-                name = outputs[lit - 1]
-            else:
-                r = rewrite(target, "ORDER BY")
-                if not isinstance(r, exp.Column):
-                    ctx.fail(UnsupportedSQLError, "ORDER BY takes an output column, a group key or an "
-                             "aggregate", construct_name(target), target)
-                name = r.name
-            order.append((name, bool(o.args.get("desc"))))
-    limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
-    offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
-    aggregates = rewrite.aggregates
-    line, _ = stmt.position(None)
-    return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(aggregates),
-                     where=_strip(where) if where is not None else None, outputs=tuple(outputs),
-                     having=having, order_by=tuple(order), limit=limit, offset=offset,
-                     options=dict(stmt.options), line=line)
+    if order_node is None:
+        return order
+    for o in order_node.expressions:
+        target = o.this
+        ok, lit = literal_value(target)
+        if ok and isinstance(lit, int) and not isinstance(lit, bool):
+            if not 1 <= lit <= len(outputs):
+                ctx.fail(GroupingError, f"ORDER BY position {lit} is not in the select list "
+                         f"(1..{len(outputs)})", f"ORDER BY {lit}", target)
+            name = outputs[lit - 1]
+        else:
+            r = rewrite(target, "ORDER BY")
+            if not isinstance(r, exp.Column):
+                ctx.fail(UnsupportedSQLError, "ORDER BY takes an output column, a group key or an "
+                         "aggregate", construct_name(target), target)
+            name = r.name
+        order.append((name, bool(o.args.get("desc"))))
+    return order
 
 
 # -- structural checks -------------------------------------------------------------------
