@@ -39,7 +39,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -476,7 +476,7 @@ def _build(spec: Any, source: str | None) -> Schema:
     return Schema(table=table, columns=tuple(columns), privacy_unit=unit, merge=tuple(merge))
 
 
-def _build_column(name: str, cspec: Any, path: str, bad) -> Column | None:
+def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], None]) -> Column | None:
     if not isinstance(cspec, Mapping):
         bad(path, "must be a mapping with a 'type'")
         return None

@@ -49,7 +49,7 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -70,10 +70,13 @@ from dpsql.private.ledger import Ledger
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
-from dpsql.sql.compile import CompiledBatch, compile_batch, schema_attributes
+from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch, schema_attributes
 from dpsql.sql.postprocess import postprocess
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpsql.hdmm.workload import Workload
     from dpsql.synth.synthesize import SyntheticTable
 
 __all__ = ["Connection", "connect", "query", "batch"]
@@ -241,7 +244,8 @@ class Connection:
         self.close()
 
     # -- the pipeline -----------------------------------------------------------------
-    def _answer(self, compiled: CompiledBatch, epsilon, delta, rho, noise, nonneg, confidence) -> list[Result]:
+    def _answer(self, compiled: CompiledBatch, epsilon: float | None, delta: float | None, rho: float | None,
+                noise: str | None, nonneg: bool, confidence: float) -> list[Result]:
         if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.0 < confidence < 1.0:
             raise ArgumentError(f"confidence must be a number in (0, 1), got {confidence!r}")
         if not isinstance(nonneg, bool):
@@ -281,13 +285,14 @@ class Connection:
             return False
         return True
 
-    def _strategy(self, W, model: NoiseModel) -> Strategy:
+    def _strategy(self, W: Workload, model: NoiseModel) -> Strategy:
         key = (W.fingerprint(), model.name)
         if key not in self._strategies:
             self._strategies[key] = select(W, model, cache=self._cache, progress=self._progress).strategy
         return self._strategies[key]
 
-    def _noise_options(self, compiled: CompiledBatch, epsilon, delta, rho, noise) -> list[tuple[NoiseModel, Cost]]:
+    def _noise_options(self, compiled: CompiledBatch, epsilon: float | None, delta: float | None, rho: float | None,
+                       noise: str | None) -> list[tuple[NoiseModel, Cost]]:
         """The (noise model, cost) pairs this request allows, from public values only.
 
         The request is validated by :meth:`Budget.request` (types, finiteness,
@@ -348,14 +353,15 @@ def _statement_options(compiled: CompiledBatch, delta: float | None) -> tuple[fl
     return eps, delta
 
 
-def _error_names(st, aggregate: str) -> tuple[str, str, str]:
+def _error_names(st: CompiledStatement, aggregate: str) -> tuple[str, str, str]:
     visible = [a for a in st.plan.aggregates if a.visible]
     if len(visible) == 1 and visible[0].name == aggregate:
         return "std_error", "ci_low", "ci_high"
     return f"{aggregate}_std_error", f"{aggregate}_ci_low", f"{aggregate}_ci_high"
 
 
-def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float, covariance) -> dict[str, np.ndarray]:
+def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z: float,
+                   covariance: Callable[[int, int], np.ndarray]) -> dict[str, np.ndarray]:
     """Standard error and confidence interval of every visible aggregate, per group.
 
     COUNT and SUM use their exact closed-form variance. AVG = SUM / COUNT
@@ -384,7 +390,7 @@ def _error_columns(st, answers: np.ndarray, se: np.ndarray, z: float, covariance
     return out
 
 
-def _ordered(st, df):
+def _ordered(st: CompiledStatement, df: pd.DataFrame) -> pd.DataFrame:
     """Each aggregate's error columns right after it."""
     order = []
     for col in st.plan.outputs:

@@ -99,7 +99,7 @@ class _Encoder:
         raise CacheError(f"cannot cache a strategy of type {type(s).__name__}")
 
 
-def _decode_matrix(spec: dict[str, Any], arrays) -> Matrix:
+def _decode_matrix(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Matrix:
     t = spec["type"]
     if t == "PIdentity":
         return PIdentity(arrays[spec["theta"]], spec["norm"])
@@ -118,7 +118,7 @@ def _decode_matrix(spec: dict[str, Any], arrays) -> Matrix:
     raise CacheError(f"unknown cached matrix type {t!r}")
 
 
-def _decode_strategy(spec: dict[str, Any], arrays) -> Strategy:
+def _decode_strategy(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Strategy:
     t = spec["type"]
     if t == "KronStrategy":
         return KronStrategy(tuple(_decode_matrix(f, arrays) for f in spec["factors"]), operator=spec["operator"])

@@ -103,7 +103,7 @@ class MarginalsGram(Matrix):
         """``λ_t`` for every subset ``t`` (Theorem 9)."""
         return _transform(self.weights * complement_sizes(self.domain), len(self.domain), "superset")
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         k = X.shape[1]
         T = X.reshape(*self.domain, k)
         d = len(self.domain)
@@ -115,10 +115,10 @@ class MarginalsGram(Matrix):
 
     _rmatmat = _matmat  # symmetric
 
-    def gram(self):
+    def gram(self) -> Product:
         return Product(self, self)
 
-    def trace(self):
+    def trace(self) -> float:
         return float(self.shape[0] * self.weights.sum())
 
     def pinv(self) -> "MarginalsGram":
@@ -145,19 +145,19 @@ class _MarginalStack(Matrix):
 
     stack: VStack
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.stack._matmat(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.stack._rmatmat(Y)
 
-    def row_sums(self):
+    def row_sums(self) -> np.ndarray:
         return self.stack.row_sums()
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return self.stack.row_norms_sq()
 
-    def pinv(self):
+    def pinv(self) -> Product:
         """``A⁺ = (AᵀA)⁺ Aᵀ``, with the Gram pseudo-inverse taken in the algebra."""
         return Product(self.gram().pinv(), Transpose(self))
 
@@ -184,10 +184,10 @@ class Marginals(_MarginalStack):
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain, self.theta**2)
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         return np.full(self.shape[1], self.sensitivity(p))
 
-    def sensitivity(self, p):
+    def sensitivity(self, p: int) -> float:
         return float(np.abs(self.theta).sum() if p == 1 else math.sqrt((self.theta**2).sum()))
 
 
@@ -244,12 +244,12 @@ class ResidualMarginals(_MarginalStack):
     def gram(self) -> MarginalsGram:
         return MarginalsGram.from_eigenvalues(self.domain, self.weights**2 * complement_sizes(self.domain))
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         if p == 2:
             return np.full(self.shape[1], self.sensitivity(2))
         return self.stack.column_norms(1)
 
-    def sensitivity(self, p):
+    def sensitivity(self, p: int) -> float:
         if p == 2:
             frac = _per_subset([1.0] * len(self.domain), [(n - 1) / n for n in self.domain])
             return float(math.sqrt((self.weights**2 * frac).sum()))

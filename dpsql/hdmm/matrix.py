@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from functools import cached_property, reduce
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -186,20 +186,20 @@ class Dense(Matrix):
         self.array = a
         self.shape = a.shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.array @ X
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.array.T @ Y
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         return self.array
 
-    def trace(self):
+    def trace(self) -> float:
         _check_square(self)
         return float(np.trace(self.array))
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return (self.array**2).sum(axis=1)
 
 
@@ -218,7 +218,7 @@ class InvertibleGram(Dense):
     def inverse(self) -> np.ndarray:
         return self._inverse
 
-    def pinv(self):
+    def pinv(self) -> Dense:
         return Dense(self._inverse)
 
 
@@ -230,11 +230,11 @@ class StructuredGram(Dense):
     workloads this is what makes a 4096-element domain cheap.
     """
 
-    def __init__(self, array: np.ndarray, product) -> None:
+    def __init__(self, array: np.ndarray, product: Callable[[np.ndarray], np.ndarray]) -> None:
         super().__init__(array)
         self._product = product
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self._product(X)
 
     _rmatmat = _matmat  # symmetric
@@ -250,40 +250,40 @@ class GramFactored(Dense):
     def gram(self) -> InvertibleGram:
         return InvertibleGram(self.array.T @ self.array, self.gram_inverse)
 
-    def pinv(self):
+    def pinv(self) -> Product:
         return Product(Dense(self.gram_inverse), Transpose(self))
 
 
 class Sparse(Matrix):
     """An explicit sparse matrix (any ``scipy.sparse`` input, stored as CSR)."""
 
-    def __init__(self, matrix) -> None:
+    def __init__(self, matrix: sp.spmatrix | sp.sparray) -> None:
         self.matrix = sp.csr_matrix(matrix, dtype=float)
         self.shape = self.matrix.shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.matrix @ X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.asarray(self.matrix.T @ Y)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return self.matrix.toarray()
 
-    def gram(self):
+    def gram(self) -> Sparse:
         G = (self.matrix.T @ self.matrix).tocsr()
         return Sparse(G)
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         A = abs(self.matrix)
         s = np.asarray(A.sum(axis=0)).ravel() if p == 1 else np.sqrt(np.asarray(A.multiply(A).sum(axis=0)).ravel())
         return s
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return np.asarray(self.matrix.multiply(self.matrix).sum(axis=1)).ravel()
 
-    def trace(self):
+    def trace(self) -> float:
         _check_square(self)
         return float(self.matrix.diagonal().sum())
 
@@ -295,32 +295,32 @@ class Identity(Matrix):
         self.n = int(n)
         self.shape = (self.n, self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return X.copy()
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return Y.copy()
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return np.eye(self.n)
 
-    def gram(self):
+    def gram(self) -> Identity:
         return self
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         return np.ones(self.n)
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return np.ones(self.n)
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         return np.diag(M).copy()
 
-    def trace(self):
+    def trace(self) -> float:
         return float(self.n)
 
-    def pinv(self):
+    def pinv(self) -> Identity:
         return self
 
 
@@ -331,34 +331,34 @@ class Ones(Matrix):
     def __init__(self, m: int, n: int) -> None:
         self.shape = (int(m), int(n))
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.repeat(X.sum(axis=0, keepdims=True), self.shape[0], axis=0)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.repeat(Y.sum(axis=0, keepdims=True), self.shape[1], axis=0)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return np.ones(self.shape)
 
-    def gram(self):
+    def gram(self) -> Weighted:
         return Weighted(Ones(self.shape[1], self.shape[1]), float(self.shape[0]))
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         m = self.shape[0]
         return np.full(self.shape[1], float(m) if p == 1 else math.sqrt(m))
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return np.full(self.shape[0], float(self.shape[1]))
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         return np.full(self.shape[0], float(M.sum()))
 
-    def trace(self):
+    def trace(self) -> float:
         _check_square(self)
         return float(self.shape[0])
 
-    def pinv(self):
+    def pinv(self) -> Weighted:
         m, n = self.shape
         return Weighted(Ones(n, m), 1.0 / (m * n))
 
@@ -385,18 +385,18 @@ class _Intervals(Matrix):
     hi: np.ndarray
     n: int
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         c = np.vstack([np.zeros((1, X.shape[1])), np.cumsum(X, axis=0)])
         return c[self.hi + 1] - c[self.lo]
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         # Difference array: +y at lo, -y after hi, then a running sum.
         d = np.zeros((self.n + 1, Y.shape[1]))
         np.add.at(d, self.lo, Y)
         np.add.at(d, self.hi + 1, -Y)
         return np.cumsum(d[:-1], axis=0)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         j = np.arange(self.n)
         return ((j >= self.lo[:, None]) & (j <= self.hi[:, None])).astype(float)
@@ -405,14 +405,14 @@ class _Intervals(Matrix):
         """How many intervals contain each element (the L1 and squared L2 column norm)."""
         return self._rmatmat(np.ones((len(self.lo), 1)))[:, 0]
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         c = self._covers()
         return c if p == 1 else np.sqrt(c)
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return (self.hi - self.lo + 1).astype(float)
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         # qᵀMq for q = 1[lo..hi] from the 2-D prefix sums of M.
         C = np.zeros((self.n + 1, self.n + 1))
         C[1:, 1:] = M.cumsum(axis=0).cumsum(axis=1)
@@ -429,21 +429,21 @@ class Prefix(_Intervals):
         self.lo = np.zeros(self.n, dtype=int)
         self.hi = np.arange(self.n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.cumsum(X, axis=0)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return np.cumsum(Y[::-1], axis=0)[::-1]
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return np.tril(np.ones((self.n, self.n)))
 
-    def gram(self):
+    def gram(self) -> StructuredGram:
         i = np.arange(self.n)
         return StructuredGram(self.n - np.maximum.outer(i, i), lambda X: self._rmatmat(self._matmat(X)))
 
-    def trace(self):
+    def trace(self) -> float:
         return float(self.n)
 
 
@@ -455,7 +455,7 @@ class AllRange(_Intervals):
         self.lo, self.hi = np.triu_indices(self.n)
         self.shape = (len(self.lo), self.n)
 
-    def gram(self):
+    def gram(self) -> StructuredGram:
         i = np.arange(self.n)
         return StructuredGram((np.minimum.outer(i, i) + 1.0) * (self.n - np.maximum.outer(i, i)), self._gram_product)
 
@@ -479,7 +479,7 @@ class WidthRange(_Intervals):
         self.hi = self.lo + self.k - 1
         self.shape = (len(self.lo), self.n)
 
-    def gram(self):
+    def gram(self) -> StructuredGram:
         i = np.arange(self.n)
         first = np.maximum(0, np.maximum.outer(i, i) - self.k + 1)
         last = np.minimum(np.minimum.outer(i, i), self.n - self.k)
@@ -499,34 +499,34 @@ class Weighted(Matrix):
         self.weight = float(weight)
         self.shape = base.shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.weight * self.base._matmat(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.weight * self.base._rmatmat(Y)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         return self.weight * self.base.dense()
 
-    def gram(self):
+    def gram(self) -> Weighted:
         return Weighted(self.base.gram(), self.weight**2)
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         return abs(self.weight) * self.base.column_norms(p)
 
-    def sensitivity(self, p):
+    def sensitivity(self, p: int) -> float:
         return abs(self.weight) * self.base.sensitivity(p)
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return self.weight**2 * self.base.row_norms_sq()
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         return self.weight**2 * self.base.quadratic_diag(M)
 
-    def trace(self):
+    def trace(self) -> float:
         return self.weight * self.base.trace()
 
-    def pinv(self):
+    def pinv(self) -> Weighted:
         if self.weight == 0:
             return Weighted(self.base.T, 0.0)
         return Weighted(self.base.pinv(), 1.0 / self.weight)
@@ -539,23 +539,23 @@ class Transpose(Matrix):
         self.base = base
         self.shape = (base.shape[1], base.shape[0])
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.base._rmatmat(X)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.base._matmat(Y)
 
     @property
-    def T(self):
+    def T(self) -> Matrix:
         return self.base
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         return self.base.dense().T
 
-    def trace(self):
+    def trace(self) -> float:
         return self.base.trace()
 
-    def pinv(self):
+    def pinv(self) -> Transpose:
         return Transpose(self.base.pinv())
 
 
@@ -568,10 +568,10 @@ class Product(Matrix):
         self.left, self.right = left, right
         self.shape = (left.shape[0], right.shape[1])
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.left._matmat(self.right._matmat(X))
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.right._rmatmat(self.left._rmatmat(Y))
 
 
@@ -588,18 +588,18 @@ class ColumnPermuted(Matrix):
             raise WorkloadError("ColumnPermuted needs a permutation of the columns")
         self.shape = base.shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         Z = np.empty_like(X)
         Z[self.perm] = X
         return self.base._matmat(Z)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self.base._rmatmat(Y)[self.perm]
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         return self.base.dense()[:, self.perm]
 
-    def gram(self):
+    def gram(self) -> Dense:
         base = self.base.gram()
         array = base.dense()[np.ix_(self.perm, self.perm)]
         if not isinstance(base, StructuredGram):
@@ -612,16 +612,16 @@ class ColumnPermuted(Matrix):
 
         return StructuredGram(array, product)
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         return self.base.column_norms(p)[self.perm]
 
-    def row_sums(self):
+    def row_sums(self) -> np.ndarray:
         return self.base.row_sums()
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return self.base.row_norms_sq()
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         inv = np.argsort(self.perm)
         return self.base.quadratic_diag(M[np.ix_(inv, inv)])
 
@@ -636,17 +636,17 @@ class Sum(Matrix):
         self.terms = terms
         self.shape = terms[0].shape
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return sum(t._matmat(X) for t in self.terms)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return sum(t._rmatmat(Y) for t in self.terms)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return sum(t.dense() for t in self.terms)
 
-    def trace(self):
+    def trace(self) -> float:
         return float(sum(t.trace() for t in self.terms))
 
 
@@ -683,40 +683,40 @@ class Kronecker(Matrix):
             T = np.moveaxis(M.reshape(M.shape[0], *shape[1:]), 0, axis)
         return T.reshape(-1, k)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self._apply(X, transpose=False)
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         return self._apply(Y, transpose=True)
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return reduce(np.kron, [f.dense() for f in self.factors])
 
-    def gram(self):
+    def gram(self) -> Kronecker:
         return Kronecker([f.gram() for f in self.factors])
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         _check_dense((1, self.shape[1]))
         return reduce(np.kron, [f.column_norms(p) for f in self.factors])
 
-    def sensitivity(self, p):
+    def sensitivity(self, p: int) -> float:
         _check_norm(p)
         return math.prod(f.sensitivity(p) for f in self.factors)
 
-    def row_sums(self):
+    def row_sums(self) -> np.ndarray:
         return reduce(np.kron, [f.row_sums() for f in self.factors])
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return reduce(np.kron, [f.row_norms_sq() for f in self.factors])
 
-    def trace(self):
+    def trace(self) -> float:
         _check_square(self)
         if all(f.shape[0] == f.shape[1] for f in self.factors):
             return math.prod(f.trace() for f in self.factors)
         return super().trace()
 
-    def pinv(self):
+    def pinv(self) -> Kronecker:
         return Kronecker([f.pinv() for f in self.factors])
 
 
@@ -761,27 +761,27 @@ class VStack(Matrix):
         """Row offset of every block; block ``i`` is rows ``offsets[i]:offsets[i+1]``."""
         return np.cumsum([0] + [b.shape[0] for b in self.blocks])
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.vstack([b._matmat(X) for b in self.blocks])
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         o = self.offsets
         return sum(b._rmatmat(Y[o[i] : o[i + 1]]) for i, b in enumerate(self.blocks))
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         _check_dense(self.shape)
         return np.vstack([b.dense() for b in self.blocks])
 
-    def gram(self):
+    def gram(self) -> Sum:
         return Sum([b.gram() for b in self.blocks])
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         _check_norm(p)
         if p == 1:
             return sum(b.column_norms(1) for b in self.blocks)
         return np.sqrt(sum(b.column_norms(2) ** 2 for b in self.blocks))
 
-    def sensitivity(self, p):
+    def sensitivity(self, p: int) -> float:
         """Exact largest column norm of the union.
 
         For a union of Kronecker products the full domain may be far too large
@@ -800,13 +800,13 @@ class VStack(Matrix):
             return float(np.max(self.column_norms(p)))
         return _union_kron_sensitivity(terms, p)
 
-    def row_sums(self):
+    def row_sums(self) -> np.ndarray:
         return np.concatenate([b.row_sums() for b in self.blocks])
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return np.concatenate([b.row_norms_sq() for b in self.blocks])
 
-    def quadratic_diag(self, M):
+    def quadratic_diag(self, M: np.ndarray) -> np.ndarray:
         return np.concatenate([b.quadratic_diag(M) for b in self.blocks])
 
 

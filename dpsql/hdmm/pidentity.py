@@ -50,27 +50,27 @@ class PIdentity(Matrix):
         self.scale = column_scale(theta, norm)
         self.shape = (n + p, n)
 
-    def _matmat(self, X):
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
         Z = X / self.scale[:, None]
         return np.vstack([Z, self.theta @ Z])
 
-    def _rmatmat(self, Y):
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         n = self.n
         return (Y[:n] + self.theta.T @ Y[n:]) / self.scale[:, None]
 
-    def dense(self):
+    def dense(self) -> np.ndarray:
         return np.vstack([np.eye(self.n), self.theta]) / self.scale
 
     def gram(self) -> "PIdentityGram":
         return PIdentityGram(self)
 
-    def column_norms(self, p):
+    def column_norms(self, p: int) -> np.ndarray:
         return column_scale(np.abs(self.theta), p) / self.scale
 
-    def row_norms_sq(self):
+    def row_norms_sq(self) -> np.ndarray:
         return np.concatenate([1.0 / self.scale**2, ((self.theta / self.scale) ** 2).sum(axis=1)])
 
-    def pinv(self):
+    def pinv(self) -> Product:
         return Product(Dense(self.gram().inverse()), Transpose(self))
 
 

@@ -98,12 +98,14 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, TypeVar, Union
 
 from dpsql.errors import BudgetExceededError, LedgerError, PrivacyError
 from dpsql.private.budget import Budget, Cost
 
 __all__ = ["Ledger", "Entry", "BUSY_TIMEOUT"]
+
+_T = TypeVar("_T")
 
 #: Seconds a spend waits for another process's transaction before failing.
 BUSY_TIMEOUT = 60.0
@@ -486,7 +488,7 @@ class Ledger:
                               f"seen (it now holds {len(snapshot.rows)}): the ledger was truncated, edited "
                               "or replaced while open")
 
-    def _transaction(self, body, begin: str = "BEGIN"):  # type: ignore[no-untyped-def]
+    def _transaction(self, body: Callable[[], _T], begin: str = "BEGIN") -> _T:
         """Run ``body()`` in one transaction (``begin``), committing after it
         returns and rolling back if it raises."""
         conn = self._connection()

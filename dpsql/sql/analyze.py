@@ -28,6 +28,8 @@ dpsql.errors.UnsupportedSQLError: JOIN is not supported: a statement reads one t
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from sqlglot import exp
 
 from dpsql import limits
@@ -127,12 +129,13 @@ class _Context:
     def __init__(self, stmt: Statement) -> None:
         self.stmt = stmt
 
-    def error(self, cls, message: str, construct: str | None = None,
+    def error(self, cls: type[SQLError], message: str, construct: str | None = None,
               node: exp.Expression | None = None) -> SQLError:
         line, col = self.stmt.position(node)
         return cls(message, construct, line, col)
 
-    def fail(self, cls, message: str, construct: str | None = None, node: exp.Expression | None = None):
+    def fail(self, cls: type[SQLError], message: str, construct: str | None = None,
+             node: exp.Expression | None = None) -> NoReturn:
         raise self.error(cls, message, construct, node)
 
 
@@ -551,7 +554,8 @@ def _validate_expression(expr: exp.Expression, schema: Schema, ctx: _Context, pr
 
 # -- GROUP BY ---------------------------------------------------------------------------
 
-def _resolve_group_item(g: exp.Expression, items, select_aliases, schema: Schema, ctx: _Context):
+def _resolve_group_item(g: exp.Expression, items: list[_Item], select_aliases: dict[str, exp.Expression],
+                        schema: Schema, ctx: _Context) -> tuple[exp.Expression, str, bool]:
     ok, lit = literal_value(g)
     if ok:
         if not isinstance(lit, int) or isinstance(lit, bool):
@@ -607,7 +611,7 @@ def _literal_item(body: exp.Expression) -> bool:
     return ok
 
 
-def _first_aggregate_in_items(items) -> bool:
+def _first_aggregate_in_items(items: list[_Item]) -> bool:
     return any(is_agg for _, _, is_agg in items)
 
 
@@ -689,7 +693,8 @@ class _Rewriter:
     """Rewrites HAVING / ORDER BY expressions over output column names,
     adding hidden aggregates for those not selected."""
 
-    def __init__(self, keys, key_exprs, aggregates, items, outputs, schema, ctx, used) -> None:
+    def __init__(self, keys: list[GroupKey], key_exprs: list[exp.Expression], aggregates: list[Aggregate],
+                 items: list[_Item], outputs: list[str], schema: Schema, ctx: _Context, used: set[str]) -> None:
         self.keys, self.key_exprs = keys, key_exprs
         self.aggregates = list(aggregates)
         self.items, self.outputs = items, outputs

@@ -43,7 +43,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,13 +51,16 @@ from sqlglot import exp
 
 from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
-from dpsql.hdmm.matrix import Dense, Identity, Ones, Sparse
+from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Column, Schema, load_schema
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from dpsql.sql.parse import Statement, parse_statements
-from dpsql.sql.plan import QueryPlan
+from dpsql.sql.plan import GroupKey, QueryPlan
 from dpsql.sql.postprocess import check_postprocessing
+
+if TYPE_CHECKING:
+    from dpsql.hdmm.workload import Workload
 
 __all__ = ["Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
            "conjuncts", "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
@@ -137,7 +140,7 @@ class CompiledBatch:
         return sum(math.prod(f.shape[0] for f in factors) for _, factors in self.terms)
 
     @cached_property
-    def workload(self):
+    def workload(self) -> Workload:
         """The :class:`dpsql.hdmm.workload.Workload` (built on first use)."""
         from dpsql.hdmm.workload import Workload
 
@@ -445,7 +448,8 @@ def _not_null(col: Column) -> np.ndarray:
     return v
 
 
-def _factor(attr: Attribute, grid: Grid, mask, weights, keys: list[_KeyDomain], key_plans):
+def _factor(attr: Attribute, grid: Grid, mask: np.ndarray | None, weights: np.ndarray | None,
+            keys: list[_KeyDomain], key_plans: list[GroupKey]) -> Matrix:
     n = attr.size
     if mask is not None and mask.all():
         mask = None

@@ -43,7 +43,7 @@ import operator
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 from sqlglot import exp
@@ -89,7 +89,9 @@ _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: 
 _FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def _default_fail(cls, message, construct=None, node=None):
+def _default_fail(
+    cls: type[SQLError], message: str, construct: str | None = None, node: exp.Expression | None = None
+) -> SQLError:
     return cls(message, construct)
 
 
@@ -203,10 +205,10 @@ class Grid:
         return np.asarray(array).reshape(shape)
 
     # -- errors -----------------------------------------------------------------
-    def _raise(self, cls, message: str, construct: str, node: exp.Expression):
+    def _raise(self, cls: type[SQLError], message: str, construct: str, node: exp.Expression) -> NoReturn:
         raise self.fail(cls, message, construct, node)
 
-    def _unsupported(self, node: exp.Expression, where: str = "here"):
+    def _unsupported(self, node: exp.Expression, where: str = "here") -> NoReturn:
         name = construct_name(node)
         self._raise(UnsupportedSQLError, f"{name} is not supported {where}", name, node)
 
@@ -444,7 +446,7 @@ class Grid:
             self.value(node)  # the HUGEINT range check
         return value
 
-    def _case_labels(self, node, conds, results, has_else) -> Value:
+    def _case_labels(self, node: exp.Case, conds: list[np.ndarray], results: list[Any], has_else: bool) -> Value:
         kinds = {_label_kind(r) for r in results if r is not None}
         if len(kinds) > 1:
             self._raise(DomainError, "CASE results must all be strings, all numbers or all booleans",
@@ -588,7 +590,9 @@ class Grid:
                 t, f = np.logical_or(t, t2), np.logical_and(f, f2)
         return t, f
 
-    def _compare(self, left_node, right_node, op: str, node) -> tuple[np.ndarray, np.ndarray]:
+    def _compare(
+        self, left_node: exp.Expression, right_node: exp.Expression, op: str, node: exp.Expression
+    ) -> tuple[np.ndarray, np.ndarray]:
         left, right = self.value(left_node), self.value(right_node)
         if right.kind == "bin" and left.kind != "bin":
             left, right, op = right, left, _FLIP[op]
@@ -620,7 +624,7 @@ class Grid:
         ok = np.logical_not(np.logical_or(left.null, right.null))
         return np.logical_and(cmp, ok), np.logical_and(np.logical_not(cmp), ok)
 
-    def _compare_numbers(self, left: Value, right: Value, op: str, node) -> np.ndarray:
+    def _compare_numbers(self, left: Value, right: Value, op: str, node: exp.Expression) -> np.ndarray:
         """``left op right`` on numbers as DuckDB compares them: integers and decimals exactly,
         anything with a non-integer value (a DOUBLE) in DOUBLE."""
         a, b = np.asarray(left.values), np.asarray(right.values)
@@ -634,7 +638,7 @@ class Grid:
             return np.asarray(_COMPARE[op](left.exact, right.exact))
         return np.asarray(_COMPARE[op](self._double(left, node, right), self._double(right, node, left)), dtype=bool)
 
-    def _check_member(self, col: Column, lit: Value, node) -> None:
+    def _check_member(self, col: Column, lit: Value, node: exp.Expression) -> None:
         value = lit.literal
         if isinstance(lit.exact, Fraction):
             non_integers = any(isinstance(v, float) and not v.is_integer() for v in col.values)
@@ -649,7 +653,9 @@ class Grid:
             self._raise(DomainError, f"{shown} is outside the declared domain of column "
                         f"{col.name!r} ({dom})", f"literal {shown}", node)
 
-    def _compare_bins(self, left: Value, right: Value, op: str, node) -> tuple[np.ndarray, np.ndarray]:
+    def _compare_bins(
+        self, left: Value, right: Value, op: str, node: exp.Expression
+    ) -> tuple[np.ndarray, np.ndarray]:
         col = left.column
         assert isinstance(col, Binned)
         if not right.is_literal or right.kind != "num":

@@ -29,14 +29,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects import Dialect
 from sqlglot.errors import ParseError as _SqlglotParseError
 from sqlglot.errors import TokenError as _SqlglotTokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from dpsql import limits
 from dpsql.errors import ParseError, UnsupportedSQLError
@@ -176,7 +176,7 @@ def _dp_clauses(tokens: Sequence, source: Source) -> list[_Clause]:
     its options checked: only epsilon and delta, each once, epsilon finite and positive, delta
     finite in [0, 1). Tokens are sqlglot's, so comments and string literals are never read."""
 
-    def fail(message: str, tok) -> UnsupportedSQLError:
+    def fail(message: str, tok: Token) -> UnsupportedSQLError:
         line, col = source.position(tok.start)
         return UnsupportedSQLError(message, _DP, line, col)
 
@@ -207,7 +207,7 @@ def _dp_clauses(tokens: Sequence, source: Source) -> list[_Clause]:
     return clauses
 
 
-def _dp_option(tokens: Sequence, j: int, fail) -> tuple[int, str, float]:
+def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], UnsupportedSQLError]) -> tuple[int, str, float]:
     """Read ``name = [sign] number`` at tokens[j]; return the next index, the name and the value."""
     end = len(tokens)
     if j >= end or tokens[j].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):

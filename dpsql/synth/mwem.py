@@ -171,7 +171,8 @@ def mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequenc
     return result
 
 
-def _noisy_start(table: PrivateTable, attributes, dist: FactoredDistribution, eps: float, step: Cost) -> None:
+def _noisy_start(table: PrivateTable, attributes: Sequence[Attribute], dist: FactoredDistribution, eps: float,
+                 step: Cost) -> None:
     """Measure every one-way marginal at once (L1 sensitivity d per unit) and start from their product."""
     union = _one_way_marginals(dist.domain)  # one stacked measurement
     values = table.measure(attributes, union, Laplace(eps), step, "MWEM noisy initialization").values

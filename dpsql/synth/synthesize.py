@@ -51,7 +51,7 @@ from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
-from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
+from dpsql.synth.mwem import INITS, MWEMResult, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.oracle import ORACLES
 
 if TYPE_CHECKING:
@@ -161,7 +161,8 @@ def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema
 
 
 def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema",
-               attributes: Sequence[Attribute], method: str, workload, budget: "Budget",
+               attributes: Sequence[Attribute], method: str,
+               workload: "int | Sequence[Sequence[str]] | str | Sequence[str]", budget: "Budget",
                epsilon: float | None, delta: float | None, rho: float | None, rows: int | None, name: str,
                seed: int | None = None, progress: bool | None = None, **options) -> SyntheticTable:
     """Learn privately with ``method``, spending ``epsilon`` (and ``delta``) or
@@ -564,7 +565,8 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     return _Run(cost, execute)
 
 
-def _game_report(learned: GameResult, marginals, attributes: Sequence[Attribute]) -> "pd.DataFrame":
+def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
+                 attributes: Sequence[Attribute]) -> "pd.DataFrame":
     """Per workload marginal: how often the private selections picked one of its
     cells (released numbers only)."""
     import pandas as pd
@@ -575,7 +577,7 @@ def _game_report(learned: GameResult, marginals, attributes: Sequence[Attribute]
                          "cells": np.diff(cells.offsets), "times_selected": picked})
 
 
-def _report(result, records: np.ndarray, attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
+def _report(result: MWEMResult, records: np.ndarray, attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
     """Synthetic counts against each noisy measurement (released numbers only)."""
     import pandas as pd
 

@@ -85,7 +85,8 @@ def kron_search(
     return tuple(factors), error
 
 
-def _factor(G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None, theta0, memo: dict | None) -> Matrix:
+def _factor(G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None, theta0: np.ndarray | None,
+            memo: dict | None) -> Matrix:
     if memo is None or theta0 is not None:
         return optimize_factor(G, norm, rng, p, theta0=theta0)[0]
     t = float(np.trace(G))

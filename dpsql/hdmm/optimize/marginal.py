@@ -54,7 +54,7 @@ def closed_form_eigenvalues(gamma: np.ndarray, domain: tuple[int, ...]) -> np.nd
     return np.sqrt(np.where(mult > 0, gamma / np.maximum(mult, 1), 0.0))
 
 
-def _laplace_objective(theta, gamma, m, d):
+def _laplace_objective(theta: np.ndarray, gamma: np.ndarray, m: np.ndarray, d: int) -> tuple[float, np.ndarray]:
     s = theta.sum()
     lam = superset_sum(theta**2 * m, d)
     pos = lam > 0
@@ -67,7 +67,9 @@ def _laplace_objective(theta, gamma, m, d):
     return s**2 * F, grad
 
 
-def _laplace_search(gamma, domain, theta0, maxiter=2000):
+def _laplace_search(
+    gamma: np.ndarray, domain: tuple[int, ...], theta0: np.ndarray, maxiter: int = 2000
+) -> tuple[np.ndarray, float]:
     d = len(domain)
     m = complement_sizes(domain)
     scale = max(gamma.max(), 1e-300)
