@@ -14,8 +14,12 @@ differentially private release charged to the ledger before it is made:
   queries (DualQuery's and FEM's selections), against a budget charged in
   advance by :meth:`PrivateTable.reserve`.
 
-Its other outputs (``rows_per_unit``, ``sensitivity``, ``check``) are
-functions of the public schema, the strategy and the ledger alone.
+Its other outputs are functions of the public schema, the strategy, the
+ledger and the owner's catalog alone: ``rows_per_unit``, ``sensitivity``,
+``plan`` (the noise a measurement would add, or a refusal), ``check`` and
+``reserve`` (refusals, and the ledger entry charged), and ``has_table``
+(whether a name is taken on the owner's connection: a catalog lookup that
+reads no row, used to refuse a synthetic table's name before any spend).
 
 Order of operations in ``measure`` (and alike in the others), and why:
 
