@@ -30,9 +30,10 @@ SCHEMA = {"table": "t", "columns": {
     "city": {"type": "categorical", "values": ["Zürich", "東京", "o'brien", ""]}}}
 COLUMNS = list(SCHEMA["columns"])
 
-#: Seconds any one statement may take, compile and measurement included (most take milliseconds;
-#: the largest texts the limits admit take a few seconds).
-TIME_BOUND = 10.0
+#: Seconds after which one statement counts as hung, compile and measurement included. A guard
+#: against hangs, not a performance figure (those are in benchmarks/): most statements take
+#: milliseconds and the largest texts the limits admit a few seconds, on an idle machine.
+TIME_BOUND = 60.0
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,

@@ -223,7 +223,7 @@ def test_oversized_requests_are_refused_up_front(big, sql):
     start = time.perf_counter()
     with pytest.raises(ResourceLimitError) as info:
         big.batch(sql, epsilon=1.0)
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < 60.0  # a hang guard: counting 10^12 cells would take hours
     message = str(info.value)
     assert ("1,000,000,000,000" in message or "100,000 statements" in message) and "synthesize" in message
     assert big.ledger.entries() == []

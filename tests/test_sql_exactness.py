@@ -756,5 +756,5 @@ def test_nesting_is_checked_before_parsing():
     start = time.perf_counter()
     with pytest.raises(limits.NestingLimitError) as info:
         compile_batch(sql, SCHEMA)
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 60  # a hang guard: parsing it would overflow the stack
     assert (info.value.line, info.value.column) == (1, 30 + LIMIT)
