@@ -324,6 +324,7 @@ class Connection:
                         raise PrivacyError("Gaussian noise under a zCDP budget is given by rho=, not epsilon=")
                     continue
                 model: NoiseModel = Gaussian(rho=requested.rho)
+                cost = Cost.gaussian(budget, rho=requested.rho)
             else:
                 gauss_delta = requested.delta if delta is not None else budget.delta * requested.epsilon / budget.epsilon
                 if gauss_delta <= 0:
@@ -331,14 +332,14 @@ class Connection:
                         raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
                     continue
                 model = Gaussian(epsilon=requested.epsilon, delta=gauss_delta)
+                cost = Cost.gaussian(budget, epsilon=requested.epsilon, delta=gauss_delta)
             try:
                 model.sigma(1.0)  # the calibration's floors depend on epsilon and delta only
             except PrivacyError:
                 if noise == "gaussian":
                     raise
                 continue
-            out.append((model, requested if budget.currency == ZCDP
-                        else Cost(epsilon=requested.epsilon, delta=gauss_delta)))
+            out.append((model, cost))
         return out
 
 

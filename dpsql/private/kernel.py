@@ -240,7 +240,8 @@ class PrivateTable:
         """Most one privacy unit can move the strategy's answers, in the noise's norm."""
         return self.rows_per_unit * strategy.sensitivity(noise.norm)
 
-    def plan(self, strategy: Strategy, noise: NoiseModel) -> LaplaceLattice | GaussianLattice:
+    def plan(self, strategy: Strategy, noise: NoiseModel,
+             sensitivity: float | None = None) -> LaplaceLattice | GaussianLattice:
         """The noise a measurement of ``strategy`` would add, from public values only.
 
         Refuses (before anything is read or charged) a measurement that counts more
@@ -248,10 +249,11 @@ class PrivateTable:
         noise cannot be added (PrivacyError: the floors and ceilings of
         :func:`~dpsql.private.noise.laplace_lattice` and :func:`~dpsql.private.noise.gaussian_lattice`).
         :meth:`measure` calls it first; multi-step mechanisms call it for every step
-        before their first spend.
+        before their first spend. ``sensitivity`` is :meth:`sensitivity`, when the
+        caller has it already.
         """
         check_measured_cells(measured_cells(strategy), "this measurement needs")
-        sens = self.sensitivity(strategy, noise)
+        sens = self.sensitivity(strategy, noise) if sensitivity is None else sensitivity
         if isinstance(noise, Laplace):
             return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(strategy))
         if isinstance(noise, Gaussian):
@@ -266,14 +268,15 @@ class PrivateTable:
         caller derives both from the same request (see :mod:`dpsql.api.connection`).
         """
         self._ledger.check(cost)
-        plan = self.plan(strategy, noise)
+        sens = self.sensitivity(strategy, noise)
+        plan = self.plan(strategy, noise, sens)
         subsets = required_marginals(strategy)
         counting = self._counting(attributes, subsets)
         entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
         counts = self._read(counting, entry)
         exact = strategy_answers(strategy, dict(zip(subsets, counts)))
         return Measurement(values=plan.release(exact, self._source), noise=noise,
-                           sensitivity=self.sensitivity(strategy, noise), noise_std=plan.std, cost=cost, entry=entry)
+                           sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
 
     def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
                         estimates: Sequence[np.ndarray], epsilon: float, cost: Cost, description: str = "") -> int:

@@ -34,13 +34,12 @@ and everything that could fail once it has begun is checked before that
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
-from dpsql.errors import ArgumentError, ResourceLimitError, WorkloadError
+from dpsql.errors import ResourceLimitError, WorkloadError
 from dpsql.hdmm.matrix import Identity, Total
 from dpsql.hdmm.strategy import KronStrategy, UnionStrategy
 from dpsql.limits import MAX_MEASURED_CELLS
@@ -49,6 +48,7 @@ from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.schema import Attribute
 from dpsql.synth.factored import MAX_GROUP_CELLS, FactoredDistribution
+from dpsql.synth.options import choice, flag, integer
 
 __all__ = ["MWEMResult", "check_mwem", "marginal_strategy", "mwem", "mwem_steps", "INITS"]
 
@@ -79,13 +79,10 @@ def check_mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: S
     ``step_epsilon`` for every measurement the run takes (the lattice noise has a floor on
     ``ε`` per changed coordinate, :func:`~dpsql.private.noise.laplace_lattice`).
     """
-    for name, value in (("rounds", rounds), ("replays", replays)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ArgumentError(f"MWEM's {name} must be an integer >= 1, got {name}={value!r}")
-    if not isinstance(init, str) or init not in INITS:
-        raise ArgumentError(f"MWEM's init must be one of {INITS}, got init={init!r}")
-    if not isinstance(average, bool):
-        raise ArgumentError(f"MWEM's average must be True or False, got average={average!r}")
+    integer("rounds", rounds)
+    integer("replays", replays)
+    choice("init", init, INITS)
+    flag("average", average)
     domain = tuple(a.size for a in attributes)
     workload = [tuple(sorted(q)) for q in workload]
     if not workload:

@@ -52,6 +52,7 @@ from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualque
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, MWEMResult, check_mwem, marginal_strategy, mwem, mwem_steps
+from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
 
 if TYPE_CHECKING:
@@ -274,10 +275,10 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
     total = budget.request(epsilon=epsilon, delta=delta, rho=rho)
     columns = max(len(schema.columns), len(attributes), 1)
     if rows is not None:
-        rows = _integer("rows", rows, low=0)
+        rows = integer("rows", rows, low=0)
         check_synthetic_cells(rows, columns, f"rows={rows}")
     if seed is not None:
-        seed = _integer("seed", seed, low=0)
+        seed = integer("seed", seed, low=0)
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r:.80}")
     if released.has(name) or private.has_table(name):
@@ -294,50 +295,6 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
 
 
 # -- option values -------------------------------------------------------------------------------
-
-def _integer(name: str, value: Any, low: int = 1) -> int:
-    """``value`` as an int of at least ``low`` (bools, floats and strings are refused)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r:.80}")
-    if value < low:
-        raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r}")
-    return int(value)
-
-
-def _real(name: str, value: Any, high: float = math.inf, below_one: bool = False) -> float:
-    """``value`` as a finite float > 0 (and at most ``high``, or below 1 when ``below_one``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ArgumentError(f"{name} must be a number, got {name}={value!r:.80}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any double
-        number = math.inf
-    if not (math.isfinite(number) and number > 0):
-        raise ArgumentError(f"{name} must be a finite number > 0, got {name}={value!r:.80}")
-    if below_one and number >= 1.0:
-        raise ArgumentError(f"{name} must be in (0, 1), got {name}={value!r}")
-    if number > high:
-        raise ArgumentError(f"{name} must be at most {high:g}, got {name}={value!r}")
-    return number
-
-
-def _option(options: dict, name: str, default: Any) -> Any:
-    """The option ``name``, or ``default`` when it is not given (or given as None)."""
-    value = options.get(name)
-    return default if value is None else value
-
-
-def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ArgumentError(f"{name} must be one of {tuple(choices)}, got {name}={value!r:.80}")
-    return value
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentError(f"{name} must be True or False, got {name}={value!r:.80}")
-    return bool(value)
-
 
 def _advance(bar: tqdm) -> Callable[[int], None]:
     """A progress callback taking the number of rounds done so far."""
@@ -368,10 +325,10 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     if total.delta > 0:
         raise PrivacyError(f"MWEM is pure epsilon-DP and would never use delta={total.delta!r}: leave delta out "
                            "(dualquery and fem use a delta)")
-    rounds = _integer("rounds", _option(options, "rounds", 10))
-    replays = _integer("replays", _option(options, "replays", 100))
-    init = _choice("init", _option(options, "init", "uniform"), INITS)
-    average = _flag("average", _option(options, "average", False))
+    rounds = integer("rounds", option(options, "rounds", 10))
+    replays = integer("replays", option(options, "replays", 100))
+    init = choice("init", option(options, "init", "uniform"), INITS)
+    average = flag("average", option(options, "average", False))
     steps = mwem_steps(rounds, init)
     step_eps = math.sqrt(2.0 * total.rho / steps) if request.zcdp else total.epsilon / steps
     try:
@@ -411,12 +368,12 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         raise PrivacyError(f"DualQuery got {', '.join(f'{k}={options[k]!r}' for k in given)}, but its spend "
                            "depends on the noisy row count, so the spend must set one of eta, rounds and samples: "
                            "give rounds (the spend sets eta) or eta (the spend sets rounds), not both")
-    eta = None if options.get("eta") is None else _real("eta", options["eta"], high=MAX_ETA)
-    rounds = None if options.get("rounds") is None else _integer("rounds", options["rounds"])
-    samples = DEFAULT_SAMPLES if options.get("samples") is None else _integer("samples", options["samples"])
-    share = _real("count_share", _option(options, "count_share", 0.05), below_one=True)
-    oracle = _choice("oracle", _option(options, "oracle", "auto"), ORACLES)
-    time_limit = _real("time_limit", _option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
+    eta = None if options.get("eta") is None else real("eta", options["eta"], high=MAX_ETA)
+    rounds = None if options.get("rounds") is None else integer("rounds", options["rounds"])
+    samples = DEFAULT_SAMPLES if options.get("samples") is None else integer("samples", options["samples"])
+    share = real("count_share", option(options, "count_share", 0.05), below_one=True)
+    oracle = choice("oracle", option(options, "oracle", "auto"), ORACLES)
+    time_limit = real("time_limit", option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
     max_rounds = synthetic_rows_cap(request.columns)  # one record per round
     if rounds is not None:
         check_synthetic_cells(rounds, request.columns, f"DualQuery makes one record a round: rounds={rounds}")
@@ -498,14 +455,14 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     instead of the exponential mechanism's ``ε₀²/8``. Derived rounds are capped so that the
     records fit :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS` (spending less, with a warning)."""
     total, budget = request.total, request.budget
-    tight = _flag("bounded_range", _option(options, "bounded_range", True))
-    rounds = None if options.get("rounds") is None else _integer("rounds", options["rounds"])
-    eps0 = None if options.get("eps0") is None else _real("eps0", options["eps0"])
-    samples = _integer("samples", _option(options, "samples", 50))
-    noise = _real("noise", _option(options, "noise", PUBLISHED_NOISE))
-    oracle = _choice("oracle", _option(options, "oracle", "heuristic"), ORACLES)
-    time_limit = _real("time_limit", _option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
-    processes = None if options.get("processes") is None else _integer("processes", options["processes"])
+    tight = flag("bounded_range", option(options, "bounded_range", True))
+    rounds = None if options.get("rounds") is None else integer("rounds", options["rounds"])
+    eps0 = None if options.get("eps0") is None else real("eps0", options["eps0"])
+    samples = integer("samples", option(options, "samples", 50))
+    noise = real("noise", option(options, "noise", PUBLISHED_NOISE))
+    oracle = choice("oracle", option(options, "oracle", "heuristic"), ORACLES)
+    time_limit = real("time_limit", option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
+    processes = None if options.get("processes") is None else integer("processes", options["processes"])
     if processes is not None:
         processes = min(processes, os.cpu_count() or 1)
     width = sum(a.size for a in attributes)
