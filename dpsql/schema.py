@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpsql.errors import SchemaError
+from dpsql.errors import SchemaError, WorkloadError
 
 __all__ = [
     "Attribute",
@@ -258,15 +258,36 @@ class PrivacyUnit:
 @dataclass(frozen=True)
 class Attribute:
     """One axis of the data vector's domain: one column, or columns measured together
-    (a merge), with their domain sizes. The attribute's size is their product."""
+    (a merge), with their domain sizes. The attribute's size is their product.
+
+    ``groups``, when set, merges the attribute's values for measurement: value ``j``
+    (its index in C order over ``columns``) is counted in cell ``groups[j]``, so
+    only ``cells`` counts are made (a workload-based domain reduction,
+    :mod:`dpsql.hdmm.reduction`)."""
 
     name: str
     columns: tuple[str, ...]
     sizes: tuple[int, ...]
+    groups: tuple[int, ...] | None = None
 
     @property
     def size(self) -> int:
         return math.prod(self.sizes)
+
+    @property
+    def cells(self) -> int:
+        """How many counts measuring this attribute makes: its groups, or its size."""
+        return self.size if self.groups is None else max(self.groups) + 1
+
+    def grouped(self, labels: Sequence[int]) -> Attribute:
+        """This attribute with its values merged into the groups ``labels`` (one per value,
+        numbered from 0); itself when every value is its own group in order."""
+        labels = tuple(int(g) for g in labels)
+        if len(labels) != self.size:
+            raise WorkloadError(f"attribute {self.name!r}: {len(labels)} group labels for {self.size} values")
+        if sorted(set(labels)) != list(range(max(labels, default=-1) + 1)):
+            raise WorkloadError(f"attribute {self.name!r}: group labels must be numbered 0, 1, ... without gaps")
+        return self if labels == tuple(range(self.size)) else Attribute(self.name, self.columns, self.sizes, labels)
 
 
 @dataclass(frozen=True)

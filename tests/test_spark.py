@@ -104,6 +104,12 @@ def test_marginals_with_merged_attributes_and_out_of_domain_values(spark):
     for subs in ([(0, 1, 2, 3)], [(3, 0)], [(1, 3), (0, 2), ()]):
         assert_same(measure_marginals(SparkBackend(spark), "people", schema, attrs, subs),
                     measure_marginals(con, "people", schema, attrs, subs))
+    # the same attributes with their values grouped (a reduced domain: one count per group)
+    rng = np.random.default_rng(5)
+    grouped = [a.grouped(np.unique(rng.integers(0, 3, a.size), return_inverse=True)[1]) for a in attrs]
+    for subs in ([(0, 1, 2, 3)], [(3, 0)], [(1, 3), (0, 2), ()]):
+        assert_same(measure_marginals(SparkBackend(spark), "people", schema, grouped, subs),
+                    measure_marginals(con, "people", schema, grouped, subs))
 
 
 def test_marginals_of_the_oracle_table_every_pair(spark):

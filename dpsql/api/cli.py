@@ -75,6 +75,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
     p.add_argument("--noise", choices=("laplace", "gaussian"), help="default: the lower-error one")
     p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
+    p.add_argument("--objective", choices=("total", "max"), default="total",
+                   help="minimize the expected RMSE over all answers (total) or the largest std error (max)")
     p.add_argument("--out", help="write results here (.csv or .parquet; a directory for several statements)")
     p.add_argument("--format", choices=OUT_FORMATS, default="csv", help="file type inside an --out directory")
     _add_budget(p)
@@ -214,7 +216,7 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
     db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
     try:
         kwargs = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise,
-                      nonnegative=args.nonnegative)
+                      nonnegative=args.nonnegative, objective=args.objective)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             out = Path(args.out)

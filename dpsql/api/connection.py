@@ -58,8 +58,10 @@ from scipy.stats import norm
 from dpsql.api.result import Release, Result
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
 from dpsql.hdmm.cache import StrategyCache
+from dpsql.hdmm.error_analysis import max_variance
 from dpsql.hdmm.error_analysis import rmse as expected_rmse
 from dpsql.hdmm.optimize import select
+from dpsql.hdmm.optimize.selector import OBJECTIVES
 from dpsql.hdmm.reconstruct import least_squares, nonnegative
 from dpsql.hdmm.strategy import Strategy
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -141,7 +143,7 @@ class Connection:
         self._released = ReleasedData()
         self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
         self._progress = progress
-        self._strategies: dict[tuple[str, str], Strategy] = {}
+        self._strategies: dict[tuple[str, str, str], Strategy] = {}
 
     @property
     def released(self) -> duckdb.DuckDBPyConnection:
@@ -164,17 +166,18 @@ class Connection:
 
     # -- queries ----------------------------------------------------------------------
     def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-              noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> Result:
+              noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
+              objective: str = "total") -> Result:
         """Answer one statement privately (see :meth:`batch` for the arguments)."""
         compiled = compile_batch(sql, self.schema)
         if len(compiled.statements) != 1:
             raise UnsupportedSQLError(f"query takes one statement, got {len(compiled.statements)}; use batch",
                                       "several statements")
-        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)[0]
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence, objective)[0]
 
     def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
               rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
-              confidence: float = 0.95) -> list[Result]:
+              confidence: float = 0.95, objective: str = "total") -> list[Result]:
         """Answer many statements from one jointly optimized measurement.
 
         ``statements``: a list of SQL texts or a text of ``;``-separated
@@ -183,15 +186,20 @@ class Connection:
         or ``rho``) is for the whole batch. ``nonnegative=True`` returns
         non-negative, mutually consistent answers (biased; see
         :func:`dpsql.hdmm.reconstruct.nonnegative`). ``confidence`` sets the
-        level of the ``ci_low``/``ci_high`` normal intervals.
+        level of the ``ci_low``/``ci_high`` normal intervals. ``objective``:
+        ``"total"`` picks the strategy (and noise) with the lowest expected RMSE
+        over all answers, ``"max"`` the one whose least accurate answer is most
+        accurate (the largest standard error is minimized: for tabulations
+        where every published cell must meet an accuracy standard).
         """
         compiled = compile_batch(statements, self.schema)
-        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence)
+        return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence, objective)
 
     def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
-            noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95) -> duckdb.DuckDBPyRelation:
+            noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
+            objective: str = "total") -> duckdb.DuckDBPyRelation:
         """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`."""
-        return self.query(query, epsilon, delta, rho, noise, nonnegative, confidence).relation
+        return self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective).relation
 
     def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
                    delta: float | None = None, rho: float | None = None, rows: int | None = None,
@@ -245,11 +253,13 @@ class Connection:
 
     # -- the pipeline -----------------------------------------------------------------
     def _answer(self, compiled: CompiledBatch, epsilon: float | None, delta: float | None, rho: float | None,
-                noise: str | None, nonneg: bool, confidence: float) -> list[Result]:
+                noise: str | None, nonneg: bool, confidence: float, objective: str) -> list[Result]:
         if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.0 < confidence < 1.0:
             raise ArgumentError(f"confidence must be a number in (0, 1), got {confidence!r}")
         if not isinstance(nonneg, bool):
             raise ArgumentError(f"nonnegative must be True or False, got {nonneg!r}")
+        if objective not in OBJECTIVES:
+            raise ArgumentError(f"objective must be one of {OBJECTIVES}, got {objective!r:.80}")
         W = compiled.workload
         k = self._private.rows_per_unit
         requested = self._noise_options(compiled, epsilon, delta, rho, noise)
@@ -259,9 +269,11 @@ class Connection:
             self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization
         options = []
         for model, cost in affordable:
-            strategy = self._strategy(W, model)
-            options.append((k * expected_rmse(W, strategy, model), model, cost, strategy))
-        rmse, model, cost, strategy = min(options, key=lambda o: o[0])
+            strategy = self._strategy(W, model, objective)
+            figure = expected_rmse(W, strategy, model) if objective == "total" else max_variance(W, strategy, model)
+            options.append((figure, model, cost, strategy))
+        _, model, cost, strategy = min(options, key=lambda o: o[0])
+        rmse = k * expected_rmse(W, strategy, model)
         description = ";\n".join(st.plan.sql for st in compiled.statements)
         m = self._private.measure(compiled.attributes, strategy, model, cost, description)
         answers = nonnegative(W, strategy, m.values) if nonneg else least_squares(W, strategy, m.values)
@@ -285,10 +297,11 @@ class Connection:
             return False
         return True
 
-    def _strategy(self, W: Workload, model: NoiseModel) -> Strategy:
-        key = (W.fingerprint(), model.name)
+    def _strategy(self, W: Workload, model: NoiseModel, objective: str) -> Strategy:
+        key = (W.fingerprint(), model.name, objective)
         if key not in self._strategies:
-            self._strategies[key] = select(W, model, cache=self._cache, progress=self._progress).strategy
+            self._strategies[key] = select(W, model, cache=self._cache, progress=self._progress,
+                                           objective=objective).strategy
         return self._strategies[key]
 
     def _noise_options(self, compiled: CompiledBatch, epsilon: float | None, delta: float | None, rho: float | None,

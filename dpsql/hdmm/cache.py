@@ -40,14 +40,15 @@ import numpy as np
 
 from dpsql.errors import CacheError
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
-from dpsql.hdmm.matrix import Dense, GramFactored, Identity, Matrix, Ones
+from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones
 from dpsql.hdmm.pidentity import PIdentity
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
 
-#: Bump when the stored format or the optimizers change in a way that should invalidate entries.
-FORMAT_VERSION = 2
+#: Bump when the stored format or the optimizers change in a way that should invalidate entries
+#: (3: keys are on the reduced workload, and the identity and direct candidates joined).
+FORMAT_VERSION = 3
 
 
 def default_directory() -> Path:
@@ -82,6 +83,8 @@ class _Encoder:
             return {"type": "Marginals", "domain": list(m.domain), "theta": self.array(m.theta)}
         if isinstance(m, ResidualMarginals):
             return {"type": "ResidualMarginals", "domain": list(m.domain), "weights": self.array(m.weights)}
+        if m.shape[0] * m.shape[1] <= DENSE_LIMIT:  # a workload's own factor (the direct candidate)
+            return {"type": "Dense", "array": self.array(m.dense())}
         raise CacheError(f"cannot cache a strategy factor of type {type(m).__name__}")
 
     def strategy(self, s: Strategy) -> dict[str, Any]:

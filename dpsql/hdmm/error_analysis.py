@@ -50,6 +50,11 @@ def query_variances(workload: Workload, strategy: Strategy, noise: NoiseModel) -
     return _noise_scale(strategy, noise) * np.concatenate(strategy.query_variances(workload))
 
 
+def max_variance(workload: Workload, strategy: Strategy, noise: NoiseModel) -> float:
+    """The largest variance of any one workload answer (``inf`` if some query is unanswerable)."""
+    return _noise_scale(strategy, noise) * max(float(v.max(initial=0.0)) for v in strategy.query_variances(workload))
+
+
 def _in_marginal_algebra(G: np.ndarray) -> bool:
     """Whether a factor Gram is ``aI + bJ``."""
     n = G.shape[0]

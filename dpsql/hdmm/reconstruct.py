@@ -50,6 +50,7 @@ from scipy.optimize import Bounds, minimize
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
+from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
 
@@ -167,6 +168,8 @@ def _answer_term(factors: Sequence[Matrix], weight: float, system: _System, y: n
 def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.ndarray:
     """Least-squares answers to every workload query, in workload row order,
     from measurements ``y`` of ``strategy.matrix`` (in its row order)."""
+    if isinstance(strategy, ReducedStrategy):  # the same answers, from the reduced problem
+        return least_squares(strategy.reduction.apply(workload), strategy.inner, y)
     y = np.asarray(y, dtype=float)
     if y.shape != (strategy.matrix.shape[0],):
         raise WorkloadError(f"expected {strategy.matrix.shape[0]} measurements, got shape {y.shape}")
@@ -185,8 +188,11 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
     strategy) and returns ``W x̂``: every answer is then consistent with every
     other (a total is the sum of its parts) and counts are never negative.
     Biased, see the module docstring. Refused above
-    :data:`NONNEGATIVE_LIMIT` domain cells.
+    :data:`NONNEGATIVE_LIMIT` domain cells. A strategy on a reduced domain is fitted
+    there: a non-negative ``x`` exists exactly when a non-negative ``P x`` does.
     """
+    if isinstance(strategy, ReducedStrategy):
+        return nonnegative(strategy.reduction.apply(workload), strategy.inner, y, max_iterations)
     A = strategy.matrix
     N = A.shape[1]
     if N > NONNEGATIVE_LIMIT:

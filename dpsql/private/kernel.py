@@ -55,6 +55,7 @@ import numpy as np
 
 from dpsql.errors import MeasurementError
 from dpsql.hdmm.matrix import Kronecker, Matrix, Ones, kron_terms
+from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import Strategy
 from dpsql.limits import check_measured_cells
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -157,6 +158,17 @@ def max_column_nonzeros(strategy: Strategy) -> int:
     return total
 
 
+def on_cells(strategy: Strategy, attributes: Sequence[Attribute] = ()) -> tuple[Strategy, list[Attribute]]:
+    """What is counted for ``strategy``: for a strategy on a reduced domain
+    (:class:`~dpsql.hdmm.reduction.ReducedStrategy`), its reduced strategy and the kept
+    attributes with their values grouped (one count per group, so ``A_red (P x)``);
+    otherwise both unchanged."""
+    if not isinstance(strategy, ReducedStrategy):
+        return strategy, list(attributes)
+    r = strategy.reduction
+    return strategy.inner, [attributes[i].grouped(r.labels[i]) for i in r.kept] if attributes else []
+
+
 def measured_cells(strategy: Strategy) -> int:
     """How big a measurement of ``strategy`` is: its largest marginal's cells, or its rows if more."""
     domain = [f.shape[1] for f in kron_terms(strategy.matrix)[0][1]]
@@ -252,17 +264,20 @@ class PrivateTable:
         before their first spend. ``sensitivity`` is :meth:`sensitivity`, when the
         caller has it already.
         """
-        check_measured_cells(measured_cells(strategy), "this measurement needs")
+        counted, _ = on_cells(strategy)
+        check_measured_cells(measured_cells(counted), "this measurement needs")
         sens = self.sensitivity(strategy, noise) if sensitivity is None else sensitivity
         if isinstance(noise, Laplace):
-            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(strategy))
+            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(counted))
         if isinstance(noise, Gaussian):
             return gaussian_lattice(noise.sigma(sens))
         raise TypeError(f"unknown noise model {noise!r}")  # pragma: no cover - NoiseModel is a closed union
 
     def measure(self, attributes: Sequence[Attribute], strategy: Strategy, noise: NoiseModel, cost: Cost,
                 description: str = "") -> Measurement:
-        """Noisy answers to ``strategy.matrix`` on the table's data vector over ``attributes``.
+        """Noisy answers to ``strategy.matrix`` on the table's data vector over ``attributes``
+        (for a strategy on a reduced domain, its reduced strategy's answers on the reduced
+        cells, counted directly: see :func:`on_cells`).
 
         ``cost`` must be what ``noise`` spends in the ledger's currency; the
         caller derives both from the same request (see :mod:`dpsql.api.connection`).
@@ -270,11 +285,12 @@ class PrivateTable:
         self._ledger.check(cost)
         sens = self.sensitivity(strategy, noise)
         plan = self.plan(strategy, noise, sens)
-        subsets = required_marginals(strategy)
-        counting = self._counting(attributes, subsets)
+        counted, cells = on_cells(strategy, attributes)
+        subsets = required_marginals(counted)
+        counting = self._counting(cells, subsets)
         entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
         counts = self._read(counting, entry)
-        exact = strategy_answers(strategy, dict(zip(subsets, counts)))
+        exact = strategy_answers(counted, dict(zip(subsets, counts)))
         return Measurement(values=plan.release(exact, self._source), noise=noise,
                            sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
 

@@ -13,6 +13,11 @@ Privacy-relevant guarantees:
   SQL to its domain index (:func:`index_expression`, the same mapping as
   :meth:`dpsql.schema.Column.index_of`); the output is one count per cell of
   the public domain and nothing else (no data value, no list of values seen).
+* **Grouped attributes count groups.** An attribute with ``groups`` (the
+  values a workload never tells apart, merged: :mod:`dpsql.hdmm.reduction`)
+  is keyed by the group of its value index, a ``CASE`` over runs of
+  consecutive indices, so one count per group is made and no finer count
+  exists even inside this module.
 * **Out-of-domain rows are dropped.** A row in which *any* column that the
   requested marginals read holds a value outside its declared domain (a
   value not listed, a non-integral or out-of-range number, NaN, ±inf, a
@@ -197,6 +202,37 @@ def _bins(v: exp.Expression, edges: Sequence[float], outside: int | None) -> exp
     return _case([(inside, build(0, n))], _outside(outside))
 
 
+def _units(position: int, attribute: Attribute, columns: Sequence[int]) -> list[tuple[str, int]]:
+    """An attribute's output keys: ``("column", c)`` per schema column ``c`` it reads value by
+    value, or one ``("group", position)`` when its values are grouped."""
+    return [("column", c) for c in columns] if attribute.groups is None else [("group", position)]
+
+
+def _group_key(attribute: Attribute, indices: Sequence[exp.Expression]) -> exp.Expression:
+    """The group (:attr:`Attribute.groups`) of the value whose column indices are ``indices``,
+    or -1 when one of them is (the value is outside the domain). The groups form runs of
+    consecutive value indices; a binary search of nested CASEs finds the run."""
+    value: exp.Expression = indices[0].copy()
+    for idx, size in zip(indices[1:], attribute.sizes[1:]):
+        value = exp.Add(this=exp.Mul(this=exp.Paren(this=value), expression=_int(size)), expression=idx.copy())
+    labels = np.asarray(attribute.groups)
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+
+    def build(lo: int, hi: int) -> exp.Expression:  # the value is in runs lo..hi-1
+        if hi - lo == 1:
+            return _int(int(labels[starts[lo]]))
+        if hi - lo <= _FLAT_CASES:
+            return _case([(exp.LT(this=value.copy(), expression=_int(int(starts[r + 1]))), _int(int(labels[starts[r]])))
+                          for r in range(lo, hi - 1)], _int(int(labels[starts[hi - 1]])))
+        mid = (lo + hi) // 2
+        return _case([(exp.LT(this=value.copy(), expression=_int(int(starts[mid]))), build(lo, mid))], build(mid, hi))
+
+    out: exp.Expression = indices[0].copy()
+    for idx in indices[1:]:
+        out = exp.BitwiseOr(this=out, expression=idx.copy())
+    return _case([(exp.LT(this=exp.Paren(this=out), expression=_int(0)), _int(_OUTSIDE))], build(0, len(starts)))
+
+
 # -- index expressions -------------------------------------------------------------------
 
 def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None, *,
@@ -346,8 +382,9 @@ def _for_dialect(query: exp.Select, dialect: str | None) -> exp.Select:
 
 class _Plan:
     """The query and how to read its result: ``keys[j]`` is the output column
-    of schema column ``key_columns[j]``; ``order[s]`` lists, for subset ``s``,
-    the key positions in ravel order, ``dims[s]`` their sizes."""
+    of key ``j`` (the index of one schema column, or the group of a grouped
+    attribute's value); ``order[s]`` lists, for subset ``s``, the key
+    positions in ravel order, ``dims[s]`` their sizes."""
 
     def __init__(self, schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
                  table: "str | exp.Table", types: Mapping[str, Any] | None, dialect: str | None = None) -> None:
@@ -366,15 +403,16 @@ class _Plan:
             if tuple(cols[i].size for i in idx) != tuple(a.sizes):
                 raise WorkloadError(f"attribute {a.name!r} sizes {a.sizes} do not match the schema")
             attr_cols.append(idx)
-        # output keys: the columns of every attribute some marginal uses, in schema order
-        used = sorted({i for s in self.subsets for a in s for i in attr_cols[a]})
-        self.key_columns = used
-        key_pos = {c: j for j, c in enumerate(used)}
-        self.keys = [f"k{j}" for j in range(len(used))]
-        self.order = [[key_pos[i] for a in s for i in attr_cols[a]] for s in self.subsets]
-        self.dims = [[cols[i].size for a in s for i in attr_cols[a]] for s in self.subsets]
-        self.sizes = [math.prod(attributes[a].size for a in s) for s in self.subsets]
-
+        # output keys: one per column of an attribute measured value by value, one per attribute
+        # whose values are grouped (its cell label); the columns read are those of every key
+        units = sorted({u for s in self.subsets for a in s for u in _units(a, attributes[a], attr_cols[a])})
+        unit_pos = {u: j for j, u in enumerate(units)}
+        self.keys = [f"k{j}" for j in range(len(units))]
+        self.order = [[unit_pos[u] for a in s for u in _units(a, attributes[a], attr_cols[a])] for s in self.subsets]
+        self.dims = [[cols[u[1]].size if u[0] == "column" else attributes[u[1]].cells
+                      for a in s for u in _units(a, attributes[a], attr_cols[a])] for s in self.subsets]
+        self.sizes = [math.prod(attributes[a].cells for a in s) for s in self.subsets]
+        used = sorted({c for u in units for c in ([u[1]] if u[0] == "column" else attr_cols[u[1]])})
         # 1. source rows: the columns the marginals read, at most max_rows per privacy unit
         types = {k.lower(): v for k, v in (types or {}).items()}
         read = [cols[i] for i in used]
@@ -407,18 +445,27 @@ class _Plan:
                                                           outside=_OUTSIDE), _ident(n))
                              for c, n in zip(read, idx_names)] or [exp.alias_(_int(1), _ident("one"))]))
         proj = proj.from_(exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("src"))), copy=False)
-        # 3. drop rows with any column out of domain. A column that every grouping set keys on
+        # 2b. a grouped attribute's key: the group of its value index (-1 if a column is outside)
+        column_idx = {c: _col(n) for c, n in zip(used, idx_names)}
+        key_names = idx_names if all(u[0] == "column" for u in units) else [f"g{j}" for j in range(len(units))]
+        if key_names is not idx_names:
+            values = [column_idx[u[1]] if u[0] == "column"
+                      else _group_key(attributes[u[1]], [column_idx[c] for c in attr_cols[u[1]]]) for u in units]
+            proj = exp.select(*[exp.alias_(v, _ident(n)) for v, n in zip(values, key_names)] or
+                              [exp.alias_(_int(1), _ident("one"))]).from_(
+                exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("cols"))), copy=False)
+        # 3. drop rows with any key out of domain. A key that every grouping set has
         #    needs no filter: its -1 groups are dropped after counting (see split). For the
-        #    others, indices are >= 0 or -1, so one bitwise OR is negative exactly when some
-        #    column is out (one cheap test per row; CASEs with a non-NULL ELSE keep DuckDB's
+        #    others, keys are >= 0 or -1, so one bitwise OR is negative exactly when some
+        #    key is out (one cheap test per row; CASEs with a non-NULL ELSE keep DuckDB's
         #    statistics, so small domains get its perfect-hash aggregation).
         sets = sorted({tuple(sorted(o)) for o in self.order}, key=lambda t: (len(t), t))
         nonempty = [s for s in sets if s]
         always = set.intersection(*[set(s) for s in sets]) if sets else set()
-        checked = [n for j, n in enumerate(idx_names) if j not in always]
+        checked = [n for j, n in enumerate(key_names) if j not in always]
         selects: list[exp.Expression] = [
             exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
-            for n, k in zip(idx_names, self.keys)]
+            for n, k in zip(key_names, self.keys)]
         selects.append(exp.alias_(exp.Count(this=exp.Star()), _ident("n")))
         query = exp.select(*selects).from_(exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("idx"))))
         if checked:
@@ -427,10 +474,10 @@ class _Plan:
                 any_out = exp.BitwiseOr(this=any_out, expression=_col(n))
             query = query.where(exp.GTE(this=exp.Paren(this=any_out), expression=_int(0)), copy=False)
         if len(sets) == 1 and nonempty:
-            query = query.group_by(*[_col(idx_names[j]) for j in nonempty[0]], copy=False)
+            query = query.group_by(*[_col(key_names[j]) for j in nonempty[0]], copy=False)
         elif nonempty:
             grouping = exp.GroupingSets(expressions=[
-                exp.Tuple(expressions=[_col(idx_names[j]) for j in s]) for s in sets])
+                exp.Tuple(expressions=[_col(key_names[j]) for j in s]) for s in sets])
             query.set("group", exp.Group(expressions=[grouping]))
         self.query = _for_dialect(query, dialect)
 

@@ -5,6 +5,21 @@ can be cached (see :mod:`dpsql.hdmm.cache`). Each operator runs with ``restarts`
 independent starts from a seed derived from ``seed``, so a selection is
 deterministic given its inputs.
 
+The workload is first reduced to the values its queries tell apart
+(:mod:`dpsql.hdmm.reduction`); every operator runs on the reduced domain and
+the chosen strategy is expanded back, with the same error. Besides the HDMM
+operators, the obvious mechanisms (:mod:`dpsql.hdmm.optimize.baseline`:
+identity on the reduced domain, the workload's own queries) are candidates,
+so the result is never worse than either.
+
+Two objectives: ``"total"`` (HDMM's, the expected total squared error) and
+``"max"``, the largest variance of any one query, for tabulations where every
+published cell must meet an accuracy standard. Under ``"max"`` the candidates
+are compared by their largest variance, Gaussian marginal workloads get the
+certified optimum (:mod:`dpsql.hdmm.optimize.maxvar`), and the best candidate
+is refined by reweighting the workload's terms toward those with the largest
+variance (:func:`reweighted`), keeping every improvement.
+
 >>> from dpsql.privacy import Laplace
 >>> from dpsql.hdmm.workload import marginals_workload
 >>> sel = select(marginals_workload((4, 5, 6), k=1), Laplace(1.0), restarts=1)
@@ -25,11 +40,16 @@ from tqdm.auto import tqdm
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.cache import StrategyCache
+from dpsql.hdmm.error_analysis import max_variance
 from dpsql.hdmm.error_analysis import rmse as expected_rmse
+from dpsql.hdmm.marginals import in_algebra
+from dpsql.hdmm.optimize.baseline import direct, direct_applies, identity, identity_applies
 from dpsql.hdmm.optimize.kron import opt_kron
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
+from dpsql.hdmm.optimize.maxvar import opt_max_marginal
 from dpsql.hdmm.optimize.opt0 import opt_0
 from dpsql.hdmm.optimize.union import opt_plus, product_groups
+from dpsql.hdmm.reduction import Reduction, reduce_domain
 from dpsql.hdmm.strategy import Strategy
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
@@ -39,16 +59,30 @@ log = logging.getLogger("dpsql.hdmm.optimize")
 #: Operators that take longer than this many seconds print a progress line.
 PROGRESS_AFTER = 2.0
 
+#: Reweighting rounds of the ``"max"`` objective.
+REWEIGHT_ROUNDS = 6
+
+OBJECTIVES = ("total", "max")
+
+def opt_marginal_max(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> Strategy:
+    """The certified max-variance optimum of a Gaussian marginal workload (:mod:`~dpsql.hdmm.optimize.maxvar`)."""
+    return opt_max_marginal(workload, noise).strategy
+
+
 OPERATORS: dict[str, Callable[..., Strategy]] = {
     "OPT_0": opt_0,
     "OPT_kron": opt_kron,
     "OPT_plus": opt_plus,
     "OPT_M": opt_marginal,
+    "OPT_M_max": opt_marginal_max,
+    "identity": identity,
+    "direct": direct,
 }
 
 
-def feasible(workload: Workload) -> list[str]:
-    """The operators that apply to this workload's shape."""
+def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total") -> list[str]:
+    """The operators that apply to this workload's shape (and, for ``OPT_M_max``, to the
+    ``"max"`` objective under Gaussian ``noise``)."""
     ops = []
     if len(workload.domain) == 1:
         ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
@@ -58,27 +92,39 @@ def feasible(workload: Workload) -> list[str]:
         ops.append("OPT_plus")
     if len(workload.domain) <= MAX_SEARCH_ATTRIBUTES:
         ops.append("OPT_M")
+        if (objective == "max" and noise is not None and noise.norm == 2
+                and all(in_algebra(f) for _, fs in workload.terms for f in fs)):
+            ops.append("OPT_M_max")
+    if identity_applies(workload):
+        ops.append("identity")
+    if direct_applies(workload):
+        ops.append("direct")
     return ops
 
 
 @dataclass
 class Candidate:
-    """One operator's outcome."""
+    """One operator's outcome; ``rmse`` and ``max_variance`` are its expected errors."""
 
     operator: str
     strategy: Strategy
     rmse: float
     seconds: float
+    max_variance: float = math.nan
 
 
 @dataclass
 class Selection:
-    """The chosen strategy and every candidate considered."""
+    """The chosen strategy (over the workload's full domain) and every candidate considered
+    (over the reduced domain of ``reduction``, with the same errors)."""
 
     strategy: Strategy
     rmse: float
     candidates: list[Candidate] = field(default_factory=list)
     cached: bool = False
+    max_variance: float = math.nan
+    objective: str = "total"
+    reduction: Reduction | None = None
 
     @property
     def operator(self) -> str:
@@ -93,43 +139,97 @@ def select(
     seed: int = 0,
     progress: bool | None = None,
     cache: StrategyCache | None = None,
+    objective: str = "total",
+    reduce: bool = True,
 ) -> Selection:
-    """Run the feasible operators (or those named) and keep the lowest expected RMSE.
+    """Run the feasible operators (or those named) and keep the best under ``objective``.
 
-    ``progress``: ``True`` shows a progress bar and a line per operator on
-    stderr, ``False`` never does, and ``None`` shows them only once the
-    selection has run for :data:`PROGRESS_AFTER` seconds (bar) or for
-    operators slower than that (lines). With a ``cache``, a selection already made
-    for the same workload, noise family and settings is loaded instead of
+    ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
+    largest per-query variance. ``reduce=False`` skips the domain reduction (for
+    comparisons; the result is never better). ``progress``: ``True`` shows a
+    progress bar and a line per operator on stderr, ``False`` never does, and
+    ``None`` shows them only once the selection has run for
+    :data:`PROGRESS_AFTER` seconds (bar) or for operators slower than that
+    (lines). With a ``cache``, a selection already made for the same reduced
+    workload, noise family, objective and settings is loaded instead of
     recomputed, and a new one is stored.
     """
-    names = feasible(workload) if operators is None else list(operators)
+    if objective not in OBJECTIVES:
+        raise WorkloadError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    reduction = reduce_domain(workload) if reduce else None
+    W = reduction.workload if reduction is not None else workload
+    names = feasible(W, noise, objective) if operators is None else list(operators)
     unknown = [n for n in names if n not in OPERATORS]
     if unknown:
         raise WorkloadError(f"unknown strategy operator(s) {unknown}; choose from {sorted(OPERATORS)}")
+
+    def finish(strategy: Strategy, candidates: list[Candidate], cached: bool) -> Selection:
+        return Selection(strategy if reduction is None else reduction.expand(strategy),
+                         expected_rmse(W, strategy, noise), candidates, cached, max_variance(W, strategy, noise),
+                         objective, reduction)
+
     key = None
     if cache is not None:
-        key = cache.key(workload, noise, operators=names, restarts=restarts, seed=seed)
+        key = cache.key(W, noise, operators=names, restarts=restarts, seed=seed, objective=objective)
         hit = cache.get(key)
         if hit is not None:
-            return Selection(hit, expected_rmse(workload, hit, noise), cached=True)
+            return finish(hit, [], True)
     candidates = []
     bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else PROGRESS_AFTER)
     for i, name in enumerate(bar):
         bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
-        strategy = OPERATORS[name](workload, noise, restarts=restarts, seed=seed + 7919 * i)
-        value = expected_rmse(workload, strategy, noise)
-        seconds = time.perf_counter() - start
-        candidates.append(Candidate(name, strategy, value, seconds))
-        message = f"[dpsql] {name}: expected RMSE {value:.4g} ({seconds:.1f} s)"
+        strategy = OPERATORS[name](W, noise, restarts=restarts, seed=seed + 7919 * i)
+        candidates.append(_candidate(name, strategy, W, noise, start))
+        message = f"[dpsql] {name}: expected RMSE {candidates[-1].rmse:.4g} ({candidates[-1].seconds:.1f} s)"
         log.info(message)
-        if progress or (progress is None and seconds > PROGRESS_AFTER):
+        if progress or (progress is None and candidates[-1].seconds > PROGRESS_AFTER):
             bar.write(message, file=sys.stderr)
-    best = min(candidates, key=lambda c: (math.isnan(c.rmse), c.rmse))
+    score = _score(objective)
+    best = min(candidates, key=score)
+    if objective == "max" and math.isfinite(best.max_variance) and best.operator != "OPT_M_max":
+        start = time.perf_counter()
+        refined = reweighted(W, noise, best, restarts=restarts, seed=seed)
+        candidates.append(_candidate(f"{best.operator}:reweighted", refined, W, noise, start))
+        best = min(candidates, key=score)
     if not math.isfinite(best.rmse):
         raise WorkloadError("no strategy operator could answer this workload")
     if cache is not None:
         cache.put(key, best.strategy)
-    return Selection(best.strategy, best.rmse, candidates)
+    return finish(best.strategy, candidates, False)
+
+
+def _candidate(name: str, strategy: Strategy, W: Workload, noise: NoiseModel, start: float) -> Candidate:
+    return Candidate(name, strategy, expected_rmse(W, strategy, noise), time.perf_counter() - start,
+                     max_variance(W, strategy, noise))
+
+
+def _score(objective: str) -> Callable[[Candidate], tuple[bool, float]]:
+    def score(c: Candidate) -> tuple[bool, float]:
+        value = c.rmse if objective == "total" else c.max_variance
+        return (math.isnan(value), value)
+    return score
+
+
+def reweighted(workload: Workload, noise: NoiseModel, start: Candidate, rounds: int = REWEIGHT_ROUNDS,
+               restarts: int = 1, seed: int = 0) -> Strategy:
+    """``start``'s operator rerun on the workload with its terms reweighted toward the largest
+    variances (multiplicative weights on the dual of ``min max``); the strategy with the lowest
+    largest variance on ``workload`` is returned, ``start``'s own if no round beats it."""
+    operator = start.operator
+    best, best_value = start.strategy, start.max_variance
+    scale = [1.0] * len(workload.terms)
+    current = start.strategy
+    for r in range(rounds):
+        worst = [float(v.max()) if v.size else 0.0 for v in current.query_variances(workload)]
+        top = max(worst)
+        if not top > 0 or not math.isfinite(top):
+            break
+        scale = [s * math.sqrt(v / top) if v > 0 else s for s, v in zip(scale, worst)]
+        terms = [(w * s, fs) for (w, fs), s in zip(workload.terms, scale)]
+        current = OPERATORS[operator](Workload(workload.domain, terms), noise, restarts=restarts, seed=seed + r)
+        value = max_variance(workload, current, noise)
+        if value < best_value:
+            best, best_value = current, value
+    return best

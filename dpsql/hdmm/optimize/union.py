@@ -136,6 +136,14 @@ def opt_plus(
             parts[first], errors[first], groups[first] = found[0], found[1], terms
             for l in cluster[1:]:
                 groups[l] = []
+    return weighted_union(parts, errors, groups, noise.norm, operator="OPT_plus")
+
+
+def weighted_union(parts: Sequence[KronStrategy | MarginalStrategy], errors: Sequence[float],
+                   groups: Sequence[Sequence[int]], norm: int, operator: str) -> UnionStrategy:
+    """The union of ``parts`` (part ``l`` answering the workload terms ``groups[l]`` with error
+    ``errors[l]`` at unit sensitivity) under the optimal budget split; empty groups are dropped."""
+    groups = [list(g) for g in groups]
     # A group with zero error holds only all-zero queries (e.g. an impossible
     # WHERE): any part answers those exactly, so it needs no budget of its own.
     kept = [l for l, g in enumerate(groups) if g]
@@ -144,7 +152,7 @@ def opt_plus(
         if l not in live:
             groups[live[0]] = groups[live[0]] + groups[l]
     # errors are at unit sensitivity; OPT_M's Gaussian weights, for one, are not normalized
-    sens = np.array([parts[l].sensitivity(noise.norm) for l in live])
-    weights = budget_weights(np.array([errors[l] for l in live]), noise.norm) if len(live) > 1 else np.ones(1)
+    sens = np.array([parts[l].sensitivity(norm) for l in live])
+    weights = budget_weights(np.array([errors[l] for l in live]), norm) if len(live) > 1 else np.ones(1)
     return UnionStrategy([parts[l] for l in live], [float(c) for c in weights / sens], [groups[l] for l in live],
-                         operator="OPT_plus")
+                         operator=operator)

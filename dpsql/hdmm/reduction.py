@@ -1,0 +1,220 @@
+"""Workload-based domain reduction: merge the domain values no query tells apart.
+
+On attribute ``i``, two values whose columns are identical in every factor
+of every workload term (for example the 99 values of ``hours`` that a
+``CASE WHEN hours < 20 … END`` bucket maps to 3 groups) are never
+distinguished by any query. Grouping them gives a partition matrix ``P_i``
+(``m_i × n_i``, one 1 per column) and a reduced workload with
+``W = W_red (P_1 ⊗ … ⊗ P_d)``, its factors being the distinct columns
+(Ektelo's workload-based partitioning; HDMM's implicit representation).
+
+Nothing is lost by optimizing on the reduced domain. For a reduced strategy
+``A_red``, the expanded strategy ``A = A_red (⊗ P_i)`` has the same columns
+(column ``j`` of ``A`` is column ``g(j)`` of ``A_red``), so the same L1 and L2
+sensitivity, and since ``P = D^{1/2} Q`` with ``Q`` having orthonormal rows,
+``W (AᵀA)⁺ Wᵀ = W_red (A_redᵀA_red)⁺ W_redᵀ``: every variance, the expected
+error and the least-squares answers are those of the reduced problem. The
+measurement is ``A_red (P x)``, so only the reduced cells are counted.
+Attributes that shrink to one group under one-row factors (summed out
+everywhere) are dropped from the reduced domain, their scalar folded into
+the term weight.
+
+>>> from dpsql.hdmm.matrix import Dense, Identity, Total
+>>> from dpsql.hdmm.workload import Workload
+>>> buckets = Dense([[1, 1, 0, 0, 0], [0, 0, 1, 1, 1]])      # two groups of five values
+>>> W = Workload((5, 3, 4), [(1.0, (buckets, Identity(3), Total(4)))])
+>>> r = reduce_domain(W)
+>>> r.workload.domain, r.kept
+((2, 3), (0, 1))
+>>> [int(g) for g in r.labels[0]]      # groups numbered by their columns, not by position
+[1, 1, 0, 0, 0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpsql.errors import WorkloadError
+from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Sparse, VStack, Weighted, kron_terms
+from dpsql.hdmm.strategy import Strategy
+from dpsql.hdmm.workload import Workload
+
+#: Factors with more entries than this are not compared column by column; their
+#: attribute is then left unreduced (always sound: a finer partition loses nothing).
+COMPARE_LIMIT = 1 << 22
+
+
+class Partition(Sparse):
+    """The ``m × n`` 0/1 matrix with ``P[labels[j], j] = 1``: ``P x`` sums ``x`` over each group."""
+
+    def __init__(self, labels: np.ndarray) -> None:
+        self.labels = np.asarray(labels, dtype=np.int64)
+        n = self.labels.size
+        super().__init__(sp.csr_matrix((np.ones(n), (self.labels, np.arange(n))), shape=(int(self.labels.max()) + 1, n)))
+
+
+def _column_labels(f: Matrix) -> np.ndarray | None:
+    """Equal labels for identical columns of ``f``, or None when ``f`` is too big to compare."""
+    n = f.shape[1]
+    if isinstance(f, Ones):
+        return np.zeros(n, dtype=np.int64)
+    if isinstance(f, Identity):
+        return np.arange(n)
+    if f.shape[0] * n > COMPARE_LIMIT:
+        return None
+    return np.unique(f.dense(), axis=1, return_inverse=True)[1].reshape(-1)
+
+
+def attribute_labels(factors: Sequence[Matrix]) -> np.ndarray:
+    """The coarsest grouping of one attribute's values that every factor on it respects.
+
+    Groups are numbered in the order of their columns' contents, so workloads that
+    differ only in how the values are listed reduce to the same workload; an
+    attribute with nothing to merge keeps its values in order."""
+    n = factors[0].shape[1]
+    seen: dict[int, np.ndarray] = {}
+    for f in factors:
+        if id(f) not in seen:
+            labels = _column_labels(f)
+            if labels is None:
+                return np.arange(n)
+            seen[id(f)] = labels
+    labels = np.unique(np.stack(list(seen.values())), axis=1, return_inverse=True)[1].reshape(-1)
+    return np.arange(n) if labels.max() + 1 == n else labels
+
+
+def _reduced_factor(f: Matrix, labels: np.ndarray, m: int) -> Matrix:
+    """``f`` restricted to one representative column per group (its columns within a group are equal)."""
+    if m == f.shape[1]:
+        return f
+    if isinstance(f, Ones):
+        return Ones(f.shape[0], m)
+    _, reps = np.unique(labels, return_index=True)
+    R = f.dense()[:, reps]
+    if R.shape == (m, m) and np.array_equal(R, np.eye(m)):
+        return Identity(m)
+    if R.shape[0] == 1 and np.all(R == 1.0):
+        return Ones(1, m)
+    return Dense(R)
+
+
+@dataclass(frozen=True, eq=False)
+class Reduction:
+    """A workload's domain reduction.
+
+    ``labels[i]`` gives the group of every value of attribute ``i`` of the full
+    ``domain``; ``kept`` lists the attributes of the reduced domain (the others
+    have one group and are summed out by every term); ``workload`` is the
+    reduced workload, row for row the same queries as ``source``.
+    """
+
+    domain: tuple[int, ...]
+    labels: tuple[np.ndarray, ...]
+    kept: tuple[int, ...]
+    workload: Workload
+    source: Workload = field(repr=False)
+
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        """Groups per attribute of the full domain."""
+        return tuple(int(g.max()) + 1 for g in self.labels)
+
+    @property
+    def trivial(self) -> bool:
+        """Whether nothing was merged or dropped."""
+        return self.sizes == self.domain and len(self.kept) == len(self.domain)
+
+    def partition(self, i: int) -> Partition:
+        """``P_i`` for attribute ``i`` of the full domain."""
+        return Partition(self.labels[i])
+
+    def apply(self, workload: Workload) -> Workload:
+        """``workload`` over the reduced domain. Refused (WorkloadError) for a workload whose
+        factors tell apart values this reduction merged, since no reduced strategy answers it."""
+        if workload is self.source:
+            return self.workload
+        if workload.domain != self.domain:
+            raise WorkloadError(f"workload domain {workload.domain} does not match the reduction's {self.domain}")
+        terms = []
+        for w, fs in workload.terms:
+            reduced = []
+            for i, (f, g, m) in enumerate(zip(fs, self.labels, self.sizes)):
+                r = _reduced_factor(f, g, m)
+                if m != f.shape[1] and not np.array_equal(f.dense(), r.dense()[:, g]):
+                    raise WorkloadError(f"attribute {i}: the workload distinguishes values the reduction merged")
+                reduced.append(r)
+            terms.append(_fold(w, reduced, self.kept))
+        return Workload(self.workload.domain, terms)
+
+    def expand(self, strategy: Strategy) -> Strategy:
+        """The full-domain strategy measuring ``strategy`` on the reduced cells (itself if trivial)."""
+        return strategy if self.trivial else ReducedStrategy(strategy, self)
+
+
+def _fold(weight: float, reduced: Sequence[Matrix], kept: Sequence[int]) -> tuple[float, tuple[Matrix, ...]]:
+    """A reduced term over the kept attributes, the dropped ones' single numbers folded into its weight."""
+    for i, r in enumerate(reduced):
+        if i not in kept:
+            if r.shape != (1, 1):
+                raise WorkloadError(f"attribute {i}: a factor with {r.shape[0]} rows on an attribute summed out")
+            weight *= float(r.dense()[0, 0])
+    return weight, tuple(reduced[i] for i in kept)
+
+
+def reduce_domain(workload: Workload) -> Reduction:
+    """Merge, on every attribute, the values that no factor of ``workload`` distinguishes."""
+    d = len(workload.domain)
+    labels = tuple(attribute_labels([fs[i] for _, fs in workload.terms]) for i in range(d))
+    sizes = [int(g.max()) + 1 for g in labels]
+    reduced = [[_reduced_factor(fs[i], labels[i], sizes[i]) for i in range(d)] for _, fs in workload.terms]
+    # an attribute with one group whose every factor is a single nonzero number is summed out everywhere
+    scalar = [sizes[i] == 1 and all(r[i].shape[0] == 1 and r[i].dense()[0, 0] != 0 for r in reduced)
+              for i in range(d)]
+    kept = tuple(i for i in range(d) if not scalar[i]) or (0,)
+    terms = [_fold(w, r, kept) for (w, _), r in zip(workload.terms, reduced)]
+    return Reduction(workload.domain, labels, kept, Workload([sizes[i] for i in kept], terms), workload)
+
+
+@dataclass(eq=False)
+class ReducedStrategy(Strategy):
+    """A strategy on a reduced domain, expanded to the full one: ``A = A_red (⊗ P_i)``.
+
+    Same sensitivity, variances and least-squares answers as ``inner`` on the
+    reduced workload (see the module docstring); the private kernel measures
+    ``inner`` on the reduced cells.
+    """
+
+    inner: Strategy
+    reduction: Reduction
+
+    @property
+    def operator(self) -> str:  # type: ignore[override]
+        return self.inner.operator
+
+    @cached_property
+    def matrix(self) -> Matrix:
+        r = self.reduction
+        blocks = []
+        for w, fs in kron_terms(self.inner.matrix):
+            by_attribute = dict(zip(r.kept, fs))
+            expanded = [Product(by_attribute[i], r.partition(i)) if i in by_attribute else Ones(1, n)
+                        for i, n in enumerate(r.domain)]
+            blocks.append(Weighted(Kronecker(expanded), w))
+        return VStack(blocks)
+
+    def sensitivity(self, p: int) -> float:
+        return self.inner.sensitivity(p)
+
+    def trace_error(self, workload: Workload) -> float:
+        return self.inner.trace_error(self.reduction.apply(workload))
+
+    def query_variances(self, workload: Workload) -> list[np.ndarray]:
+        return self.inner.query_variances(self.reduction.apply(workload))
+
+    def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        return self.inner.cross_variances(self.reduction.apply(workload), a, b)
