@@ -14,6 +14,7 @@ Gaussian rows (analytic Gaussian mechanism).
     python benchmarks/hdmm_tables.py --quick    # 1-D rows at n ≤ 256, SF1 and CPS (under a minute)
     python benchmarks/hdmm_tables.py --json out.json
     python benchmarks/hdmm_tables.py --only multi  # Tables 6-7 only
+    python benchmarks/hdmm_tables.py --only 1d --n 4096  # 1-D rows of one size only
 """
 
 from __future__ import annotations
@@ -136,12 +137,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1-D rows at n ≤ 256, SF1 and CPS (under a minute)")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as a JSON list")
     ap.add_argument("--only", choices=["1d", "multi"], help="run only the 1-D (Tables 4-5) or multi-dimensional (6-7) rows")
+    ap.add_argument("--n", type=int, choices=B.ONE_D_SIZES, help="run only the 1-D rows of this size")
     args = ap.parse_args(argv)
 
     print(f"{'table':8} {'workload':30} {'n / domain':>15} {'noise':9} {'operator':20} "
           f"{'rmse':>12} {'published':>9} {'ratio':>7} {'svdb':>9} {'seconds':>8}")
     rows: list[Row] = []
-    sizes = [n for n in B.ONE_D_SIZES if (not args.quick or n <= 256) and args.only != "multi"]
+    sizes = [n for n in B.ONE_D_SIZES
+             if (not args.quick or n <= 256) and args.only != "multi" and args.n in (None, n)]
     for name in ("all-range", "prefix", "width32", "permuted"):
         for n in sizes:
             W = B.one_d(name, n)

@@ -93,23 +93,27 @@ def pidentity_objective(
 
     With ``S = diag(s)``, ``M = I + ΘᵀΘ`` and ``R = I + ΘΘᵀ``, the objective is
     ``tr(S G S M⁻¹) = Σ_j G_jj s_j² − tr(R⁻¹ Y Zᵀ)`` where ``Z = Θ S`` and
-    ``Y = Z G``. One ``p × n × n`` product dominates the cost. Because ``A``
-    has unit sensitivity, this is the expected total squared error per unit
-    of noise variance. ``product(Z)`` may supply ``Z @ G`` faster than the
-    dense product (see :class:`~dpsql.hdmm.matrix.StructuredGram`).
+    ``Y = Z G``. Because ``A`` has unit sensitivity, this is the expected
+    total squared error per unit of noise variance. ``product(Z)`` may supply
+    ``Z @ G`` faster than the dense ``p × n × n`` product (see
+    :class:`~dpsql.hdmm.matrix.StructuredGram`); the rest costs four
+    ``p × p × n`` products (``ΘΘᵀ``, ``Y Zᵀ``, ``R⁻¹Y``, ``(R⁻¹ Y Zᵀ R⁻¹) Θ``),
+    the symmetry of ``R⁻¹`` and ``Y Zᵀ = Z G Zᵀ`` saving the fifth, ``R⁻¹Θ``.
     """
     s = column_scale(theta, norm)
     Z = theta * s
     Y = Z @ G if product is None else product(Z)
-    R = np.eye(theta.shape[0]) + theta @ theta.T
+    R = theta @ theta.T
+    R[np.diag_indices_from(R)] += 1.0
     K = np.linalg.inv(R)
-    YZ = Y @ Z.T
+    YZ = theta @ (Y * s).T
     diagG = np.diag(G)
     loss = float(diagG @ s**2 - np.sum(K * YZ))
-    KT = K @ theta
-    # dL/dΘ holding s fixed: −2 R⁻¹ (Θ C − Θ C Θᵀ R⁻¹ Θ), with Θ C = Y S.
-    grad = -2.0 * (K @ (Y * s) - (K @ YZ) @ KT)
-    # dL/ds_j = 2 (G_jj s_j − Σ_i Y_ij (R⁻¹Θ)_ij), then the chain rule through s(Θ).
-    gs = 2.0 * (diagG * s - np.sum(Y * KT, axis=0))
+    KY = K @ Y
+    # dL/dΘ holding s fixed: −2 R⁻¹ (Θ C − Θ C Θᵀ R⁻¹ Θ), with Θ C = Y S and Θ C Θᵀ = Y Zᵀ.
+    grad = -2.0 * (KY * s - (K @ YZ @ K) @ theta)
+    # dL/ds_j = 2 (G_jj s_j − Σ_i Y_ij (R⁻¹Θ)_ij), and Σ_i Y_ij (R⁻¹Θ)_ij = Σ_i (R⁻¹Y)_ij Θ_ij; then the
+    # chain rule through s(Θ).
+    gs = 2.0 * (diagG * s - np.sum(KY * theta, axis=0))
     grad += gs if norm == 1 else gs * theta / s
     return loss, grad

@@ -39,23 +39,32 @@ def default_p(n: int) -> int:
     return max(1, n // 16)
 
 
-def search_plan(n: int, restarts: int, p: int | None = None) -> list[tuple[int, int]]:
-    """The ``(start kind, p)`` of each p-Identity search OPT_0 runs.
+def search_plan(n: int, restarts: int, p: int | None = None) -> list[tuple[int, int, int | None]]:
+    """The ``(start kind, p, evaluation cap)`` of each p-Identity search OPT_0 runs.
 
     Up to :data:`MULTISTART_MAX` elements, restart ``r`` uses the ``r``-th
-    kind of :func:`pidentity_start` with HDMM's ``p``. Above it, every
-    evaluation is costly and the budget caps each search, so two uniform
-    starts are run, with ``n/32`` and ``n/16`` extra queries: neither wins
-    everywhere (at n = 4096, n/32 reaches all-range 14.36 and prefix 12.14
-    where n/16 stalls at 14.80 and 15.43; on width-32 ranges n/16 reaches
-    6.43 where n/32 stalls at 7.89).
+    kind of :func:`pidentity_start` with HDMM's ``p`` and no cap beyond
+    :func:`evaluation_budget`. Above it, every evaluation is costly, so two
+    uniform starts are run, with ``n/32`` and ``n/16`` extra queries and the
+    caps of :data:`LARGE_SEARCH_CAPS`: neither wins everywhere. At n = 4096
+    (Laplace, ε = 1, RMSE), n/32 reaches all-range 14.42 and prefix 12.18
+    within its 800 evaluations (14.36 and 12.14 with 1434), where n/16 needs
+    hundreds of evaluations more (14.80 and 15.43 after 365); on width-32
+    ranges n/16 reaches 6.44 within its 120 evaluations (6.42 with 365) where
+    n/32 stalls at 7.9.
     """
     if p is not None and n > MULTISTART_MAX:
-        return [(0, p)]
+        return [(0, p, None)]
     if n > MULTISTART_MAX:
-        return [(0, max(1, n // 32)), (0, default_p(n))]
+        return [(0, q, cap) for q, cap in zip((max(1, n // 32), default_p(n)), LARGE_SEARCH_CAPS)]
     kinds = start_kinds(n)
-    return [(kinds[r % len(kinds)], default_p(n) if p is None else p) for r in range(max(1, restarts))]
+    return [(kinds[r % len(kinds)], default_p(n) if p is None else p, None) for r in range(max(1, restarts))]
+
+
+#: Evaluation caps of the ``n/32`` and ``n/16`` searches of :func:`search_plan` above
+#: :data:`MULTISTART_MAX`. Each L-BFGS-B step over ``p·n`` bounded parameters costs about as
+#: much as an evaluation, so the caps, not the flop budget, keep an n = 4096 row near a minute.
+LARGE_SEARCH_CAPS = (800, 120)
 
 
 def optimize_pidentity(
@@ -65,6 +74,7 @@ def optimize_pidentity(
     rng: np.random.Generator,
     theta0: np.ndarray | None = None,
     product: Callable[[np.ndarray], np.ndarray] | None = None,
+    cap: int | None = None,
 ) -> tuple[PIdentity, float]:
     """The p-Identity strategy minimizing ``tr(G (AᵀA)⁻¹)`` from one start.
 
@@ -75,7 +85,7 @@ def optimize_pidentity(
     :data:`THETA_MAX`, where the Woodbury evaluation is still accurate; a run
     whose value is not a finite positive number is reported with infinite
     error so that callers discard it. The number of objective evaluations is
-    :func:`evaluation_budget` of the problem size.
+    :func:`evaluation_budget` of the problem size, or ``cap`` if smaller.
     """
     n = G.shape[0]
     scale = max(float(np.trace(G)) / n, 1e-300)
@@ -88,13 +98,14 @@ def optimize_pidentity(
         return loss, grad.ravel()
 
     budget = evaluation_budget(p, n, structured=product is not None)
+    budget = budget if cap is None else min(budget, cap)
     res = scipy.optimize.minimize(
         fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
-        bounds=[(0.0, THETA_MAX)] * (p * n),
+        bounds=scipy.optimize.Bounds(0.0, THETA_MAX),  # scalar bounds: no list of p·n pairs to convert
         options={"maxiter": budget, "maxfun": budget, "ftol": 1e-15, "gtol": 1e-12},
     )
     best = res.x.reshape(p, n)
-    loss = pidentity_objective(best, Gs, norm)[0]
+    loss = pidentity_objective(best, Gs, norm, products)[0]
     ok = np.isfinite(loss) and loss > 0
     return PIdentity(best, norm), float(loss) * scale if ok else np.inf
 
@@ -227,6 +238,6 @@ def opt_0(
     if all(isinstance(g, StructuredGram) for _, g in grams):
         def product(Z: np.ndarray) -> np.ndarray:
             return sum(c * g._matmat(Z.T).T for c, g in grams)
-    runs = [optimize_pidentity(G, q, noise.norm, rng, pidentity_start(kind, q, n, rng), product)
-            for kind, q in search_plan(n, restarts, p)]
+    runs = [optimize_pidentity(G, q, noise.norm, rng, pidentity_start(kind, q, n, rng), product, cap)
+            for kind, q, cap in search_plan(n, restarts, p)]
     return KronStrategy((min(runs, key=lambda r: r[1])[0],), operator="OPT_0")
