@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dpsql
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.cache import StrategyCache
 from dpsql.hdmm.error_analysis import expected_error, query_variances
@@ -344,3 +345,23 @@ def test_the_kernel_counts_reduced_cells_and_noises_at_the_reduced_strategys_sen
     assert counted is S.inner and [a.cells for a in cells] == list(sel.reduction.workload.domain)
     assert measured_cells(counted) <= math.prod(sel.reduction.workload.domain) < W.shape[1]
     assert np.allclose(least_squares(W, S, m.values), W.matvec(x), atol=1e-3)
+
+
+def test_a_workload_of_zero_queries_is_answered_exactly_with_no_error():
+    """WHERE race = 'a' AND race = 'b': every query is zero; selection must still work."""
+    zero = Dense(np.zeros((1, 4)))
+    W = Workload((4, 3), [(1.0, (zero, Identity(3)))])
+    for noise in NOISES:
+        sel = select(W, noise, restarts=1)
+        assert sel.rmse == 0.0 and sel.max_variance == 0.0
+        y = sel.strategy.matrix.matvec(np.arange(12.0))
+        assert np.array_equal(least_squares(W, sel.strategy, y), np.zeros(3))
+
+
+def test_an_impossible_where_alone_is_answered_with_zeros():
+    con = people(seed=9)
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=10.0, delta=1e-5))
+    for noise in ("laplace", "gaussian"):
+        res = db.query("SELECT region, COUNT(*) AS n FROM t WHERE sex = 'F' AND sex = 'M' GROUP BY region",
+                       epsilon=1.0, delta=1e-6 if noise == "gaussian" else None, noise=noise)
+        assert list(res.df["n"]) == [0.0] * 4 and list(res.df["std_error"]) == [0.0] * 4

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Identity
 from dpsql.hdmm.optimize.union import product_groups, weighted_union
@@ -48,8 +50,9 @@ def identity_applies(workload: Workload) -> bool:
 
 
 def direct_applies(workload: Workload) -> bool:
-    """Whether every factor is small enough to measure as it is."""
-    return all(f.shape[0] * f.shape[1] <= DIRECT_LIMIT for _, fs in workload.terms for f in fs)
+    """Whether every factor is small enough to measure as it is, and some query is not zero."""
+    return (all(f.shape[0] * f.shape[1] <= DIRECT_LIMIT for _, fs in workload.terms for f in fs)
+            and any(all(np.any(f.dense()) for f in fs) for _, fs in workload.terms))
 
 
 def identity(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> KronStrategy:

@@ -84,6 +84,8 @@ def opt_marginal(workload: Workload, noise: NoiseModel, restarts: int = 1, seed:
     """OPT_M under the noise model's norm (closed form for Gaussian, L-BFGS-B for Laplace)."""
     domain = workload.domain
     gamma = workload_eigen_weights(domain, workload.terms)
+    if not np.any(gamma > 0):  # every query is zero: the total alone answers them, exactly
+        return MarginalStrategy(Marginals(domain, np.eye(1, len(gamma)).ravel()))
     root = closed_form_eigenvalues(gamma, domain)
     u = MarginalsGram.from_eigenvalues(domain, root).weights
     tol = 1e-9 * max(1.0, float(np.abs(u).max()))
