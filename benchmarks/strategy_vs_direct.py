@@ -129,7 +129,8 @@ def compare(W, noise, restarts: int) -> dict:
     seconds = time.perf_counter() - start
     out = {"selected": sel.rmse, "operator": sel.operator, "seconds": seconds,
            "reduced_cells": math.prod(sel.reduction.workload.domain), "cells": math.prod(W.domain)}
-    out["direct"] = select(W, noise, operators=["direct"], reduce=False, progress=False).rmse
+    out["direct"] = (select(W, noise, operators=["direct"], reduce=False, progress=False).rmse
+                     if "direct" in feasible(W) else math.inf)  # not for a batch of zero queries
     reduced = sel.reduction.workload
     out["identity"] = (select(W, noise, operators=["identity"], progress=False).rmse
                        if "identity" in feasible(reduced) else math.inf)
@@ -156,7 +157,7 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
             r = compare(W, noise, restarts)
             r.update(batch=b, noise=name, statements=len(sqls), sql=sqls)
             r["best_baseline"] = min(r["direct"], r["identity"], r["hdmm"])
-            r["ratio"] = r["selected"] / r["best_baseline"]
+            r["ratio"] = r["selected"] / r["best_baseline"] if r["best_baseline"] > 0 else 1.0 + r["selected"]
             rows.append(r)
         print(f"  batch {b + 1:3}/{batches}: {len(sqls)} statement(s), reduced {rows[-1]['cells']:.3g} -> "
               f"{rows[-1]['reduced_cells']} cells; ratio laplace {rows[-2]['ratio']:.3f}, "
@@ -169,17 +170,17 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
         within = sum(r["ratio"] <= 1.0 + 1e-9 for r in mine)
         ok &= within == len(mine)
         for base in ("best_baseline", "direct", "identity", "hdmm"):
-            ratios = [r["selected"] / r[base] for r in mine if math.isfinite(r[base])]
+            ratios = [r["selected"] / r[base] for r in mine if 0 < r[base] < math.inf]
             label = f"{name:9} {len(mine):7} {within:6}" if base == "best_baseline" else " " * 24
             print(f"{label}   {base:>15}: {quantiles(ratios)}")
-        gains = [r["best_baseline"] / r["selected"] for r in mine]
+        gains = [r["best_baseline"] / r["selected"] for r in mine if r["selected"] > 0]
         print(f"{'':24}   {'gain (best/sel)':>15}: {quantiles(gains)}")
         sel_s = sum(r["seconds"] for r in mine)
         hdmm_s = sum(r["hdmm_seconds"] for r in mine)
         print(f"{'':24}   selection time {sel_s:.1f} s in all, HDMM without reduction {hdmm_s:.1f} s "
               f"({hdmm_s / max(sel_s, 1e-9):.1f}x)")
     print("\nSmallest gains (the batches where selection is closest to a baseline):")
-    for r in sorted(rows, key=lambda r: r["best_baseline"] / r["selected"])[:5]:
+    for r in sorted((r for r in rows if r["selected"] > 0), key=lambda r: r["best_baseline"] / r["selected"])[:5]:
         print(f"  {r['noise']:9} ratio {r['ratio']:.4f} selected {r['selected']:.3f} ({r['operator']}) "
               f"direct {r['direct']:.3f} identity {r['identity']:.3f} hdmm {r['hdmm']:.3f}")
         for sql in r["sql"]:

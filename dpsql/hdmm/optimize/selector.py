@@ -145,8 +145,12 @@ def select(
     """Run the feasible operators (or those named) and keep the best under ``objective``.
 
     ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
-    largest per-query variance. ``reduce=False`` skips the domain reduction (for
-    comparisons; the result is never better). ``progress``: ``True`` shows a
+    largest per-query variance. ``reduce=False`` skips the domain reduction, for
+    comparisons: reduction loses nothing in principle (averaging a strategy's
+    columns within each group keeps or lowers both its sensitivity and its error,
+    so some reduced strategy is at least as good as any unreduced one) and is
+    much faster, though the non-convex Laplace searches may still end in other
+    local optima on either domain. ``progress``: ``True`` shows a
     progress bar and a line per operator on stderr, ``False`` never does, and
     ``None`` shows them only once the selection has run for
     :data:`PROGRESS_AFTER` seconds (bar) or for operators slower than that
