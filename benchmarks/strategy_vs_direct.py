@@ -14,9 +14,13 @@ measured in the same run:
 * ``hdmm``: HDMM's operators (OPT_0/OPT_⊗, OPT_+, OPT_M) on the unreduced
   domain, which is what selection did before domain reduction.
 
-Every ratio ``selected / best baseline`` must be ≤ 1.00. The script prints
-the distribution of the gain ``best baseline / selected`` and of the ratio
-to each baseline, and the batches with the smallest gain.
+Every ratio ``selected / best baseline`` must be ≤ 1.00. It is by
+construction against ``direct`` and ``identity`` (both are candidates);
+against unreduced HDMM it can exceed 1 by the optimizers' tolerance (the
+Gaussian searches stop at a certified relative gap, the Laplace ones are
+local), so the count within 1.001 is printed beside the count within 1.00.
+The script prints the distribution of the gain ``best baseline / selected``
+and of the ratio to each baseline, and the batches with the smallest gain.
 
 Part 2. The largest per-query variance with ``objective="max"`` against the
 total-variance strategy, on HDMM's CPS, Adult (3-way) and Loans marginal
@@ -163,21 +167,22 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
               f"{rows[-1]['reduced_cells']} cells; ratio laplace {rows[-2]['ratio']:.3f}, "
               f"gaussian {rows[-1]['ratio']:.3f}", flush=True)
     print()
-    print(f"{'noise':9} {'batches':>7} {'≤1.00':>6} {'':2} ratio selected/x: {'min':>8} {'p10':>8} {'p50':>8} "
-          f"{'p90':>8} {'max':>8}")
+    print(f"{'noise':9} {'batches':>7} {'≤1.00':>6} {'≤1.001':>6}   ratio selected/x: {'min':>8} {'p10':>8} "
+          f"{'p50':>8} {'p90':>8} {'max':>8}")
     for name in NOISES:
         mine = [r for r in rows if r["noise"] == name]
         within = sum(r["ratio"] <= 1.0 + 1e-9 for r in mine)
+        close = sum(r["ratio"] <= 1.001 for r in mine)
         ok &= within == len(mine)
         for base in ("best_baseline", "direct", "identity", "hdmm"):
             ratios = [r["selected"] / r[base] for r in mine if 0 < r[base] < math.inf]
-            label = f"{name:9} {len(mine):7} {within:6}" if base == "best_baseline" else " " * 24
+            label = f"{name:9} {len(mine):7} {within:6} {close:6}" if base == "best_baseline" else " " * 31
             print(f"{label}   {base:>15}: {quantiles(ratios)}")
         gains = [r["best_baseline"] / r["selected"] for r in mine if r["selected"] > 0]
-        print(f"{'':24}   {'gain (best/sel)':>15}: {quantiles(gains)}")
+        print(f"{'':31}   {'gain (best/sel)':>15}: {quantiles(gains)}")
         sel_s = sum(r["seconds"] for r in mine)
         hdmm_s = sum(r["hdmm_seconds"] for r in mine)
-        print(f"{'':24}   selection time {sel_s:.1f} s in all, HDMM without reduction {hdmm_s:.1f} s "
+        print(f"{'':31}   selection time {sel_s:.1f} s in all, HDMM without reduction {hdmm_s:.1f} s "
               f"({hdmm_s / max(sel_s, 1e-9):.1f}x)")
     print("\nSmallest gains (the batches where selection is closest to a baseline):")
     for r in sorted((r for r in rows if r["selected"] > 0), key=lambda r: r["best_baseline"] / r["selected"])[:5]:
