@@ -104,7 +104,8 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
 
 @dataclass
 class Candidate:
-    """One operator's outcome; ``rmse`` and ``max_variance`` are its expected errors."""
+    """One operator's outcome; ``rmse`` and ``max_variance`` are its expected errors (the latter
+    under the ``"max"`` objective only, NaN otherwise)."""
 
     operator: str
     strategy: Strategy
@@ -185,7 +186,7 @@ def select(
         bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
         strategy = OPERATORS[name](W, noise, restarts=restarts, seed=seed + 7919 * i)
-        candidates.append(_candidate(name, strategy, W, noise, start))
+        candidates.append(_candidate(name, strategy, W, noise, start, objective))
         message = f"[dpsql] {name}: expected RMSE {candidates[-1].rmse:.4g} ({candidates[-1].seconds:.1f} s)"
         log.info(message)
         if progress or (progress is None and candidates[-1].seconds > PROGRESS_AFTER):
@@ -195,7 +196,7 @@ def select(
     if objective == "max" and math.isfinite(best.max_variance) and best.operator != "OPT_M_max":
         start = time.perf_counter()
         refined = reweighted(W, noise, best, restarts=restarts, seed=seed)
-        candidates.append(_candidate(f"{best.operator}:reweighted", refined, W, noise, start))
+        candidates.append(_candidate(f"{best.operator}:reweighted", refined, W, noise, start, objective))
         best = min(candidates, key=score)
     if not math.isfinite(best.rmse):
         raise WorkloadError("no strategy operator could answer this workload")
@@ -204,9 +205,12 @@ def select(
     return finish(best.strategy, candidates, False)
 
 
-def _candidate(name: str, strategy: Strategy, W: Workload, noise: NoiseModel, start: float) -> Candidate:
-    return Candidate(name, strategy, expected_rmse(W, strategy, noise), time.perf_counter() - start,
-                     max_variance(W, strategy, noise))
+def _candidate(name: str, strategy: Strategy, W: Workload, noise: NoiseModel, start: float,
+               objective: str) -> Candidate:
+    """A scored candidate; its largest variance is computed only when the objective needs it
+    (every query's variance: seconds for the millions of ranges of a large 1-D domain)."""
+    worst = max_variance(W, strategy, noise) if objective == "max" else math.nan
+    return Candidate(name, strategy, expected_rmse(W, strategy, noise), time.perf_counter() - start, worst)
 
 
 def _score(objective: str) -> Callable[[Candidate], tuple[bool, float]]:
