@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import scipy.optimize
+from threadpoolctl import threadpool_limits
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Dense, Matrix, StructuredGram, Total
@@ -99,13 +100,16 @@ def optimize_pidentity(
 
     budget = evaluation_budget(p, n, structured=product is not None)
     budget = budget if cap is None else min(budget, cap)
-    res = scipy.optimize.minimize(
-        fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
-        bounds=scipy.optimize.Bounds(0.0, THETA_MAX),  # scalar bounds: no list of p·n pairs to convert
-        options={"maxiter": budget, "maxfun": budget, "ftol": 1e-15, "gtol": 1e-12},
-    )
-    best = res.x.reshape(p, n)
-    loss = pidentity_objective(best, Gs, norm, products)[0]
+    # One BLAS thread: the p × n products are too small for threads to pay. On 2 cores an n = 4096
+    # search took 146 s with two OpenBLAS threads and 92 s with one (455 s and 83 s on a loaded machine).
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = scipy.optimize.minimize(
+            fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
+            bounds=scipy.optimize.Bounds(0.0, THETA_MAX),  # scalar bounds: no list of p·n pairs to convert
+            options={"maxiter": budget, "maxfun": budget, "ftol": 1e-15, "gtol": 1e-12},
+        )
+        best = res.x.reshape(p, n)
+        loss = pidentity_objective(best, Gs, norm, products)[0]
     ok = np.isfinite(loss) and loss > 0
     return PIdentity(best, norm), float(loss) * scale if ok else np.inf
 
