@@ -33,7 +33,7 @@ import numpy as np
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals, workload_eigen_weights
-from dpsql.hdmm.matrix import InvertibleGram, Kronecker, Matrix, VStack, Weighted, kron_terms
+from dpsql.hdmm.matrix import Identity, InvertibleGram, Kronecker, Matrix, VStack, Weighted, kron_terms
 from dpsql.hdmm.workload import Term, Workload
 
 #: Relative residual above which a workload factor counts as unsupported.
@@ -102,9 +102,10 @@ class KronStrategy(Strategy):
 
     @cached_property
     def _projectors(self) -> list[np.ndarray | None]:
-        """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` has full column rank."""
+        """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` is known to have full column rank."""
         return [
-            None if isinstance(X, InvertibleGram) else P @ X.dense() for P, X in zip(self.factor_pinvs, self._grams)
+            None if isinstance(X, (InvertibleGram, Identity)) else P @ X.dense()
+            for P, X in zip(self.factor_pinvs, self._grams)
         ]
 
     def factor_trace(self, i: int, G: np.ndarray) -> float:

@@ -1,10 +1,10 @@
 """OPT_0: explicit strategy optimization for one attribute (HDMM §4).
 
 * Laplace (L1): minimizes ``tr(G (AᵀA)⁻¹)`` over p-Identity strategies
-  ``A(Θ)``, ``Θ ≥ 0``, with L-BFGS-B (Definition 14). ``A`` has unit L1
-  sensitivity, so the objective is the expected total squared error per unit
-  of noise variance. The problem is not convex; restarts from independent
-  random starts keep the best local optimum.
+  ``A(Θ)``, ``Θ ≥ 0`` (Definition 14), with L-BFGS-B or, on large attributes,
+  projected L-BFGS. ``A`` has unit L1 sensitivity, so the objective is the
+  expected total squared error per unit of noise variance. The problem is not
+  convex; restarts from independent random starts keep the best local optimum.
 * Gaussian (L2): the problem is convex in ``AᵀA`` and is solved to a
   certified duality gap by :func:`~dpsql.hdmm.optimize.gaussian.optimize_l2`;
   domains too large for an eigendecomposition per step fall back to
@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from threadpoolctl import threadpool_limits
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Dense, Matrix, StructuredGram, Total
 from dpsql.hdmm.optimize.gaussian import optimize_l2
+from dpsql.hdmm.optimize.lbfgs import minimize_bounded
 from dpsql.hdmm.pidentity import PIdentity, pidentity_objective
 from dpsql.hdmm.strategy import KronStrategy
 from dpsql.hdmm.workload import Workload
@@ -40,32 +42,41 @@ def default_p(n: int) -> int:
     return max(1, n // 16)
 
 
-def search_plan(n: int, restarts: int, p: int | None = None) -> list[tuple[int, int, int | None]]:
-    """The ``(start kind, p, evaluation cap)`` of each p-Identity search OPT_0 runs.
+def search_plan(n: int, restarts: int, p: int | None = None) -> list[Search]:
+    """The p-Identity searches OPT_0 runs on an attribute of size ``n``.
 
     Up to :data:`MULTISTART_MAX` elements, restart ``r`` uses the ``r``-th
     kind of :func:`pidentity_start` with HDMM's ``p`` and no cap beyond
-    :func:`evaluation_budget`. Above it, every evaluation is costly, so two
-    uniform starts are run, with ``n/32`` and ``n/16`` extra queries and the
-    caps of :data:`LARGE_SEARCH_CAPS`: neither wins everywhere. At n = 4096
-    (Laplace, ε = 1, RMSE), n/32 reaches all-range 14.42 and prefix 12.18
-    within its 800 evaluations (14.36 and 12.14 with 1434), where n/16 needs
-    hundreds of evaluations more (14.80 and 15.43 after 365); on width-32
-    ranges n/16 reaches 6.44 within its 120 evaluations (6.42 with 365) where
-    n/32 stalls at 7.9.
+    :func:`evaluation_budget`. Above it, every evaluation is costly, so only
+    the two searches of :data:`LARGE_SEARCHES` are run: neither wins everywhere.
     """
     if p is not None and n > MULTISTART_MAX:
-        return [(0, p, None)]
+        return [Search(0, p)]
     if n > MULTISTART_MAX:
-        return [(0, q, cap) for q, cap in zip((max(1, n // 32), default_p(n)), LARGE_SEARCH_CAPS)]
+        return [Search(kind, max(1, n // divisor), cap, memory) for kind, divisor, cap, memory in LARGE_SEARCHES]
     kinds = start_kinds(n)
-    return [(kinds[r % len(kinds)], default_p(n) if p is None else p, None) for r in range(max(1, restarts))]
+    return [Search(kinds[r % len(kinds)], default_p(n) if p is None else p) for r in range(max(1, restarts))]
 
 
-#: Evaluation caps of the ``n/32`` and ``n/16`` searches of :func:`search_plan` above
-#: :data:`MULTISTART_MAX`. Each L-BFGS-B step over ``p·n`` bounded parameters costs about as
-#: much as an evaluation, so the caps, not the flop budget, keep an n = 4096 row near a minute.
-LARGE_SEARCH_CAPS = (800, 120)
+@dataclass(frozen=True)
+class Search:
+    """One p-Identity search: the :func:`pidentity_start` kind, ``p``, an evaluation cap and the quasi-Newton memory."""
+
+    kind: int
+    p: int
+    cap: int | None = None
+    memory: int = 10
+
+
+#: ``(start kind, n / p, evaluation cap, memory)`` of the two searches above
+#: :data:`MULTISTART_MAX`. At n = 4096 (Laplace, ε = 1, RMSE), the ``n/32`` search
+#: from the small start reaches all-range 14.38 and prefix 12.17 within its 800
+#: evaluations (14.44 and 12.27 from the uniform start), where ``n/16`` needs
+#: hundreds more. On width-32 ranges ``n/16`` from the uniform start reaches 6.43
+#: within 120 (6.48 with 10 curvature pairs, 6.81 from the small start), where
+#: ``n/32`` stalls at 7.2. Each evaluation costs about ``4 p² n`` flops, so the caps
+#: keep an n = 4096 row under a minute.
+LARGE_SEARCHES = ((1, 32, 800, 10), (0, 16, 120, 20))
 
 
 def optimize_pidentity(
@@ -76,6 +87,7 @@ def optimize_pidentity(
     theta0: np.ndarray | None = None,
     product: Callable[[np.ndarray], np.ndarray] | None = None,
     cap: int | None = None,
+    memory: int = 10,
 ) -> tuple[PIdentity, float]:
     """The p-Identity strategy minimizing ``tr(G (AᵀA)⁻¹)`` from one start.
 
@@ -86,7 +98,12 @@ def optimize_pidentity(
     :data:`THETA_MAX`, where the Woodbury evaluation is still accurate; a run
     whose value is not a finite positive number is reported with infinite
     error so that callers discard it. The number of objective evaluations is
-    :func:`evaluation_budget` of the problem size, or ``cap`` if smaller.
+    :func:`evaluation_budget` of the problem size, or ``cap`` if smaller;
+    ``memory`` is the number of curvature pairs kept. Attributes up to
+    :data:`MULTISTART_MAX` are searched with SciPy's L-BFGS-B; larger ones with
+    :func:`~dpsql.hdmm.optimize.lbfgs.minimize_bounded`, whose steps cost
+    ``O(memory · free variables)`` where L-BFGS-B's walk over the variables at
+    a bound took twice the objective's time (an n = 4096 row: 86 s, now 45 s).
     """
     n = G.shape[0]
     scale = max(float(np.trace(G)) / n, 1e-300)
@@ -100,15 +117,18 @@ def optimize_pidentity(
 
     budget = evaluation_budget(p, n, structured=product is not None)
     budget = budget if cap is None else min(budget, cap)
-    # One BLAS thread: the p × n products are too small for threads to pay. On 2 cores an n = 4096
-    # search took 146 s with two OpenBLAS threads and 92 s with one (455 s and 83 s on a loaded machine).
+    # One BLAS thread: the p × n products are too small for two threads to pay on 2 cores.
+    x0 = np.clip(theta, 0.0, THETA_MAX).ravel()
     with threadpool_limits(limits=1, user_api="blas"):
-        res = scipy.optimize.minimize(
-            fun, np.clip(theta, 0.0, THETA_MAX).ravel(), jac=True, method="L-BFGS-B",
-            bounds=scipy.optimize.Bounds(0.0, THETA_MAX),  # scalar bounds: no list of p·n pairs to convert
-            options={"maxiter": budget, "maxfun": budget, "ftol": 1e-15, "gtol": 1e-12},
-        )
-        best = res.x.reshape(p, n)
+        if n > MULTISTART_MAX:  # L-BFGS-B's breakpoint search would cost more than the objective
+            best = minimize_bounded(fun, x0, 0.0, THETA_MAX, budget, memory=memory).x
+        else:
+            best = scipy.optimize.minimize(
+                fun, x0, jac=True, method="L-BFGS-B",
+                bounds=scipy.optimize.Bounds(0.0, THETA_MAX),  # scalar bounds: no list of p·n pairs to convert
+                options={"maxiter": budget, "maxfun": budget, "maxcor": memory, "ftol": 1e-15, "gtol": 1e-12},
+            ).x
+        best = best.reshape(p, n)
         loss = pidentity_objective(best, Gs, norm, products)[0]
     ok = np.isfinite(loss) and loss > 0
     return PIdentity(best, norm), float(loss) * scale if ok else np.inf
@@ -242,6 +262,6 @@ def opt_0(
     if all(isinstance(g, StructuredGram) for _, g in grams):
         def product(Z: np.ndarray) -> np.ndarray:
             return sum(c * g._matmat(Z.T).T for c, g in grams)
-    runs = [optimize_pidentity(G, q, noise.norm, rng, pidentity_start(kind, q, n, rng), product, cap)
-            for kind, q, cap in search_plan(n, restarts, p)]
+    runs = [optimize_pidentity(G, s.p, noise.norm, rng, pidentity_start(s.kind, s.p, n, rng), product, s.cap, s.memory)
+            for s in search_plan(n, restarts, p)]
     return KronStrategy((min(runs, key=lambda r: r[1])[0],), operator="OPT_0")
