@@ -18,7 +18,6 @@ from dpsql.api.connection import Connection, batch, connect, query
 from dpsql.api.result import Result
 from dpsql.errors import (
     ArgumentError,
-    BoundsError,
     BudgetExceededError,
     CacheError,
     DomainError,
@@ -45,7 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "query", "batch", "Connection", "Result", "Budget", "Cost", "Ledger",
     "Error", "ArgumentError", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
-    "BoundsError", "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "BudgetExceededError",
+    "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "BudgetExceededError",
     "LedgerError", "MeasurementError", "ResourceLimitError",
     "Schema", "load_schema", "CompiledBatch", "QueryPlan", "compile_batch", "compile_sql", "plan_statement",
 ]

@@ -80,10 +80,6 @@ class DomainError(SQLError):
     (e.g. a cut inside a numeric bin)."""
 
 
-class BoundsError(SQLError):
-    """A column is summed or averaged but has no declared ``bounds``."""
-
-
 class GroupingError(SQLError):
     """A non-aggregate select item that is not a GROUP BY key, or a bad
     GROUP BY / ORDER BY reference."""

@@ -26,8 +26,11 @@ Column kinds:
 * ``boolean``: False, True.
 
 ``nullable: true`` makes NULL one more value of the domain (always the last
-index). ``bounds: [lo, hi]`` allows ``SUM``/``AVG`` of a column whose values
-are numbers; the values are clamped into the bounds before summing.
+index). A column whose values are numbers (``integer``, or ``categorical``
+with numeric values) can be summed: its SUM/AVG bounds are its smallest and
+largest value, and ``bounds: [lo, hi]`` may narrow them (values are clamped
+into the bounds before summing, so a row moves a SUM by at most
+``max(|lo|, |hi|)``).
 
 Value ``v`` of a column has index ``column.index_of(v)``; a data vector over
 several columns is indexed in C order (the first column varies slowest).
@@ -121,10 +124,26 @@ class Column:
                 out[i] = -1
         return out
 
+    @property
+    def sum_bounds(self) -> tuple[float, float] | None:
+        """The ``[lo, hi]`` a SUM/AVG clamps values into: the range of the
+        domain's values, narrowed by the declared ``bounds``. None for a column
+        that cannot be summed, or whose declared bounds contain none of its values.
+
+        Clamping domain values into the intersection gives the same values as
+        clamping them into the declared bounds, at a sensitivity no larger.
+        """
+        if not self.is_numeric:
+            return None
+        lo, hi = min(self.values), max(self.values)
+        if self.bounds is not None:
+            lo, hi = max(lo, self.bounds[0]), min(hi, self.bounds[1])
+        return (lo, hi) if lo <= hi else None
+
     def sum_weights(self, bounds: "tuple[float, float] | None" = None) -> np.ndarray:
-        """The value of each domain index clamped to ``bounds`` (the column's own by default;
+        """The value of each domain index clamped to ``bounds`` (:attr:`sum_bounds` by default;
         NULL counts 0): the weights of a SUM over this column."""
-        bounds = self.bounds if bounds is None else bounds
+        bounds = self.sum_bounds if bounds is None else bounds
         if bounds is None or not self.is_numeric:
             raise ValueError(f"column {self.name!r} cannot be summed")
         lo, hi = bounds
@@ -610,4 +629,8 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
             bad(f"{path}.bounds", "a boolean column cannot be summed")
         elif ok:
             col = Boolean(name=name, nullable=nullable)
+    if col is not None and bounds is not None and col.sum_bounds is None:
+        bad(f"{path}.bounds", f"[{bounds[0]}, {bounds[1]}] contains none of the column's values "
+                              f"(they range over [{min(col.values)}, {max(col.values)}])")
+        return None
     return col

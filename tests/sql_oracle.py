@@ -22,7 +22,7 @@ SCHEMA = {
     "table": "people",
     "columns": {
         "sex": {"type": "categorical", "values": ["F", "M"], "nullable": True},
-        "age": {"type": "integer", "min": 0, "max": 20, "nullable": True, "bounds": [0, 20]},
+        "age": {"type": "integer", "min": 0, "max": 20, "nullable": True},  # SUM bounds from the domain
         "hours": {"type": "numeric", "bins": [0, 10, 20, 40], "nullable": True},
         "white": {"type": "boolean"},
         "black": {"type": "boolean", "nullable": True},

@@ -102,8 +102,6 @@ CASES = [
     ("SELECT CASE WHEN age < 5 THEN 'a' ELSE 1 END AS k, COUNT(*) FROM t GROUP BY k", E.DomainError, "CASE results", "CASE"),
     ("SELECT COUNT(*) FROM t WHERE sex + 1 > 2", E.DomainError, "needs numbers", None),
     # -- SUM / AVG
-    ("SELECT SUM(income) FROM t", E.BoundsError, "no bounds", "SUM"),
-    ("SELECT sex, AVG(income) FROM t GROUP BY sex", E.BoundsError, "no bounds", "AVG"),
     ("SELECT SUM(sex) FROM t", E.DomainError, "cannot SUM the categorical column 'sex'", "SUM"),
     ("SELECT AVG(hours) FROM t", E.DomainError, "binned", "AVG"),
     ("SELECT SUM(flag) FROM t", E.DomainError, "boolean", "SUM"),

@@ -71,6 +71,31 @@ def test_bounds_and_sum_weights():
     assert list(s.column("c").sum_weights()) == [10, 15]
 
 
+def test_sum_bounds_come_from_the_domain_and_declared_bounds_only_narrow_them():
+    s = load_schema({"table": "t", "columns": {
+        "age": {"type": "integer", "min": -3, "max": 90, "nullable": True},
+        "wide": {"type": "integer", "min": 0, "max": 5, "bounds": [-100, 100]},
+        "half": {"type": "integer", "min": 0, "max": 5, "bounds": [-100, 2]},
+        "score": {"type": "categorical", "values": [2.5, -1, 7]},
+        "word": {"type": "categorical", "values": ["a", "b"]},
+        "hours": {"type": "numeric", "bins": [0, 20, 40]},
+        "flag": {"type": "boolean"}}})
+    assert s.column("age").sum_bounds == (-3, 90)
+    assert s.column("wide").sum_bounds == (0, 5)  # clamping into [-100, 100] changes nothing; sensitivity 5, not 100
+    assert s.column("half").sum_bounds == (0, 2)
+    assert s.column("score").sum_bounds == (-1, 7)
+    assert [s.column(c).sum_bounds for c in ("word", "hours", "flag")] == [None, None, None]
+    assert list(s.column("half").sum_weights()) == [0, 1, 2, 2, 2, 2]
+    from dpsql.sql import plan_statement
+    aggs = plan_statement("SELECT SUM(wide), AVG(age), SUM(score) FROM t", s).aggregates
+    assert [a.sensitivity for a in aggs] == [5.0, 90.0, 7.0]  # what the noise is scaled by
+
+
+def test_bounds_that_contain_no_value_are_refused():
+    with pytest.raises(SchemaError, match=r"columns\.n\.bounds.*contains none of the column's values"):
+        load_schema({"table": "t", "columns": {"n": {"type": "integer", "min": 0, "max": 5, "bounds": [6, 9]}}})
+
+
 def test_privacy_unit_and_merge():
     s = load_schema({"table": "t", "privacy_unit": {"column": "pid", "max_rows": 4},
                      "merge": {"ab": ["a", "b"]},

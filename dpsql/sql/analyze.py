@@ -33,7 +33,7 @@ from typing import NoReturn
 from sqlglot import exp
 
 from dpsql import limits
-from dpsql.errors import BoundsError, DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError
+from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError
 from dpsql.schema import Binned, Schema
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
 from dpsql.sql.parse import Statement, parse_statements
@@ -671,10 +671,7 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
                          if isinstance(col, Binned) else "")
                 ctx.fail(DomainError, f"cannot {func.upper()} the {what} column {col.name!r}{extra}",
                          f"{func.upper()}({col.name})", body)
-            if col.bounds is None:
-                ctx.fail(BoundsError, f"column {col.name!r} is summed but the schema declares no bounds "
-                         f"for it; add bounds: [lo, hi]", f"{func.upper()}({col.name})", body)
-    bounds = schema.column(column).bounds if (column and func != "count") else None
+    bounds = schema.column(column).sum_bounds if (column and func != "count") else None
     if name is None:
         name = f"{func.upper()}({column or '*'})" if func != "count" or column else "COUNT(*)"
     return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible)
