@@ -29,6 +29,9 @@ GROUP BY age_group;
 -- rule: group_item, integer
 SELECT education, AVG(income) FROM adult GROUP BY 1;
 
+-- rule: group_by_clause
+SELECT sex, CASE WHEN age < 30 THEN 'young' ELSE 'older' END AS age_group, COUNT(*) FROM adult GROUP BY ALL;
+
 -- rule: case, literal
 SELECT CASE education WHEN 'HS' THEN 'school' WHEN 'College' THEN 'degree' WHEN 'Graduate' THEN 'degree' END AS level,
        COUNT(*)

@@ -249,7 +249,7 @@ class StatementGenerator:
         sql = f"SELECT {', '.join(sel)} FROM people{where}"
         osql = f"SELECT {', '.join(osel)} FROM people{where}"
         if keys:
-            sql += f" GROUP BY {', '.join(group)}"
+            sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"
         return Generated(sql, osql)
 

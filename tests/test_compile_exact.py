@@ -33,7 +33,7 @@ def test_generator_covers_the_constructs():
     text = " ".join(StatementGenerator(s).statement().sql for s in SEEDS for _ in range(10))
     for construct in [" OR ", "NOT (", "IS NULL", "IS NOT NULL", "CASE WHEN", "CASE region", "SUM(", "AVG(",
                       "COUNT(black)", " IN (", "NOT IN", "BETWEEN", "GROUP BY 1", "CAST(", "age < score",
-                      "hours"]:
+                      "hours", "GROUP BY ALL"]:
         assert construct in text, construct
 
 
@@ -66,6 +66,9 @@ HAND_WRITTEN = [
     "SELECT white, black, COUNT(*) AS n FROM people WHERE white OR black GROUP BY white, black",
     "SELECT black, region, sex, COUNT(*) AS n FROM people GROUP BY 3, 2, 1",
     "SELECT age - score AS d, COUNT(*) AS n FROM people GROUP BY d",
+    # GROUP BY ALL: every select item without an aggregate
+    "SELECT sex, CASE WHEN age < 10 THEN 'child' ELSE 'adult' END AS g, COUNT(*) AS n, SUM(age) AS s "
+    "FROM people WHERE region <> 'E' GROUP BY ALL",
 ]
 
 

@@ -67,7 +67,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Column: frozenset({"this", "table"}),
     exp.Star: frozenset(),
     exp.Where: frozenset({"this"}),
-    exp.Group: frozenset({"expressions"}),
+    exp.Group: frozenset({"expressions", "all"}),
     exp.Having: frozenset({"this"}),
     exp.Order: frozenset({"expressions"}),
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
@@ -245,13 +245,16 @@ def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[st
     group = tree.args.get("group")
     if group is None:
         return keys, key_exprs
-    for extra in ("grouping_sets", "cube", "rollup", "all", "totals"):
+    for extra in ("grouping_sets", "cube", "rollup", "totals"):
         if group.args.get(extra):
             name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
-                    "all": "GROUP BY ALL", "totals": "WITH TOTALS"}[extra]
+                    "totals": "WITH TOTALS"}[extra]
             ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
                      name, group)
-    for g in group.expressions:
+    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column.
+    entries = ([body for _, body, is_agg in items if not is_agg and column_refs(body)] if group.args.get("all")
+               else group.expressions)
+    for g in entries:
         if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
             name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
             ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
