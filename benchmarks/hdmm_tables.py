@@ -10,7 +10,7 @@ ratio (ours / published; ≤ 1.02 is the target), the SVD lower bound where it
 can be computed, and the seconds taken. Privacy: ε = 1, and δ = 1e-6 for the
 Gaussian rows (analytic Gaussian mechanism).
 
-    python benchmarks/hdmm_tables.py            # every row (about 14 minutes on 2 cores, one BLAS thread)
+    python benchmarks/hdmm_tables.py            # every row (about 10 minutes on 2 cores, one BLAS thread)
     python benchmarks/hdmm_tables.py --quick    # 1-D rows at n ≤ 256, SF1 and CPS (under a minute)
     python benchmarks/hdmm_tables.py --json out.json
     python benchmarks/hdmm_tables.py --only multi  # Tables 6-7 only
