@@ -14,8 +14,16 @@ SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5, delta = 1e-6) sex, COUNT
 -- rule: table, column, identifier
 SELECT a.sex, COUNT(*) AS n FROM adult AS a GROUP BY a.sex;
 
--- rule: aggregate
+-- rule: aggregate, aggregate_call
 SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS mean_age FROM adult;
+
+-- rule: filter_clause
+SELECT sex, COUNT(*) FILTER (WHERE age >= 65) AS seniors, AVG(income) FILTER (WHERE age < 30) AS young_income
+FROM adult GROUP BY sex;
+
+-- rule: case_argument
+SELECT SUM(CASE WHEN age >= 65 THEN 1 ELSE 0 END) AS seniors, SUM(CASE WHEN sex = 'Female' THEN income END) AS women_income
+FROM adult;
 
 -- rule: key_expression, group_by_clause, group_item
 SELECT sex, education, COUNT(*) FROM adult GROUP BY sex, education;

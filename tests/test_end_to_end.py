@@ -371,3 +371,20 @@ def test_filtered_group_bys_use_a_factored_opt_plus_part_and_stay_exact():
         for _, row in res.df.iterrows():
             key = tuple(None if pd.isna(row[k]) else row[k] for k in keys)
             assert row["n"] == pytest.approx(exact.get(key, 0), abs=1e-6), (sql, key)
+
+
+def test_groups_the_where_clause_rules_out_are_not_output_and_cost_nothing_alone():
+    """Decided on the public domain: age is declared 0..20, so ``age > 30`` holds for no row of any table."""
+    con = make_table(300, seed=3)
+    db = connect(con, budget=Budget(epsilon=1e10))
+    empty = db.query("SELECT sex, COUNT(*) AS n, AVG(age) AS a FROM people WHERE age > 30 GROUP BY sex", epsilon=1.0)
+    assert empty.df.empty and list(empty.df.columns)[:2] == ["sex", "n"]
+    assert "nothing spent" in repr(empty) and empty.epsilon == 0.0
+    assert db.ledger.spent() == Cost(epsilon=0.0, delta=0.0, rho=0.0)
+    both = db.batch(["SELECT sex, COUNT(*) AS n FROM people WHERE FALSE GROUP BY sex",
+                     "SELECT region, COUNT(*) AS n FROM people WHERE region IN ('E', 'N') GROUP BY region"],
+                    epsilon=1e9)
+    assert both[0].df.empty
+    exact = dict(con.sql("SELECT region, COUNT(*) FROM people WHERE region IN ('E', 'N') GROUP BY region").fetchall())
+    assert dict(zip(both[1].df["region"], both[1].df["n"].round().astype(int))) == exact
+    assert db.ledger.spent().epsilon == pytest.approx(1e9)

@@ -54,7 +54,6 @@ CASES = [
     ("SELECT STDDEV(age) FROM t", E.UnsupportedSQLError, "is not supported", "STDDEV"),
     ("SELECT COUNT(DISTINCT age) FROM t", E.UnsupportedSQLError, "DISTINCT", "COUNT"),
     ("SELECT DISTINCT sex, COUNT(*) FROM t GROUP BY sex", E.UnsupportedSQLError, "SELECT DISTINCT", "sex"),
-    ("SELECT COUNT(*) FILTER (WHERE age > 3) FROM t", E.UnsupportedSQLError, "FILTER", None),
     ("SELECT COUNT(*) + 1 FROM t", E.UnsupportedSQLError, "expression over an aggregate", None),
     ("SELECT SUM(age + 1) FROM t", E.UnsupportedSQLError, "takes a column", "age + 1"),
     ("SELECT COUNT(1) FROM t", E.UnsupportedSQLError, "COUNT(*)", "COUNT"),
@@ -103,6 +102,11 @@ CASES = [
     ("SELECT COUNT(*) FROM t WHERE sex + 1 > 2", E.DomainError, "needs numbers", None),
     # -- SUM / AVG
     ("SELECT SUM(sex) FROM t", E.DomainError, "cannot SUM the categorical column 'sex'", "SUM"),
+    ("SELECT SUM(CASE WHEN age > 3 THEN 2 ELSE 0 END) FROM t", E.UnsupportedSQLError,
+     "SUM takes a column name or CASE WHEN condition THEN column END", "CASE"),
+    ("SELECT AVG(CASE WHEN age > 3 THEN age ELSE 0 END) FROM t", E.UnsupportedSQLError, "AVG takes a column", "CASE"),
+    ("SELECT COUNT(*) FILTER (WHERE COUNT(*) > 1) FROM t", E.GroupingError, "not allowed in FILTER", "COUNT(*) > 1"),
+    ("SELECT COUNT(*) FILTER (WHERE sex = 1) FROM t", E.DomainError, "holds strings", "1"),
     ("SELECT AVG(hours) FROM t", E.DomainError, "binned", "AVG"),
     ("SELECT SUM(flag) FROM t", E.DomainError, "boolean", "SUM"),
     # -- grouping

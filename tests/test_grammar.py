@@ -92,7 +92,6 @@ REJECTED = {
     "LIKE": "SELECT COUNT(*) FROM adult WHERE sex LIKE 'F%'",
     "division": "SELECT COUNT(*) FROM adult WHERE age / 2 > 10",
     "GROUPING SETS / ROLLUP / CUBE": "SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex)",
-    "FILTER": "SELECT COUNT(*) FILTER (WHERE age > 30) FROM adult",
     "QUALIFY": "SELECT sex, COUNT(*) FROM adult GROUP BY sex QUALIFY COUNT(*) > 1",
     "SELECT *": "SELECT * FROM adult",
     "parameters": "SELECT COUNT(*) FROM adult WHERE age > $1",

@@ -260,9 +260,17 @@ class Connection:
             raise ArgumentError(f"nonnegative must be True or False, got {nonneg!r}")
         if objective not in OBJECTIVES:
             raise ArgumentError(f"objective must be one of {OBJECTIVES}, got {objective!r:.80}")
+        requested = self._noise_options(compiled, epsilon, delta, rho, noise)
+        if not compiled.terms:  # every statement's WHERE rules out all its groups, on the public domain alone
+            release = Release(mechanism="none", epsilon=0.0, delta=0.0, rho=0.0, rmse=0.0, operator="none",
+                              queries=0, statements=len(compiled.statements), entry=-1)
+            empty = np.zeros(0)
+            frames = postprocess(compiled, empty, [_error_columns(st, empty, empty, 0.0, None)
+                                                   for st in compiled.statements])
+            return [Result(st.plan.sql, _ordered(st, df), release, self._released)
+                    for st, df in zip(compiled.statements, frames)]
         W = compiled.workload
         k = self._private.rows_per_unit
-        requested = self._noise_options(compiled, epsilon, delta, rho, noise)
         W.check_size()
         affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
         if not affordable:
@@ -375,7 +383,7 @@ def _error_names(st: CompiledStatement, aggregate: str) -> tuple[str, str, str]:
 
 
 def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z: float,
-                   covariance: Callable[[int, int], np.ndarray]) -> dict[str, np.ndarray]:
+                   covariance: Callable[[int, int], np.ndarray] | None) -> dict[str, np.ndarray]:
     """Standard error and confidence interval of every visible aggregate, per group.
 
     COUNT and SUM use their exact closed-form variance. AVG = SUM / COUNT
@@ -391,7 +399,7 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
         if agg.func == "avg":
             sb, cb = st.block(agg.name, "sum"), st.block(agg.name, "count")
             c = answers[cb.rows]
-            cov = covariance(sb.term, cb.term)
+            cov = np.zeros(0) if sb.term is None else covariance(sb.term, cb.term)
             value = st.values(agg.name, answers)
             with np.errstate(divide="ignore", invalid="ignore"):
                 var = se[sb.rows] ** 2 - 2 * value * cov + value**2 * se[cb.rows] ** 2

@@ -44,6 +44,9 @@ class Release:
     entry: int
 
     def describe(self) -> str:
+        if not self.queries:
+            return (f"nothing measured and nothing spent: the WHERE clause rules out every group of the "
+                    f"declared domain in {self.statements} statement{'s' if self.statements != 1 else ''}")
         spend = (f"rho={self.rho:g}" if self.rho else
                  f"epsilon={self.epsilon:g}" + (f", delta={self.delta:g}" if self.delta else ""))
         return (f"{self.mechanism} noise, {spend}; strategy {self.operator} for {self.queries} queries "

@@ -75,6 +75,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Offset: frozenset({"expression"}),
     # aggregates (big_int is sqlglot's note that COUNT returns BIGINT)
     exp.Count: frozenset({"this", "big_int"}),
+    exp.Filter: frozenset({"this", "expression"}),
     exp.Sum: frozenset({"this"}),
     exp.Avg: frozenset({"this"}),
     # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.grid)
@@ -621,7 +622,8 @@ def _first_aggregate_in_items(items: list[_Item]) -> bool:
 # -- aggregates ---------------------------------------------------------------------------
 
 def _is_agg_node(node: exp.Expression) -> bool:
-    return isinstance(node, exp.AggFunc)
+    """An aggregate call, with its FILTER clause if it has one (the Filter node wraps the call)."""
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
 
 
 def _contains_aggregate(expr: exp.Expression) -> bool:
@@ -641,6 +643,10 @@ def _is_aggregate_call(body: exp.Expression) -> bool:
 
 def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx: _Context,
                     used: set[str], visible: bool = True) -> Aggregate:
+    condition = None
+    if isinstance(body, exp.Filter):
+        condition = _filter_condition(body, schema, ctx)
+        body = body.this
     func = _AGGREGATES.get(type(body))
     if func is None:
         name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
@@ -652,6 +658,12 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
                  body)
     if body.expressions:
         ctx.fail(UnsupportedSQLError, f"{func.upper()} takes one argument", func.upper(), body)
+    case_condition, arg = _conditional_argument(func, arg)
+    if case_condition is not None:
+        _validate_expression(case_condition, schema, ctx, predicate=True)
+        condition = case_condition if condition is None else exp.and_(condition.copy(), case_condition.copy())
+        if arg is None:  # SUM(CASE WHEN c THEN 1 ...) and COUNT(CASE WHEN c THEN 'x' END) count the rows where c holds
+            func, arg = "count", exp.Star()
     name = alias
     if func == "count" and isinstance(arg, exp.Star):
         column = None
@@ -661,8 +673,8 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
             if func == "count" and ok:
                 ctx.fail(UnsupportedSQLError, "COUNT of a constant is not supported; use COUNT(*)",
                          "COUNT(constant)", body)
-            ctx.fail(UnsupportedSQLError, f"{func.upper()} takes a column name "
-                     f"{'or *' if func == 'count' else ''}".strip(), f"{func.upper()} argument", arg)
+            ctx.fail(UnsupportedSQLError, f"{func.upper()} takes a column name{', *' if func == 'count' else ''} "
+                     "or CASE WHEN condition THEN column END", f"{func.upper()} argument", arg)
         col = schema.column(arg.name)
         if col is None:
             _check_known(arg, schema, ctx)
@@ -677,7 +689,47 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     bounds = schema.column(column).sum_bounds if (column and func != "count") else None
     if name is None:
         name = f"{func.upper()}({column or '*'})" if func != "count" or column else "COUNT(*)"
-    return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible)
+        if condition is not None:
+            name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
+    return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible,
+                     filter=condition)
+
+
+def _filter_condition(node: exp.Filter, schema: Schema, ctx: _Context) -> exp.Expression:
+    """The condition of ``agg FILTER (WHERE condition)``, checked like a WHERE clause."""
+    where = node.expression
+    condition = where.this if isinstance(where, exp.Where) else where
+    inner = _first_aggregate(condition)
+    if inner is not None:
+        ctx.fail(GroupingError, "aggregates are not allowed in FILTER", construct_name(inner), inner)
+    _validate_expression(condition, schema, ctx, predicate=True)
+    return _strip(condition)
+
+
+def _conditional_argument(func: str, arg: exp.Expression) -> tuple[exp.Expression | None, exp.Expression | None]:
+    """``(c, v)`` when an aggregate's argument is ``CASE WHEN c THEN v [ELSE e] END`` and the
+    aggregate equals ``func(v) FILTER (WHERE c)``, else ``(None, arg)``; ``v`` is None when the
+    aggregate counts the rows where ``c`` holds.
+
+    That is so when ``e`` adds nothing: NULL (which SUM, AVG and COUNT skip), or 0 for SUM; and
+    ``v`` is a column, or, for SUM, the literal 1 (a sum of ones is a count), or, for COUNT, any
+    non-NULL literal. Other CASE arguments are left to be refused as they were.
+    """
+    case = _unwrap(arg)
+    if not (isinstance(case, exp.Case) and case.this is None and len(case.args.get("ifs") or []) == 1):
+        return None, arg
+    when = case.args["ifs"][0]
+    then, default = _unwrap(when.args["true"]), case.args.get("default")
+    ok_default, dv = literal_value(default) if default is not None else (True, None)
+    if not ok_default or not (dv is None or (func == "sum" and dv == 0 and not isinstance(dv, bool))):
+        return None, arg
+    if isinstance(then, exp.Column):
+        return _strip(when.this), then
+    ok_then, tv = literal_value(then)
+    counts = (func == "sum" and tv == 1 and not isinstance(tv, bool)) or (func == "count" and tv is not None)
+    if ok_then and counts:
+        return _strip(when.this), None
+    return None, arg
 
 
 def _unique(name: str, used: set[str]) -> str:
@@ -747,15 +799,20 @@ class _Rewriter:
         return node
 
     def _aggregate_name(self, node: exp.Expression) -> str:
-        if _first_aggregate(node.this) is not None if node.this is not None else False:
+        call = node.this if isinstance(node, exp.Filter) else node
+        if call.this is not None and _first_aggregate(call.this) is not None:
             self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", construct_name(node), node)
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
-            if a.func == probe.func and a.column == probe.column:
+            if a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter):
                 return a.name
         agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)
         self.aggregates.append(agg)
         return agg.name
+
+
+def _same_filter(a: exp.Expression | None, b: exp.Expression | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and _same(a, b))
 
 
 _MAX_COUNT = 2**63 - 1

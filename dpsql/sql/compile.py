@@ -83,7 +83,7 @@ class Block:
     bounds: tuple[float, float] | None
     start: int
     stop: int
-    term: int
+    term: int | None  # None for a statement without groups: no rows, nothing measured
 
     @property
     def rows(self) -> slice:
@@ -288,7 +288,8 @@ def _attributes(schema: Schema, plans: list[QueryPlan], statements: list[Stateme
             resolved.append(col.name)
         union(resolved)
     for plan, st in zip(plans, statements):
-        for part in conjuncts(plan.where) + [k.expr for k in plan.keys]:
+        filters = [part for a in plan.aggregates for part in conjuncts(a.filter)]
+        for part in conjuncts(plan.where) + filters + [k.expr for k in plan.keys]:
             cols = column_refs(part)
             if len(cols) > 1:
                 union(cols)
@@ -358,21 +359,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
     compiled: list[CompiledStatement] = []
     row = queries = 0
     for s_index, plan in enumerate(plans):
-        # predicate mask per attribute (flat boolean), None = no condition
-        masks: list[np.ndarray | None] = [None] * len(attributes)
-        empty = False
-        for part in conjuncts(plan.where):
-            cols = column_refs(part)
-            if not cols:
-                t, _ = Grid([]).predicate(part)
-                empty = empty or not bool(t)
-                continue
-            a = attr_of[cols[0]]
-            t, _ = grids[a].predicate(part)
-            t = grids[a].full(t).ravel()
-            masks[a] = t if masks[a] is None else (masks[a] & t)
-        if empty:
-            masks[0] = np.zeros(attributes[0].size, dtype=bool)
+        where = _masks(plan.where, [None] * len(attributes), grids, attr_of)
 
         # keys hosted by each attribute, in plan order
         hosted: list[list[int]] = [[] for _ in attributes]
@@ -382,8 +369,17 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
             hosted[a].append(k)
             key_domains.append(_KeyDomain(grids[a], key.expr))
 
+        # the groups: per attribute, the key combinations of the cells where WHERE can hold. The
+        # others are empty on every table (DuckDB never returns them); this reads the domain alone.
+        impossible = any(m is not None and not m.any() for m in where)
+        kept: list[np.ndarray | None] = [None] * len(attributes)
+        for a in range(len(attributes)):
+            if hosted[a]:
+                group = _cell_groups([key_domains[k] for k in hosted[a]])
+                kept[a] = np.unique(group[:0] if impossible else group if where[a] is None else group[where[a]])
+
         # answers: one per group and measured aggregate, refused before the groups are listed
-        n_groups = math.prod(len(k.labels) for k in key_domains)
+        n_groups = math.prod(len(rows) for rows in kept if rows is not None)
         queries += n_groups * sum(1 if a.func != "avg" else 2 for a in plan.aggregates)
         limits.check_queries(queries, f"statement {s_index + 1} ({n_groups:,} groups) and those before it need"
                              if len(plans) > 1 else f"this statement has {n_groups:,} groups and needs")
@@ -391,8 +387,10 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
         per_attr_labels = []
         for a in range(len(attributes)):
             if hosted[a]:
-                per_attr_labels.append([tuple(zip(hosted[a], combo)) for combo in
-                                        itertools.product(*[key_domains[k].labels for k in hosted[a]])])
+                doms = [key_domains[k] for k in hosted[a]]
+                combos = np.unravel_index(kept[a], [len(d.labels) for d in doms])
+                per_attr_labels.append([tuple((k, d.labels[i]) for k, d, i in zip(hosted[a], doms, combo))
+                                        for combo in zip(*(c.tolist() for c in combos))])
         groups = []
         for combo in itertools.product(*per_attr_labels):
             labels = [None] * len(plan.keys)
@@ -404,17 +402,23 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
         blocks: list[Block] = []
         made: dict[tuple, Block] = {}
         for agg in plan.aggregates:
+            masks = _masks(agg.filter, where, grids, attr_of)
             needs = [("count", agg.column)] if agg.func == "count" else [("sum", agg.column)]
             if agg.func == "avg":
                 needs.append(("count", agg.column))
             for measure, column in needs:
                 col = schema.column(column) if column else None
                 # COUNT(col) of a non-nullable column is COUNT(*)
-                sig = (measure, column if (measure == "sum" or (col is not None and col.nullable)) else None)
+                sig = (measure, column if (measure == "sum" or (col is not None and col.nullable)) else None,
+                       None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
                 if sig in made:
                     prev = made[sig]
                     blocks.append(Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
                                         prev.start, prev.stop, prev.term))
+                    continue
+                if not n_groups:
+                    made[sig] = Block(s_index, agg.name, measure, column, None, row, row, None)
+                    blocks.append(made[sig])
                     continue
                 factors = []
                 for a, attr in enumerate(attributes):
@@ -429,7 +433,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     factors.append(_factor(attr, grids[a], mask, weights,
                                            [key_domains[k] for k in hosted[a]],
-                                           [plan.keys[k] for k in hosted[a]]))
+                                           [plan.keys[k] for k in hosted[a]], kept[a]))
                 nrows = math.prod(f.shape[0] for f in factors)
                 blk = Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
                             row, row + nrows, len(terms))
@@ -441,6 +445,24 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
     return CompiledBatch(schema=schema, attributes=attributes, statements=tuple(compiled), terms=tuple(terms))
 
 
+def _masks(condition: exp.Expression | None, masks: list[np.ndarray | None], grids: list[Grid],
+           attr_of: dict[str, int]) -> list[np.ndarray | None]:
+    """``masks`` (one flat boolean vector per attribute, None for no condition) ANDed with
+    ``condition``: each top-level conjunct is exact on the one attribute holding its columns."""
+    masks = list(masks)
+    for part in conjuncts(condition):
+        cols = column_refs(part)
+        if not cols:
+            t, _ = Grid([]).predicate(part)
+            if not bool(t):
+                masks[0] = np.zeros(grids[0].size, dtype=bool)
+            continue
+        a = attr_of[cols[0]]
+        t = grids[a].full(grids[a].predicate(part)[0]).ravel()
+        masks[a] = t if masks[a] is None else (masks[a] & t)
+    return masks
+
+
 def _not_null(col: Column) -> np.ndarray:
     v = np.ones(col.size, dtype=bool)
     if col.nullable:
@@ -448,8 +470,17 @@ def _not_null(col: Column) -> np.ndarray:
     return v
 
 
+def _cell_groups(keys: list[_KeyDomain]) -> np.ndarray:
+    """Each cell's group on an attribute: the C-order index of its keys' labels."""
+    if len(keys) == 1:
+        return keys[0].index
+    return np.ravel_multi_index([k.index for k in keys], [len(k.labels) for k in keys])
+
+
 def _factor(attr: Attribute, grid: Grid, mask: np.ndarray | None, weights: np.ndarray | None,
-            keys: list[_KeyDomain], key_plans: list[GroupKey]) -> Matrix:
+            keys: list[_KeyDomain], key_plans: list[GroupKey], kept: np.ndarray | None) -> Matrix:
+    """The factor of one aggregate's term on one attribute: its keys' groups (the rows ``kept``) by
+    the attribute's cells, each entry the cell's weight where ``mask`` holds."""
     n = attr.size
     if mask is not None and mask.all():
         mask = None
@@ -461,17 +492,17 @@ def _factor(attr: Attribute, grid: Grid, mask: np.ndarray | None, weights: np.nd
             row = row * mask
         return Dense(row[None, :])
     if (len(keys) == 1 and mask is None and weights is None and len(attr.columns) == 1
-            and isinstance(key_plans[0].expr, exp.Column)):
+            and isinstance(key_plans[0].expr, exp.Column) and len(kept) == n):
         return Identity(n)
-    sizes = [len(k.labels) for k in keys]
-    rows = math.prod(sizes)
-    group = np.ravel_multi_index([k.index for k in keys], sizes) if len(keys) > 1 else keys[0].index
+    rows = math.prod(len(k.labels) for k in keys)
+    group = _cell_groups(keys)
     vals = np.ones(n) if weights is None else weights.astype(float)
     if mask is not None:
         vals = vals * mask
     keep = vals != 0
     cols = np.nonzero(keep)[0]
-    M = sp.csr_matrix((vals[keep], (group[keep], cols)), shape=(rows, n))
+    M = sp.csr_matrix((vals[keep], (group[keep], cols)), shape=(rows, n))[kept]
+    rows = len(kept)
     if rows * n <= _DENSE_ENTRIES:
         return Dense(M.toarray())
     return Sparse(M)

@@ -38,16 +38,18 @@ class GroupKey:
 @dataclass(frozen=True)
 class Aggregate:
     """One aggregate. ``func`` is 'count', 'sum' or 'avg'; ``column`` is None
-    for COUNT(*); ``bounds`` are the summed column's declared (lo, hi): each
+    for COUNT(*); ``bounds`` are the summed column's SUM bounds (lo, hi): each
     row contributes its value clamped to them, so one row changes a SUM by at
     most max(|lo|, |hi|). ``visible`` is False for an aggregate that only
-    HAVING or ORDER BY mention."""
+    HAVING or ORDER BY mention. ``filter`` is the condition of ``FILTER (WHERE
+    ...)``: the aggregate reads only the rows where it holds (ANDed with WHERE)."""
 
     name: str
     func: str
     column: str | None = None
     bounds: tuple[float, float] | None = None
     visible: bool = True
+    filter: exp.Expression | None = None
 
     @property
     def sensitivity(self) -> float:
@@ -79,6 +81,7 @@ class QueryPlan:
         """Every column the statement reads (keys, WHERE, aggregates)."""
         seen: list[str] = []
         parts = [k.expr for k in self.keys] + ([self.where] if self.where is not None else [])
+        parts += [a.filter for a in self.aggregates if a.filter is not None]
         for part in parts:
             for c in part.find_all(exp.Column):
                 if c.name not in seen:
