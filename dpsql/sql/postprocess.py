@@ -88,7 +88,7 @@ def check_postprocessing(batch: CompiledBatch) -> None:
         return
     con = _scratch()
     try:
-        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.workload.shape[0]))):
+        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.num_rows))):
             if not st.plan.has_postprocessing:
                 continue
             con.register("answers", df)
