@@ -27,7 +27,7 @@ import scipy.optimize
 
 from dpsql.hdmm.matrix import GramFactored
 
-#: Relative eigenvalue size treated as zero.
+#: Smallest eigenvalue of the strategy's scaled Gram matrix, relative to the largest.
 EIG_TOL = 1e-12
 
 
@@ -79,12 +79,15 @@ def optimize_l2(G: np.ndarray, maxiter: int = 200, rtol: float | None = None) ->
         scipy.optimize.minimize(fun, z0, jac=True, method="L-BFGS-B", options={"maxiter": maxiter, "maxfun": maxiter})
     except StopIteration:
         pass
-    nu, lam, V, diagX = best["nu"], best["lam"], best["V"], best["diagX"]
-    c = float(diagX.max())
-    keep = lam > EIG_TOL * lam.max()
+    nu, lam, V = best["nu"], best["lam"], best["V"]
+    # Eigenvalues below EIG_TOL of the largest are raised to it rather than dropped: the strategy
+    # then has full column rank, so least squares is exact for every query, including one whose
+    # weight in G is negligible next to the others' (its error changes by a relative ~1e-6).
+    lam = np.maximum(lam, EIG_TOL * lam.max())
+    c = float(((V**2 @ np.sqrt(lam)) / nu).max())  # the largest diagonal of X: unit sensitivity
     r = np.sqrt(nu)
     # X = D⁻¹ V Λ^{1/2} Vᵀ D⁻¹ / c = AᵀA with A = Λ^{1/4} Vᵀ D⁻¹ / √c.
-    A = (lam[keep] ** 0.25)[:, None] * V[:, keep].T / r[None, :] / np.sqrt(c)
-    Xinv = c * (r[:, None] * ((V[:, keep] / np.sqrt(lam[keep])) @ V[:, keep].T) * r[None, :])
+    A = (lam**0.25)[:, None] * V.T / r[None, :] / np.sqrt(c)
+    Xinv = c * (r[:, None] * ((V / np.sqrt(lam)) @ V.T) * r[None, :])
     gap = (best["primal"] - best["dual"]) / best["primal"]
     return GramFactored(A, Xinv), best["primal"] * scale, float(gap)
