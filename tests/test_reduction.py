@@ -358,10 +358,15 @@ def test_a_workload_of_zero_queries_is_answered_exactly_with_no_error():
         assert np.array_equal(least_squares(W, sel.strategy, y), np.zeros(3))
 
 
-def test_an_impossible_where_alone_is_answered_with_zeros():
+def test_an_impossible_where_alone_is_answered_without_measuring():
+    """No value of the domain satisfies the WHERE: no group is output, and nothing is spent."""
     con = people(seed=9)
     db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=10.0, delta=1e-5))
     for noise in ("laplace", "gaussian"):
         res = db.query("SELECT region, COUNT(*) AS n FROM t WHERE sex = 'F' AND sex = 'M' GROUP BY region",
                        epsilon=1.0, delta=1e-6 if noise == "gaussian" else None, noise=noise)
-        assert list(res.df["n"]) == [0.0] * 4 and list(res.df["std_error"]) == [0.0] * 4
+        assert res.df.empty and list(res.df.columns[:2]) == ["region", "n"] and res.epsilon == 0.0
+    assert db.ledger.spent().epsilon == 0.0
+    # without GROUP BY there is one row, measured: a query whose every weight is zero
+    res = db.query("SELECT COUNT(*) AS n FROM t WHERE sex = 'F' AND sex = 'M'", epsilon=1.0, noise="laplace")
+    assert list(res.df["n"]) == [0.0] and list(res.df["std_error"]) == [0.0]

@@ -72,6 +72,7 @@ from dpsql.private.ledger import Ledger
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
+from dpsql.sql.aggregates import MEASURES, gradient
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch, schema_attributes
 from dpsql.sql.postprocess import postprocess
 
@@ -386,27 +387,31 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
                    covariance: Callable[[int, int], np.ndarray] | None) -> dict[str, np.ndarray]:
     """Standard error and confidence interval of every visible aggregate, per group.
 
-    COUNT and SUM use their exact closed-form variance. AVG = SUM / COUNT
-    uses the delta method, ``√(Var S − 2r Cov(S, C) + r² Var C) / |C|`` with
-    ``r`` the ratio and the exact covariance ``covariance(term_S, term_C)``
-    of the two least-squares answers: a first-order approximation, good when
-    the noisy COUNT is far from zero.
+    COUNT and SUM use their exact closed-form variance. The others (AVG,
+    variances, standard deviations) are functions of several measured queries
+    (:mod:`dpsql.sql.aggregates`) and use the delta method,
+    ``Var f ≈ Σ_ab ∂_a f ∂_b f Cov(a, b)``, with the exact covariances
+    ``covariance(term_a, term_b)`` of the least-squares answers: a first-order
+    approximation, good when the noisy count is far from the degrees of freedom.
     """
     out: dict[str, np.ndarray] = {}
     for agg in st.plan.aggregates:
         if not agg.visible:
             continue
-        if agg.func == "avg":
-            sb, cb = st.block(agg.name, "sum"), st.block(agg.name, "count")
-            c = answers[cb.rows]
-            cov = np.zeros(0) if sb.term is None else covariance(sb.term, cb.term)
-            value = st.values(agg.name, answers)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                var = se[sb.rows] ** 2 - 2 * value * cov + value**2 * se[cb.rows] ** 2
-                err = np.sqrt(np.maximum(var, 0.0)) / np.abs(c)
+        value = st.values(agg.name, answers)
+        blocks = [st.block(agg.name, m) for m in MEASURES[agg.func]]
+        if len(blocks) == 1:
+            err = se[blocks[0].rows] * blocks[0].scale
         else:
-            rows = st.rows(agg.name)
-            value, err = answers[rows], se[rows]
+            grad = gradient(agg.func, st.parts(agg.name, answers))
+            with np.errstate(invalid="ignore"):
+                var = sum((grad[b.measure] * b.scale * se[b.rows]) ** 2 for b in blocks)
+                for i, a in enumerate(blocks):
+                    for b in blocks[i + 1:]:
+                        if a.term is not None:
+                            cov = covariance(a.term, b.term) * a.scale * b.scale
+                            var = var + 2.0 * grad[a.measure] * grad[b.measure] * cov
+                err = np.sqrt(np.maximum(var, 0.0))
         name, lo, hi = _error_names(st, agg.name)
         out[name], out[lo], out[hi] = err, value - z * err, value + z * err
     return out

@@ -49,7 +49,10 @@ _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "W
                      "settings": "SETTINGS", "format": "FORMAT", "match": "MATCH_RECOGNIZE",
                      "cluster": "CLUSTER BY", "distribute": "DISTRIBUTE BY", "sort": "SORT BY",
                      "operation_modifiers": "operation modifier", "exclude": "EXCLUDE"}
-_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Variance: "var_samp",
+               exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
+               exp.StddevPop: "stddev_pop"}
+_SUPPORTED_AGGREGATES = "COUNT, SUM, AVG, VAR_POP, VAR_SAMP, VARIANCE, STDDEV, STDDEV_POP and STDDEV_SAMP"
 
 _BINARY = frozenset({"this", "expression"})
 #: The sqlglot node types the compiler implements exactly, each with the arguments it reads (an
@@ -78,6 +81,11 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Filter: frozenset({"this", "expression"}),
     exp.Sum: frozenset({"this"}),
     exp.Avg: frozenset({"this"}),
+    exp.Variance: frozenset({"this"}),
+    exp.VariancePop: frozenset({"this"}),
+    exp.Stddev: frozenset({"this"}),
+    exp.StddevSamp: frozenset({"this"}),
+    exp.StddevPop: frozenset({"this"}),
     # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.grid)
     exp.Paren: frozenset({"this"}),
     exp.And: _BINARY, exp.Or: _BINARY, exp.Not: frozenset({"this"}),
@@ -331,7 +339,7 @@ def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[in
 def _require_aggregate(aggregates: list[Aggregate], tree: exp.Select, ctx: _Context) -> None:
     """Refuse a statement that selects no aggregate: there would be nothing to measure."""
     if not aggregates:
-        ctx.fail(UnsupportedSQLError, "a statement must compute COUNT, SUM or AVG", "SELECT", tree)
+        ctx.fail(UnsupportedSQLError, f"a statement must compute an aggregate ({_SUPPORTED_AGGREGATES})", "SELECT", tree)
 
 
 def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | None:
@@ -472,7 +480,7 @@ def _refuse_node(node: exp.Expression, ctx: "_Context") -> None:
         ctx.fail(UnsupportedSQLError, f"{name}(DISTINCT ...) is not supported", f"{name}(DISTINCT)", agg)
     if isinstance(node, exp.AggFunc):
         name = node.sql_name()
-        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported (COUNT, SUM and AVG are)",
+        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported ({_SUPPORTED_AGGREGATES} are)",
                  f"aggregate {name}", node)
     name = construct_name(node)
     ctx.fail(UnsupportedSQLError, f"{name} is not supported", name, node)
@@ -650,7 +658,7 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     func = _AGGREGATES.get(type(body))
     if func is None:
         name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
-        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported (COUNT, SUM and AVG are)",
+        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported ({_SUPPORTED_AGGREGATES} are)",
                  f"aggregate {name}", body)
     arg = body.this
     if isinstance(arg, exp.Distinct):
@@ -679,7 +687,7 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         if col is None:
             _check_known(arg, schema, ctx)
         column = col.name
-        if func in ("sum", "avg"):
+        if func != "count":
             if not col.is_numeric:
                 what = "binned" if isinstance(col, Binned) else col.kind
                 extra = (" (a bin holds many values, so its sum is not known exactly)"

@@ -53,6 +53,7 @@ from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Column, Schema, load_schema
+from dpsql.sql.aggregates import MEASURES, value
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from dpsql.sql.parse import Statement, parse_statements
@@ -71,10 +72,12 @@ _DENSE_ENTRIES = 200_000
 
 @dataclass(frozen=True)
 class Block:
-    """Workload rows ``start:stop`` measuring one aggregate of one statement.
-    ``measure`` is 'count' or 'sum'; for 'sum', ``column`` is summed with
-    its values clamped to ``bounds``. Row ``i`` of the block is group ``i``
-    of the statement."""
+    """Workload rows ``start:stop`` measuring one of an aggregate's queries, for one statement.
+    ``measure`` is 'count', 'sum' or 'sumsq'; for the sums, ``column``'s values are clamped to
+    ``bounds`` (and squared for 'sumsq'). Row ``i`` of the block is group ``i`` of the statement;
+    its answer times ``scale`` is the query's. A SUM of squares is measured divided by the
+    bounds' largest magnitude, so that its weights are on a SUM's scale: otherwise they would
+    dominate the batch's Gram matrix, and the strategy would barely measure the other queries."""
 
     statement: int
     aggregate: str
@@ -84,6 +87,7 @@ class Block:
     start: int
     stop: int
     term: int | None  # None for a statement without groups: no rows, nothing measured
+    scale: float = 1.0
 
     @property
     def rows(self) -> slice:
@@ -102,24 +106,25 @@ class CompiledStatement:
     blocks: tuple[Block, ...]
 
     def block(self, aggregate: str, measure: str | None = None) -> Block:
-        """The block of an aggregate (for AVG, give ``measure`` 'sum' or 'count')."""
+        """The block of one of an aggregate's measured queries (:data:`~dpsql.sql.aggregates.MEASURES`;
+        the first by default, the only one for COUNT and SUM)."""
         agg = next(a for a in self.plan.aggregates if a.name == aggregate)
-        if measure is None:
-            measure = "sum" if agg.func in ("sum", "avg") else "count"
+        measure = MEASURES[agg.func][0] if measure is None else measure
         return next(b for b in self.blocks if b.aggregate == aggregate and b.measure == measure)
 
     def rows(self, aggregate: str, measure: str | None = None) -> slice:
         """Workload rows of an aggregate's block."""
         return self.block(aggregate, measure).rows
 
+    def parts(self, aggregate: str, y: np.ndarray) -> dict[str, np.ndarray]:
+        """An aggregate's measured queries per group, from workload answers ``y``."""
+        func = next(a for a in self.plan.aggregates if a.name == aggregate).func
+        return {m: y[self.rows(aggregate, m)] * self.block(aggregate, m).scale for m in MEASURES[func]}
+
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
-        """One aggregate's value per group from workload answers ``y``: its block's rows, and
-        for AVG the SUM rows divided by the COUNT rows (NaN where the count is 0)."""
-        if next(a for a in self.plan.aggregates if a.name == aggregate).func != "avg":
-            return y[self.rows(aggregate)]
-        s, c = y[self.rows(aggregate, "sum")], y[self.rows(aggregate, "count")]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(c != 0, s / np.where(c == 0, 1, c), np.nan)
+        """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
+        func = next(a for a in self.plan.aggregates if a.name == aggregate).func
+        return value(func, self.parts(aggregate, y))
 
 
 @dataclass(frozen=True, eq=False)
@@ -380,7 +385,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
 
         # answers: one per group and measured aggregate, refused before the groups are listed
         n_groups = math.prod(len(rows) for rows in kept if rows is not None)
-        queries += n_groups * sum(1 if a.func != "avg" else 2 for a in plan.aggregates)
+        queries += n_groups * sum(len(MEASURES[a.func]) for a in plan.aggregates)
         limits.check_queries(queries, f"statement {s_index + 1} ({n_groups:,} groups) and those before it need"
                              if len(plans) > 1 else f"this statement has {n_groups:,} groups and needs")
         # group labels: product over attributes (attribute order), reordered to key order
@@ -403,23 +408,22 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
         made: dict[tuple, Block] = {}
         for agg in plan.aggregates:
             masks = _masks(agg.filter, where, grids, attr_of)
-            needs = [("count", agg.column)] if agg.func == "count" else [("sum", agg.column)]
-            if agg.func == "avg":
-                needs.append(("count", agg.column))
-            for measure, column in needs:
+            for measure in MEASURES[agg.func]:
+                column = agg.column
                 col = schema.column(column) if column else None
                 # COUNT(col) of a non-nullable column is COUNT(*)
-                sig = (measure, column if (measure == "sum" or (col is not None and col.nullable)) else None,
+                sig = (measure, column if (measure != "count" or (col is not None and col.nullable)) else None,
                        None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
                 if sig in made:
                     prev = made[sig]
-                    blocks.append(Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
-                                        prev.start, prev.stop, prev.term))
+                    blocks.append(Block(s_index, agg.name, measure, column, None if measure == "count" else agg.bounds,
+                                        prev.start, prev.stop, prev.term, prev.scale))
                     continue
                 if not n_groups:
                     made[sig] = Block(s_index, agg.name, measure, column, None, row, row, None)
                     blocks.append(made[sig])
                     continue
+                scale = agg.sensitivity if measure == "sumsq" and agg.sensitivity > 0 else 1.0
                 factors = []
                 for a, attr in enumerate(attributes):
                     mask = masks[a]
@@ -430,13 +434,14 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                             mask = nn if mask is None else (mask & nn)
                         else:
                             w = col.sum_weights(agg.bounds)
+                            w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     factors.append(_factor(attr, grids[a], mask, weights,
                                            [key_domains[k] for k in hosted[a]],
                                            [plan.keys[k] for k in hosted[a]], kept[a]))
                 nrows = math.prod(f.shape[0] for f in factors)
-                blk = Block(s_index, agg.name, measure, column, agg.bounds if measure == "sum" else None,
-                            row, row + nrows, len(terms))
+                blk = Block(s_index, agg.name, measure, column, None if measure == "count" else agg.bounds,
+                            row, row + nrows, len(terms), scale)
                 terms.append((1.0, tuple(factors)))
                 row += nrows
                 made[sig] = blk
