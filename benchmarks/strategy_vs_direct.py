@@ -15,10 +15,14 @@ measured in the same run:
   domain, which is what selection did before domain reduction.
 
 Every ratio ``selected / best baseline`` must be ≤ 1.00. It is by
-construction against ``direct`` and ``identity`` (both are candidates);
-against unreduced HDMM it can exceed 1 by the optimizers' tolerance (the
-Gaussian searches stop at a certified relative gap, the Laplace ones are
-local), so the count within 1.001 is printed beside the count within 1.00.
+construction against ``direct`` and ``identity`` (both are candidates).
+Against unreduced HDMM the Gaussian searches can differ by their own
+tolerance: each per-attribute optimum is certified to a relative duality gap
+of 1e-4 of the variance (``default_rtol``), so two runs near the same optimum
+may differ by up to that; the count within that gap is printed beside the
+count within exactly 1.00, and the verdict allows it. The Laplace searches are
+local, and with the restarts ``db.query`` uses (3) every Laplace ratio is
+within exactly 1.00.
 The script prints the distribution of the gain ``best baseline / selected``
 and of the ratio to each baseline, and the batches with the smallest gain.
 
@@ -50,10 +54,14 @@ import workloads as B  # noqa: E402
 
 from dpsql import compile_batch  # noqa: E402
 from dpsql.hdmm.optimize import select  # noqa: E402
+from dpsql.hdmm.optimize.gaussian import default_rtol  # noqa: E402
 from dpsql.hdmm.optimize.selector import feasible  # noqa: E402
 from dpsql.privacy import Gaussian, Laplace  # noqa: E402
 
 NOISES = {"laplace": Laplace(1.0), "gaussian": Gaussian(1.0, 1e-6)}
+#: How far above 1 a ratio to unreduced HDMM may be: the Gaussian per-attribute optimum is
+#: certified to a relative gap of default_rtol of the variance (every attribute here is small).
+TOLERANCE = {"laplace": 0.0, "gaussian": math.sqrt(1.0 + default_rtol(1)) - 1.0}
 HDMM_OPERATORS = ("OPT_0", "OPT_kron", "OPT_plus", "OPT_M")
 
 CATEGORIES = {
@@ -154,9 +162,13 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
     gen = Generator(seed)
     rows, ok = [], True
     print(f"Part 1: {batches} generated batches on a 10-column census-like schema, expected RMSE at ε = 1")
+    empty = 0
     for b in range(batches):
-        sqls = gen.batch()
-        W = compile_batch(sqls, SCHEMA).workload
+        compiled = compile_batch(sqls := gen.batch(), SCHEMA)
+        while not compiled.terms:  # WHERE rules out every group on the domain: nothing to measure
+            empty += 1
+            compiled = compile_batch(sqls := gen.batch(), SCHEMA)
+        W = compiled.workload
         for name, noise in NOISES.items():
             r = compare(W, noise, restarts)
             r.update(batch=b, noise=name, statements=len(sqls), sql=sqls)
@@ -166,14 +178,15 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
         print(f"  batch {b + 1:3}/{batches}: {len(sqls)} statement(s), reduced {rows[-1]['cells']:.3g} -> "
               f"{rows[-1]['reduced_cells']} cells; ratio laplace {rows[-2]['ratio']:.3f}, "
               f"gaussian {rows[-1]['ratio']:.3f}", flush=True)
-    print()
-    print(f"{'noise':9} {'batches':>7} {'≤1.00':>6} {'≤1.001':>6}   ratio selected/x: {'min':>8} {'p10':>8} "
+    print(f"  ({empty} generated batches whose WHERE clauses rule out every group were skipped: "
+          "nothing to measure)\n")
+    print(f"{'noise':9} {'batches':>7} {'≤1.00':>6} {'in gap':>6}   ratio selected/x: {'min':>8} {'p10':>8} "
           f"{'p50':>8} {'p90':>8} {'max':>8}")
     for name in NOISES:
         mine = [r for r in rows if r["noise"] == name]
         within = sum(r["ratio"] <= 1.0 + 1e-9 for r in mine)
-        close = sum(r["ratio"] <= 1.001 for r in mine)
-        ok &= within == len(mine)
+        close = sum(r["ratio"] <= 1.0 + TOLERANCE[name] for r in mine)
+        ok &= close == len(mine)
         for base in ("best_baseline", "direct", "identity", "hdmm"):
             ratios = [r["selected"] / r[base] for r in mine if 0 < r[base] < math.inf]
             label = f"{name:9} {len(mine):7} {within:6} {close:6}" if base == "best_baseline" else " " * 31
@@ -223,15 +236,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--restarts", type=int, default=1,
-                    help="operator restarts, for the selection and the HDMM baseline alike (the connection uses 3)")
+    ap.add_argument("--restarts", type=int, default=3,
+                    help="operator restarts, for the selection and the HDMM baseline alike (3, as db.query)")
     ap.add_argument("--skip-max", action="store_true", help="skip part 2")
     ap.add_argument("--json", metavar="PATH", help="also write every row as JSON")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     rows, ok = part1(args.batches, args.seed, args.restarts)
     max_rows = [] if args.skip_max else part2(args.restarts)
-    print(f"\n{'every' if ok else 'NOT every'} selected strategy within 1.00x of its best baseline; "
+    print(f"\n{'every' if ok else 'NOT every'} selected strategy within 1.00x of its best baseline "
+          f"(Gaussian: within the certified gap); "
           f"total {time.perf_counter() - start:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
