@@ -40,6 +40,9 @@ GROUP BY age_group;
 -- rule: group_item, integer
 SELECT education, AVG(income) FROM adult GROUP BY 1;
 
+-- rule: statement
+SELECT DISTINCT sex, education FROM adult WHERE age >= 18;
+
 -- rule: group_by_clause
 SELECT sex, CASE WHEN age < 30 THEN 'young' ELSE 'older' END AS age_group, COUNT(*) FROM adult GROUP BY ALL;
 

@@ -396,3 +396,23 @@ def test_groups_the_where_clause_rules_out_are_not_output_and_cost_nothing_alone
     exact = dict(con.sql("SELECT region, COUNT(*) FROM people WHERE region IN ('E', 'N') GROUP BY region").fetchall())
     assert dict(zip(both[1].df["region"], both[1].df["n"].round().astype(int))) == exact
     assert db.ledger.spent().epsilon == pytest.approx(1e9)
+
+
+@pytest.mark.parametrize("sql, groups", [
+    ("SELECT DISTINCT sex, region FROM people WHERE region <> 'E'",
+     [(s, r) for s in ("F", "M", None) for r in ("N", "S", "W")]),
+    ("SELECT region FROM people WHERE age < 3 GROUP BY region", [("E",), ("N",), ("S",), ("W",)]),
+    ("SELECT sex, CASE WHEN age < 10 THEN 'child' ELSE 'adult' END AS g FROM people GROUP BY ALL",
+     [(s, g) for s in ("F", "M", None) for g in ("adult", "child")]),  # a NULL age takes the ELSE branch
+])
+def test_group_keys_alone_are_the_public_domain_and_cost_nothing(sql, groups):
+    """SELECT DISTINCT and GROUP BY without aggregates list the keys' declared domain (less what
+    WHERE rules out on it): the same for any table, measured from none, spending nothing."""
+    outputs = []
+    for seed in (1, 2):
+        db = connect(make_table(50 * seed, seed=seed), budget=Budget(epsilon=1.0))
+        res = db.query(sql, epsilon=1.0)
+        assert res.epsilon == 0.0 and db.ledger.spent().epsilon == 0.0 and "nothing spent" in repr(res)
+        outputs.append(sorted(map(tuple, res.df.astype(object).where(res.df.notna(), None).to_numpy().tolist()),
+                              key=repr))
+    assert outputs[0] == outputs[1] == sorted(groups, key=repr)

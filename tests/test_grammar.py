@@ -65,7 +65,8 @@ def test_every_example_names_a_production():
 @pytest.mark.parametrize("rules,sql", examples(), ids=[",".join(r) for r, _ in examples()])
 def test_example_compiles(rules, sql):
     batch = compile_batch(sql, SCHEMA)
-    assert batch.workload.shape[0] > 0
+    # rows to measure, unless every statement is group keys alone (answered from the domain)
+    assert batch.workload.shape[0] > 0 if batch.terms else all(not st.plan.aggregates for st in batch.statements)
     for st in parse_statements(sql):
         plan_statement(st, SCHEMA)
     if "batch" in rules:
@@ -86,7 +87,8 @@ REJECTED = {
     "CTEs (WITH)": "WITH a AS (SELECT * FROM adult) SELECT COUNT(*) FROM a",
     "UNION": "SELECT COUNT(*) FROM adult UNION ALL SELECT COUNT(*) FROM adult",
     "window functions": "SELECT COUNT(*) OVER () FROM adult",
-    "DISTINCT": "SELECT COUNT(DISTINCT age) FROM adult",
+    "DISTINCT in an aggregate": "SELECT COUNT(DISTINCT age) FROM adult",
+    "DISTINCT ON": "SELECT DISTINCT ON (sex) sex FROM adult",
     "other aggregates (MIN, MAX, ...)": "SELECT MAX(age) FROM adult",
     "other functions": "SELECT COUNT(*) FROM adult WHERE abs(age) > 3",
     "LIKE": "SELECT COUNT(*) FROM adult WHERE sex LIKE 'F%'",

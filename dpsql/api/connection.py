@@ -262,7 +262,7 @@ class Connection:
         if objective not in OBJECTIVES:
             raise ArgumentError(f"objective must be one of {OBJECTIVES}, got {objective!r:.80}")
         requested = self._noise_options(compiled, epsilon, delta, rho, noise)
-        if not compiled.terms:  # every statement's WHERE rules out all its groups, on the public domain alone
+        if not compiled.terms:  # only group keys, or WHERE rules out every group: the public domain answers
             release = Release(mechanism="none", epsilon=0.0, delta=0.0, rho=0.0, rmse=0.0, operator="none",
                               queries=0, statements=len(compiled.statements), entry=-1)
             empty = np.zeros(0)

@@ -45,8 +45,9 @@ class Release:
 
     def describe(self) -> str:
         if not self.queries:
-            return (f"nothing measured and nothing spent: the WHERE clause rules out every group of the "
-                    f"declared domain in {self.statements} statement{'s' if self.statements != 1 else ''}")
+            return (f"nothing measured and nothing spent: {self.statements} statement"
+                    f"{'s' if self.statements != 1 else ''} answered from the public schema alone (the keys' "
+                    "declared domain, less the groups WHERE rules out on it)")
         spend = (f"rho={self.rho:g}" if self.rho else
                  f"epsilon={self.epsilon:g}" + (f", delta={self.delta:g}" if self.delta else ""))
         return (f"{self.mechanism} noise, {spend}; strategy {self.operator} for {self.queries} queries "

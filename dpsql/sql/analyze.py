@@ -61,7 +61,7 @@ _BINARY = frozenset({"this", "expression"})
 #: node in the wrong place (a division in WHERE) or with the wrong values.
 SUPPORTED: dict[type, frozenset[str]] = {
     # the statement: SELECT ... FROM one table [WHERE] [GROUP BY] [HAVING] [ORDER BY] [LIMIT] [OFFSET]
-    exp.Select: frozenset(_ALLOWED_SELECT_ARGS),
+    exp.Select: frozenset(_ALLOWED_SELECT_ARGS | {"distinct"}),  # a plain DISTINCT; DISTINCT ON is refused first
     exp.From: frozenset({"this"}),
     exp.Table: frozenset({"this", "alias"}),
     exp.TableAlias: frozenset({"this"}),
@@ -79,6 +79,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     # aggregates (big_int is sqlglot's note that COUNT returns BIGINT)
     exp.Count: frozenset({"this", "big_int"}),
     exp.Filter: frozenset({"this", "expression"}),
+    exp.Distinct: frozenset(),  # SELECT DISTINCT only (in an aggregate, or DISTINCT ON, it is refused)
     exp.Sum: frozenset({"this"}),
     exp.Avg: frozenset({"this"}),
     exp.Variance: frozenset({"this"}),
@@ -184,9 +185,9 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     items, select_aliases = _read_select_list(tree, ctx)
     where = _check_where(tree, schema, ctx)
     keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
-    key_of_item = _match_items_to_keys(items, key_exprs, tree.args.get("group") is not None, ctx)
+    grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
+    key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
     outputs, aggregates, used_names = _name_outputs(items, keys, key_of_item, schema, ctx)
-    _require_aggregate(aggregates, tree, ctx)
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
     having = _rewrite_having(tree, rewrite)
     order = _read_order_by(tree, rewrite, outputs, ctx)
@@ -248,21 +249,26 @@ def _check_where(tree: exp.Select, schema: Schema, ctx: _Context) -> exp.Express
 
 def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],
                    schema: Schema, ctx: _Context) -> tuple[list[GroupKey], list[exp.Expression]]:
-    """Build the (not yet visible) group keys and their expressions from GROUP BY, refusing what cannot be a key."""
+    """Build the (not yet visible) group keys and their expressions from GROUP BY (or SELECT DISTINCT),
+    refusing what cannot be a key."""
     keys: list[GroupKey] = []
     key_exprs: list[exp.Expression] = []
-    group = tree.args.get("group")
-    if group is None:
+    group, distinct = tree.args.get("group"), tree.args.get("distinct") is not None
+    if distinct and (group is not None or any(is_agg for _, _, is_agg in items)):
+        ctx.fail(UnsupportedSQLError, "SELECT DISTINCT with aggregates or GROUP BY is not supported; SELECT "
+                 "DISTINCT lists the public domain of its columns", "SELECT DISTINCT", tree.expressions[0])
+    if group is None and not distinct:
         return keys, key_exprs
     for extra in ("grouping_sets", "cube", "rollup", "totals"):
-        if group.args.get(extra):
+        if group is not None and group.args.get(extra):
             name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
                     "totals": "WITH TOTALS"}[extra]
             ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
                      name, group)
-    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column.
-    entries = ([body for _, body, is_agg in items if not is_agg and column_refs(body)] if group.args.get("all")
-               else group.expressions)
+    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column;
+    # SELECT DISTINCT (without aggregates) by every select item.
+    every = distinct or group.args.get("all")
+    entries = [body for _, body, is_agg in items if not is_agg and column_refs(body)] if every else group.expressions
     for g in entries:
         if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
             name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
@@ -336,12 +342,6 @@ def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[in
     return outputs, aggregates, used_names
 
 
-def _require_aggregate(aggregates: list[Aggregate], tree: exp.Select, ctx: _Context) -> None:
-    """Refuse a statement that selects no aggregate: there would be nothing to measure."""
-    if not aggregates:
-        ctx.fail(UnsupportedSQLError, f"a statement must compute an aggregate ({_SUPPORTED_AGGREGATES})", "SELECT", tree)
-
-
 def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | None:
     """Rewrite HAVING over output names, so it can run on the released answers."""
     having_node = tree.args.get("having")
@@ -390,7 +390,7 @@ def _statement_kind(tree: exp.Expression) -> str:
 
 def _check_select_args(tree: exp.Select, ctx: _Context) -> None:
     for key, value in tree.args.items():
-        if key in _ALLOWED_SELECT_ARGS or not value:
+        if key in _ALLOWED_SELECT_ARGS or not value or _plain_distinct(tree, value):
             continue
         if key == "joins":
             join = value[0]
@@ -402,9 +402,15 @@ def _check_select_args(tree: exp.Select, ctx: _Context) -> None:
             ctx.fail(UnsupportedSQLError, "JOIN is not supported: a statement reads one table", "JOIN", join)
         name = _SELECT_ARG_NAMES.get(key, key.upper())
         node = value if isinstance(value, exp.Expression) else (value[0] if isinstance(value, list) else tree)
-        if key == "distinct":
-            node = tree.expressions[0] if tree.expressions else tree
+        if key == "distinct":  # a plain DISTINCT was let through above
+            on = value.args["on"]
+            name, node = "SELECT DISTINCT ON", on.expressions[0] if getattr(on, "expressions", None) else on
         ctx.fail(UnsupportedSQLError, f"{name} is not supported", name, node)
+
+
+def _plain_distinct(tree: exp.Select, value: object) -> bool:
+    """Whether ``value`` is the statement's own ``SELECT DISTINCT`` (not ``DISTINCT ON``)."""
+    return value is tree.args.get("distinct") and isinstance(value, exp.Distinct) and not value.args.get("on")
 
 
 def _is_comma_join(join: exp.Join, ctx: _Context) -> bool:
@@ -433,7 +439,7 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
         allowed = SUPPORTED.get(type(node))
         if node is not tree and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
             ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", node)
-        if allowed is None:
+        if allowed is None or (type(node) is exp.Distinct and not _plain_distinct(tree, node)):
             _refuse_node(node, ctx)
         if type(node) is exp.Table and (node.args.get("db") or node.args.get("catalog")):
             name = node.sql(dialect="duckdb")

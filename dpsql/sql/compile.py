@@ -75,9 +75,10 @@ class Block:
     """Workload rows ``start:stop`` measuring one of an aggregate's queries, for one statement.
     ``measure`` is 'count', 'sum' or 'sumsq'; for the sums, ``column``'s values are clamped to
     ``bounds`` (and squared for 'sumsq'). Row ``i`` of the block is group ``i`` of the statement;
-    its answer times ``scale`` is the query's. A SUM of squares is measured divided by the
-    bounds' largest magnitude, so that its weights are on a SUM's scale: otherwise they would
-    dominate the batch's Gram matrix, and the strategy would barely measure the other queries."""
+    its answer times ``scale`` is the query's. A SUM of squares is measured divided by the power
+    of two at or above the bounds' largest magnitude, so that its weights are on a SUM's scale:
+    otherwise they would dominate the batch's Gram matrix, and the strategy would barely
+    measure the other queries."""
 
     statement: int
     aggregate: str
@@ -98,7 +99,7 @@ class Block:
 class CompiledStatement:
     """One statement's place in the batch. ``groups[i]`` holds the key labels
     (in ``plan.keys`` order; None is NULL) of the statement's ``i``-th group;
-    groups cover the keys' whole declared domain."""
+    groups cover the keys' declared domain, less the groups WHERE rules out on it."""
 
     index: int
     plan: QueryPlan
@@ -423,7 +424,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                     made[sig] = Block(s_index, agg.name, measure, column, None, row, row, None)
                     blocks.append(made[sig])
                     continue
-                scale = agg.sensitivity if measure == "sumsq" and agg.sensitivity > 0 else 1.0
+                # a power of two, so that dividing and multiplying back are exact in binary floating point
+                scale = 2.0 ** math.ceil(math.log2(agg.sensitivity)) if measure == "sumsq" and agg.sensitivity > 0 else 1.0
                 factors = []
                 for a, attr in enumerate(attributes):
                     mask = masks[a]
