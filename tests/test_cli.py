@@ -139,6 +139,20 @@ def test_query_csv_data_prints_to_stdout(data, tmp_path, capsys):
         assert v == pytest.approx(want[k], abs=1e-3)
 
 
+def test_query_explain_and_std_error(data, tmp_path, capsys):
+    ledger = tmp_path / "l.ledger"
+    base = ["--data", data["csv"], "--schema", data["yaml"], "--ledger", str(ledger), "--budget-epsilon", "10"]
+    for argv in (["query", SEX_SQL, "--explain", "--epsilon", "0.5"], ["query", f"EXPLAIN {SEX_SQL}", "--epsilon", "0.5"]):
+        rc, stdout, err = run(capsys, *argv, *base)
+        assert rc == 0, err
+        assert "would spend epsilon=0.5" in stdout and "std_error" in stdout
+    assert entries(ledger) == []  # nothing spent
+    rc, stdout, err = run(capsys, "query", SEX_SQL, "--std-error", "4", *base)
+    assert rc == 0, err
+    spent = entries(ledger)[0].cost.epsilon
+    assert spent == pytest.approx(2**0.5 / 4, rel=1e-6)  # one count per group, sensitivity 1: sd √2/ε = 4
+
+
 # -- batch ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])

@@ -416,3 +416,61 @@ def test_group_keys_alone_are_the_public_domain_and_cost_nothing(sql, groups):
         outputs.append(sorted(map(tuple, res.df.astype(object).where(res.df.notna(), None).to_numpy().tolist()),
                               key=repr))
     assert outputs[0] == outputs[1] == sorted(groups, key=repr)
+
+
+@pytest.mark.parametrize("noise, budget, spend", [("laplace", HUGE, {"epsilon": 0.5}),
+                                                  ("gaussian", HUGE, {"epsilon": 0.5, "delta": 1e-6}),
+                                                  ("gaussian", Budget(rho=1.0), {"rho": 0.1})])
+def test_explain_reads_nothing_spends_nothing_and_foresees_the_standard_errors(noise, budget, spend):
+    """The standard errors of COUNT and SUM depend on the schema, the SQL and the budget alone,
+    so explain() must give exactly what the measurement then reports, before spending anything."""
+    sqls = ["SELECT sex, COUNT(*) AS n, SUM(age) AS s, AVG(age) AS a FROM people WHERE region <> 'E' GROUP BY sex",
+            "SELECT region, COUNT(*) FILTER (WHERE white) AS w FROM people GROUP BY region HAVING w > 3"]
+    db = connect(make_table(300, seed=4), budget=budget)
+    plan = db.explain(sqls, noise=noise, **spend)
+    assert db.ledger.spent() == Cost(epsilon=0.0, delta=0.0, rho=0.0)
+    results = db.batch(sqls, noise=noise, **spend)
+    release = results[0].release
+    assert (plan.mechanism, plan.operator) == (release.mechanism, release.operator)
+    assert (plan.cost.epsilon, plan.cost.delta, plan.cost.rho) == (release.epsilon, release.delta, release.rho)
+    assert plan.rmse == pytest.approx(release.rmse, rel=1e-12)
+    first = plan.statements[0]
+    assert list(first["sex"]) == list(results[0].df["sex"])
+    for name in ("n", "s"):
+        np.testing.assert_allclose(first[f"{name}_std_error"], results[0].df[f"{name}_std_error"], rtol=1e-12)
+    assert first["a_std_error"].isna().all()
+    assert len(plan.statements[1]) == 4  # every group: HAVING runs on the answers
+    assert "would spend" in repr(plan)
+
+
+def test_explain_statement_through_query_and_sql():
+    db = connect(make_table(100, seed=2), budget=Budget(epsilon=1.0))
+    sql = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
+    via_query = db.query(f"/* how accurate? */ EXPLAIN {sql}", epsilon=0.5, noise="laplace")
+    direct = db.explain(sql, epsilon=0.5, noise="laplace")
+    assert repr(via_query) == repr(direct)
+    rel = db.sql(f"EXPLAIN {sql}", epsilon=0.5, noise="laplace")
+    assert rel.columns == ["region", "n_std_error"] and len(rel.fetchall()) == 4
+    assert db.ledger.spent().epsilon == 0.0
+    with pytest.raises(dpsql.UnsupportedSQLError, match="EXPLAIN ANALYZE is not supported"):
+        db.query(f"EXPLAIN ANALYZE {sql}", epsilon=0.5)
+
+
+@pytest.mark.parametrize("budget, kwargs", [(HUGE, {}), (HUGE, {"noise": "gaussian", "delta": 1e-6}),
+                                            (Budget(rho=10.0), {})])
+def test_std_error_spends_the_least_that_meets_it(budget, kwargs):
+    """The largest expected standard error of a COUNT or SUM is known before measuring, and
+    falls as the spend grows: the request spends the least that brings it to the target."""
+    db = connect(make_table(200, seed=5), budget=budget)
+    sqls = ["SELECT region, COUNT(*) AS n FROM people GROUP BY region",
+            "SELECT sex, SUM(age) AS s, AVG(age) AS a FROM people GROUP BY sex"]
+    res = db.batch(sqls, std_error=5.0, **kwargs)
+    worst = max(res[0].df["std_error"].max(), res[1].df["s_std_error"].max())  # one aggregate: "std_error"
+    assert worst <= 5.0 and worst == pytest.approx(5.0, rel=1e-6)
+    spent = db.ledger.spent()
+    assert (spent.rho if budget.currency == "zcdp" else spent.epsilon) == pytest.approx(
+        res[0].release.rho if budget.currency == "zcdp" else res[0].release.epsilon)
+    with pytest.raises(dpsql.ArgumentError, match="not both"):
+        db.query(sqls[0], std_error=5.0, epsilon=1.0)
+    with pytest.raises(dpsql.ArgumentError, match="depend on their answers"):
+        db.query("SELECT AVG(age) AS a FROM people", std_error=5.0)

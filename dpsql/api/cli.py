@@ -38,6 +38,7 @@ from dpsql.errors import Error
 from dpsql.owner.validate import validate
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
+from dpsql.sql.parse import explained
 from dpsql.synth.synthesize import SyntheticTable
 
 OUT_FORMATS = ("csv", "parquet")
@@ -77,6 +78,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
     p.add_argument("--objective", choices=("total", "max"), default="total",
                    help="minimize the expected RMSE over all answers (total) or the largest std error (max)")
+    p.add_argument("--std-error", type=float,
+                   help="instead of --epsilon/--rho: spend the least that gives every COUNT and SUM this std error")
+    p.add_argument("--explain", action="store_true",
+                   help="show the strategy, the cost and each answer's expected std error; read and spend nothing")
     p.add_argument("--out", help="write results here (.csv or .parquet; a directory for several statements)")
     p.add_argument("--format", choices=OUT_FORMATS, default="csv", help="file type inside an --out directory")
     _add_budget(p)
@@ -215,8 +220,12 @@ def _check_writable(directory: Path, out: Path) -> None:
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
     db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
     try:
-        kwargs = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise,
-                      nonnegative=args.nonnegative, objective=args.objective)
+        spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
+        if args.explain or (single and explained(statements) is not None):
+            target = (explained(statements) or statements) if single else statements
+            print(db.explain(target, **spend))
+            return 0
+        kwargs = dict(spend, nonnegative=args.nonnegative, std_error=args.std_error)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             out = Path(args.out)

@@ -55,7 +55,7 @@ import duckdb
 import numpy as np
 from scipy.stats import norm
 
-from dpsql.api.result import Release, Result
+from dpsql.api.result import Explanation, Release, Result
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
 from dpsql.hdmm.cache import StrategyCache
 from dpsql.hdmm.error_analysis import max_variance
@@ -66,7 +66,7 @@ from dpsql.hdmm.reconstruct import least_squares, nonnegative
 from dpsql.hdmm.strategy import Strategy
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.backend import Backend, backend_for, open_source
-from dpsql.private.budget import APPROX_DP, ZCDP, Budget, Cost
+from dpsql.private.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.private.ledger import Ledger
 from dpsql.private.noise import UniformSource
@@ -74,6 +74,7 @@ from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, gradient
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch, schema_attributes
+from dpsql.sql.parse import explained
 from dpsql.sql.postprocess import postprocess
 
 if TYPE_CHECKING:
@@ -168,17 +169,25 @@ class Connection:
     # -- queries ----------------------------------------------------------------------
     def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
               noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
-              objective: str = "total") -> Result:
-        """Answer one statement privately (see :meth:`batch` for the arguments)."""
+              objective: str = "total", std_error: float | None = None) -> Result | Explanation:
+        """Answer one statement privately (see :meth:`batch` for the arguments).
+
+        ``EXPLAIN SELECT …`` returns :meth:`explain`'s :class:`Explanation` instead: nothing
+        is read or spent."""
+        inner = explained(sql)
+        if inner is not None:
+            return self.explain(inner, epsilon, delta, rho, noise, objective)
         compiled = compile_batch(sql, self.schema)
         if len(compiled.statements) != 1:
             raise UnsupportedSQLError(f"query takes one statement, got {len(compiled.statements)}; use batch",
                                       "several statements")
+        if std_error is not None:
+            noise, epsilon, delta, rho = self._spend_for(compiled, std_error, epsilon, delta, rho, noise, objective)
         return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence, objective)[0]
 
     def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
               rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
-              confidence: float = 0.95, objective: str = "total") -> list[Result]:
+              confidence: float = 0.95, objective: str = "total", std_error: float | None = None) -> list[Result]:
         """Answer many statements from one jointly optimized measurement.
 
         ``statements``: a list of SQL texts or a text of ``;``-separated
@@ -192,15 +201,70 @@ class Connection:
         over all answers, ``"max"`` the one whose least accurate answer is most
         accurate (the largest standard error is minimized: for tabulations
         where every published cell must meet an accuracy standard).
+        ``std_error``, instead of ``epsilon`` or ``rho``: spend the least that
+        gives every COUNT and SUM answer an expected standard error of at most
+        this (they are known before measuring; see :meth:`explain`), with
+        Laplace noise, or Gaussian under a zCDP budget or with ``noise="gaussian"``
+        and a ``delta``.
         """
         compiled = compile_batch(statements, self.schema)
+        if std_error is not None:
+            noise, epsilon, delta, rho = self._spend_for(compiled, std_error, epsilon, delta, rho, noise, objective)
         return self._answer(compiled, epsilon, delta, rho, noise, nonnegative, confidence, objective)
+
+    def explain(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
+                rho: float | None = None, noise: str | None = None, objective: str = "total") -> Explanation:
+        """What :meth:`batch` with these arguments would do, reading no data and spending nothing.
+
+        It shows the noise and its cost, the selected strategy and the expected
+        RMSE, and per statement a table of its groups with each COUNT and SUM
+        answer's expected standard error. These depend on the public schema,
+        the SQL and the budget alone (that is why they can be known before
+        measuring); an AVG's or a variance's standard error depends on the
+        answers, and is NULL here. The budget is not checked: the cost is
+        shown, whether or not it fits.
+
+        >>> import duckdb, dpsql
+        >>> con = duckdb.connect()
+        >>> _ = con.execute("CREATE TABLE t AS SELECT range % 3 AS a FROM range(30)")
+        >>> db = dpsql.connect(con, schema={"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}},
+        ...                    budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+        >>> plan = db.explain("SELECT a, COUNT(*) AS n FROM t GROUP BY a", epsilon=0.5, noise="laplace")
+        >>> plan.statements[0]["n_std_error"].round(3).tolist(), db.spent().epsilon
+        ([2.828, 2.828, 2.828], 0.0)
+        """
+        if objective not in OBJECTIVES:
+            raise ArgumentError(f"objective must be one of {OBJECTIVES}, got {objective!r:.80}")
+        compiled = compile_batch(statements, self.schema)
+        requested = self._noise_options(compiled, epsilon, delta, rho, noise)
+        if not compiled.terms:
+            empty = np.zeros(0)
+            frames = compiled.tables(empty)
+            return Explanation("none", Cost(0.0, 0.0, 0.0), "none", 0.0,
+                               [df[[k.name for k in st.plan.keys]] for st, df in zip(compiled.statements, frames)])
+        W = compiled.workload
+        W.check_size()
+        model, cost, strategy = self._choose(W, requested, objective)
+        plan = self._private.plan(strategy, model)
+        se = plan.std * np.sqrt(np.concatenate(strategy.query_variances(W)))
+        frames = []
+        for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
+            out = df[[k.name for k in st.plan.keys]].copy()
+            for agg in st.plan.aggregates:
+                blocks = [st.block(agg.name, m) for m in MEASURES[agg.func]]
+                out[f"{agg.name}_std_error"] = (se[blocks[0].rows] * blocks[0].scale if len(blocks) == 1
+                                                else np.full(len(df), np.nan))
+            frames.append(out)
+        rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
+        return Explanation(model.name, cost, strategy.operator, rmse, frames)
 
     def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
             noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
-            objective: str = "total") -> duckdb.DuckDBPyRelation:
-        """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`."""
-        return self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective).relation
+            objective: str = "total", std_error: float | None = None) -> duckdb.DuckDBPyRelation:
+        """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`
+        (for ``EXPLAIN``, the statement's groups with their expected standard errors)."""
+        out = self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error)
+        return self._released.relation(out.statements[0]) if isinstance(out, Explanation) else out.relation
 
     def synthesize(self, method: str = "mwem", workload: Any = 2, epsilon: float | None = None,
                    delta: float | None = None, rho: float | None = None, rows: int | None = None,
@@ -276,12 +340,7 @@ class Connection:
         affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
         if not affordable:
             self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization
-        options = []
-        for model, cost in affordable:
-            strategy = self._strategy(W, model, objective)
-            figure = expected_rmse(W, strategy, model) if objective == "total" else max_variance(W, strategy, model)
-            options.append((figure, model, cost, strategy))
-        _, model, cost, strategy = min(options, key=lambda o: o[0])
+        model, cost, strategy = self._choose(W, affordable, objective)
         rmse = k * expected_rmse(W, strategy, model)
         description = ";\n".join(st.plan.sql for st in compiled.statements)
         m = self._private.measure(compiled.attributes, strategy, model, cost, description)
@@ -298,6 +357,67 @@ class Connection:
                                                  for st in compiled.statements])
         return [Result(st.plan.sql, _ordered(st, df), release, self._released)
                 for st, df in zip(compiled.statements, frames)]
+
+    def _spend_for(self, compiled: CompiledBatch, target: float, epsilon: float | None, delta: float | None,
+                   rho: float | None, noise: str | None, objective: str) -> tuple[str, float | None, float | None,
+                                                                                  float | None]:
+        """``(noise, epsilon, delta, rho)``: the least spend whose largest expected standard error
+        of a COUNT or SUM answer is at most ``target``, from public values only.
+
+        The strategy does not depend on the size of the spend (only on the noise family), and the
+        noise's standard deviation falls as the spend grows, so a bisection on the spend finds it.
+        """
+        if isinstance(target, bool) or not isinstance(target, numbers.Real) or not 0.0 < target < math.inf:
+            raise ArgumentError(f"std_error must be a positive finite number, got {target!r:.80}")
+        if epsilon is not None or rho is not None:
+            raise ArgumentError("give std_error, or epsilon or rho, not both")
+        if noise is not None and noise not in NOISE_FAMILIES:
+            raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r:.80}")
+        zcdp = self.budget.currency == ZCDP
+        noise = noise or ("gaussian" if zcdp else "laplace")
+        if noise == "gaussian" and not zcdp and delta is None:
+            raise ArgumentError("std_error with Gaussian noise under an (epsilon, delta) budget needs delta=")
+        rows = [b for st in compiled.statements for a in st.plan.aggregates if a.visible and len(MEASURES[a.func]) == 1
+                for b in [st.block(a.name)] if b.term is not None]
+        if not rows:
+            raise ArgumentError("std_error needs a COUNT or SUM to measure: the standard errors of other aggregates "
+                                "depend on their answers")
+
+        def model(spend: float) -> NoiseModel:
+            if noise == "laplace":
+                return Laplace(spend)
+            return Gaussian(rho=spend) if zcdp else Gaussian(epsilon=spend, delta=delta)
+
+        W = compiled.workload
+        strategy = self._strategy(W, model(1.0), objective)
+        variances = np.concatenate(strategy.query_variances(W))
+        worst = max(float(np.sqrt(variances[b.rows].max())) * b.scale for b in rows)
+
+        def error(spend: float) -> float:
+            return self._private.plan(strategy, model(spend)).std * worst
+
+        lo, hi = (MIN_RHO, 1e24) if zcdp and noise == "gaussian" else (MIN_EPSILON, 1e12)
+        if error(hi) > target:
+            raise ArgumentError(f"no spend gives a standard error of {target:g} (the least is {error(hi):.3g})")
+        for _ in range(200):  # on a log scale, to a relative 1e-9
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if error(mid) <= target else (mid, hi)
+            if hi <= lo * (1 + 1e-9):
+                break
+        if zcdp and noise == "gaussian":
+            return noise, None, None, hi
+        return noise, hi, delta, None
+
+    def _choose(self, W: Workload, options: Sequence[tuple[NoiseModel, Cost]],
+                objective: str) -> tuple[NoiseModel, Cost, Strategy]:
+        """The noise option, and its selected strategy, best under ``objective``."""
+        scored = []
+        for model, cost in options:
+            strategy = self._strategy(W, model, objective)
+            figure = expected_rmse(W, strategy, model) if objective == "total" else max_variance(W, strategy, model)
+            scored.append((figure, model, cost, strategy))
+        _, model, cost, strategy = min(scored, key=lambda o: o[0])
+        return model, cost, strategy
 
     def _fits(self, cost: Cost) -> bool:
         try:

@@ -41,7 +41,7 @@ from sqlglot.tokens import Token, TokenType
 from dpsql import limits
 from dpsql.errors import ParseError, UnsupportedSQLError
 
-__all__ = ["Source", "Statement", "parse_statements", "nesting_depth"]
+__all__ = ["Source", "Statement", "parse_statements", "nesting_depth", "explained"]
 
 DIALECT = "duckdb"
 
@@ -368,6 +368,30 @@ def _too_deep(source: Source, offset: int) -> Exception:
 
 
 # -- statements --------------------------------------------------------------------------------
+
+def explained(text: str) -> str | None:
+    """The statements after a leading ``EXPLAIN`` keyword, or None if ``text`` does not start with
+    one (comments aside). ``EXPLAIN ANALYZE`` would run the query, so it is refused.
+
+    >>> explained("/* plan */ EXPLAIN SELECT COUNT(*) FROM t"), explained("SELECT 1")
+    ('SELECT COUNT(*) FROM t', None)
+    """
+    if not isinstance(text, str):
+        return None
+    try:
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(text)
+    except _SqlglotTokenError:
+        return None  # parse_statements reports it
+    if not tokens or tokens[0].text.upper() != "EXPLAIN":
+        return None
+    rest = text[tokens[0].end + 1:]
+    words = rest.split(None, 1)  # sqlglot reads all that follows EXPLAIN as one token
+    if words and words[0].upper() == "ANALYZE":
+        line, col = Source(text).position(tokens[1].start)
+        raise UnsupportedSQLError("EXPLAIN ANALYZE is not supported: it would measure; EXPLAIN shows the plan "
+                                  "and the expected errors without reading data", "EXPLAIN ANALYZE", line, col)
+    return rest.strip()
+
 
 def parse_statements(text: str) -> list[Statement]:
     """Split ``text`` into statements and parse each with sqlglot (DuckDB dialect).
