@@ -185,7 +185,7 @@ def part1(batches: int, seed: int, restarts: int) -> tuple[list[dict], bool]:
     for name in NOISES:
         mine = [r for r in rows if r["noise"] == name]
         within = sum(r["ratio"] <= 1.0 + 1e-9 for r in mine)
-        close = sum(r["ratio"] <= 1.0 + TOLERANCE[name] for r in mine)
+        close = sum(r["ratio"] <= 1.0 + 1e-9 + TOLERANCE[name] for r in mine)
         ok &= close == len(mine)
         for base in ("best_baseline", "direct", "identity", "hdmm"):
             ratios = [r["selected"] / r[base] for r in mine if 0 < r[base] < math.inf]
