@@ -17,6 +17,9 @@ SELECT a.sex, COUNT(*) AS n FROM adult AS a GROUP BY a.sex;
 -- rule: aggregate, aggregate_call
 SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS mean_age FROM adult;
 
+-- rule: constant, select_item
+SELECT 2026 AS year, sex, (COUNT(*)) AS n FROM adult GROUP BY sex;
+
 -- rule: numeric_aggregate
 SELECT sex, AVG(age), VAR_SAMP(age), STDDEV(age), STDDEV_POP(income) FROM adult GROUP BY sex;
 

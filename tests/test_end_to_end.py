@@ -474,3 +474,21 @@ def test_std_error_spends_the_least_that_meets_it(budget, kwargs):
         db.query(sqls[0], std_error=5.0, epsilon=1.0)
     with pytest.raises(dpsql.ArgumentError, match="depend on their answers"):
         db.query("SELECT AVG(age) AS a FROM people", std_error=5.0)
+
+
+def test_constant_select_items_and_parenthesized_aggregates_match_duckdb():
+    """A constant select item is evaluated by DuckDB after noise, once per output row, exactly as
+    DuckDB would (types included); a parenthesized aggregate is the aggregate."""
+    con = make_table(300, seed=6)
+    db = connect(con)
+    sql = ("SELECT 3 AS three, sex, (COUNT(*)) AS n, 'x' AS s, NULL AS z, 1 + 2 AS t, CAST(7 AS DOUBLE) / 2 AS h "
+           "FROM people GROUP BY sex HAVING three = 3 ORDER BY sex NULLS LAST")
+    got = db.query(sql, epsilon=1e9, noise="laplace").df
+    want = con.sql(sql).df()
+    for col in ("three", "s", "t", "h"):
+        assert got[col].tolist() == want[col].tolist()
+    assert got["z"].isna().all()
+    assert got["sex"].tolist()[:2] == want["sex"].tolist()[:2]
+    np.testing.assert_allclose(got["n"], want["n"], atol=1e-6)
+    with pytest.raises(dpsql.UnsupportedSQLError, match="constant select item cannot be evaluated"):
+        db.query("SELECT 9223372036854775807 + 1 AS z, COUNT(*) FROM people", epsilon=1.0)

@@ -187,7 +187,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
-    outputs, aggregates, used_names = _name_outputs(items, keys, key_of_item, schema, ctx)
+    outputs, aggregates, used_names, constants = _name_outputs(items, keys, key_of_item, schema, ctx)
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
     having = _rewrite_having(tree, rewrite)
     order = _read_order_by(tree, rewrite, outputs, ctx)
@@ -197,7 +197,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
-                     options=dict(stmt.options), line=line)
+                     options=dict(stmt.options), line=line, constants=tuple(constants))
 
 
 # -- the steps of _analyze, in order ------------------------------------------------------
@@ -221,7 +221,7 @@ def _read_select_list(tree: exp.Select, ctx: _Context) -> tuple[list[_Item], dic
     parsed_items: list[_Item] = []
     for item in items:
         alias = item.alias if isinstance(item, exp.Alias) else None
-        body = item.this if isinstance(item, exp.Alias) else item
+        body = _unwrap(item)  # aliases and parentheses: (SUM(x)) is SUM(x)
         if isinstance(body, exp.Star):
             ctx.fail(UnsupportedSQLError, "SELECT * is not supported: name the group keys and aggregates",
                      "*", body)
@@ -296,6 +296,11 @@ def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], gr
     for i, (alias, body, is_agg) in enumerate(items):
         if is_agg:
             continue
+        if not column_refs(body):  # a constant: evaluated by DuckDB after noise, once per output row
+            if not grouped and not _first_aggregate_in_items(items):
+                ctx.fail(UnsupportedSQLError, "a constant select item needs an aggregate or GROUP BY beside it "
+                         "(alone it would be one row per table row)", construct_name(body), body)
+            continue
         match = next((k for k, e in enumerate(key_exprs) if _same(body, e)), None)
         if match is None:
             construct = f"column {body.name!r}" if isinstance(body, exp.Column) else construct_name(body)
@@ -303,26 +308,27 @@ def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], gr
                 msg = "a non-aggregate select item needs GROUP BY"
             else:
                 msg = "this select item is not a GROUP BY key and not inside an aggregate"
-            ld = _literal_item(body)
-            if ld:
-                msg = "a constant select item is not supported; select group keys and aggregates"
-                ctx.fail(UnsupportedSQLError, msg, construct, body)
             ctx.fail(GroupingError, msg, construct, body)
         key_of_item[i] = match
     return key_of_item
 
 
 def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[int, int], schema: Schema,
-                  ctx: _Context) -> tuple[list[str], list[Aggregate], set[str]]:
-    """Build the aggregates and unique output and key names (selected keys made visible), for HAVING and ORDER BY."""
+                  ctx: _Context) -> tuple[list[str], list[Aggregate], set[str], list[tuple[str, exp.Expression]]]:
+    """Build the aggregates, the constants and unique output and key names (selected keys made
+    visible), for HAVING and ORDER BY."""
     outputs: list[str] = []
     aggregates: list[Aggregate] = []
+    constants: list[tuple[str, exp.Expression]] = []
     used_names: set[str] = set()
     for i, (alias, body, is_agg) in enumerate(items):
         if is_agg:
             agg = _make_aggregate(body, alias, schema, ctx, used_names)
             aggregates.append(agg)
             outputs.append(agg.name)
+        elif i not in key_of_item:
+            constants.append((_unique(alias or _default_name(body), used_names), body.copy()))
+            outputs.append(constants[-1][0])
         else:
             k = key_of_item[i]
             key = keys[k]
@@ -339,7 +345,7 @@ def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[in
         if not key.visible:
             keys[k] = GroupKey(name=_unique(key.name, used_names), expr=key.expr, columns=key.columns,
                                visible=False)
-    return outputs, aggregates, used_names
+    return outputs, aggregates, used_names, constants
 
 
 def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | None:
@@ -622,11 +628,6 @@ def _unwrap(e: exp.Expression) -> exp.Expression:
 def _strip(e: exp.Expression) -> exp.Expression:
     """A copy without parentheses around the whole expression or aliases."""
     return _unwrap(e).copy()
-
-
-def _literal_item(body: exp.Expression) -> bool:
-    ok, _ = literal_value(body)
-    return ok
 
 
 def _first_aggregate_in_items(items: list[_Item]) -> bool:

@@ -75,6 +75,7 @@ class QueryPlan:
     offset: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     line: int | None = None
+    constants: tuple[tuple[str, exp.Expression], ...] = ()  # (output name, constant select item)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -95,7 +96,7 @@ class QueryPlan:
     def has_postprocessing(self) -> bool:
         return (self.having is not None or bool(self.order_by) or self.limit is not None
                 or self.offset is not None or any(not k.visible for k in self.keys)
-                or any(not a.visible for a in self.aggregates))
+                or any(not a.visible for a in self.aggregates) or bool(self.constants))
 
     def postprocess_sql(self, relation: str = "answers", extra: Sequence[str] = ()) -> str:
         """SQL that turns the table of noisy answers (one column per key and
@@ -109,7 +110,9 @@ class QueryPlan:
         >>> plan_statement("SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING n > 5 ORDER BY n DESC LIMIT 2", s).postprocess_sql()
         'SELECT "a", "n" FROM "answers" WHERE "n" > 5 ORDER BY "n" DESC LIMIT 2'
         """
-        select = exp.select(*[exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(
+        constants = dict(self.constants)
+        select = exp.select(*[exp.alias_(constants[name].copy(), name, quoted=True) if name in constants
+                              else exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(
             exp.Table(this=exp.to_identifier(relation, quoted=True)))
         if self.having is not None:
             select = select.where(self.having.copy())

@@ -71,7 +71,8 @@ def postprocess(batch: CompiledBatch, y: np.ndarray,
             try:
                 out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
             except duckdb.Error as e:
-                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT failed on the answers ({type(e).__name__})",
+                raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item failed on the answers "
+                                          f"({type(e).__name__})",
                                           "post-processing", st.plan.line, 1) from None
             con.unregister("answers")
     finally:
@@ -96,7 +97,8 @@ def check_postprocessing(batch: CompiledBatch) -> None:
                 con.sql(st.plan.postprocess_sql("answers")).fetchall()
             except duckdb.Error as e:
                 reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise UnsupportedSQLError(f"HAVING, ORDER BY or LIMIT cannot be evaluated ({reason[:300]})",
+                raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item cannot be evaluated "
+                                          f"({reason[:300]})",
                                           "post-processing", st.plan.line, 1) from None
             finally:
                 con.unregister("answers")
