@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from sql_oracle import SCHEMA, StatementGenerator, _py, make_table
+from sql_oracle import SCHEMA, StatementGenerator, _py, assert_released_near_exact, make_table
 
 import dpsql
 from dpsql.api import connection as connection_module
@@ -62,20 +62,9 @@ def test_answers_equal_duckdb_at_huge_epsilon(noise):
         for i, key in enumerate(st.groups):
             key = tuple(_py(v) for v in key)
             for agg in st.plan.aggregates:
-                got = res.df[agg.name].iloc[i]
                 want = exact.get(key)
                 want = None if want is None else want[names.index(agg.name)]
-                if agg.func not in ("count", "sum"):  # AVG, variances: NULL where DuckDB has too few rows
-                    if want is None:
-                        continue
-                    # releases are rounded to 2^-24 of the strategy's sensitivity (private/noise.py);
-                    # a variance of a few rows amplifies that rounding in its SUM of squares
-                    # (and a standard deviation near 0 amplifies it again: compare its square)
-                    tol, power = (1e-6, 1) if agg.func == "avg" else (1e-4, 2 if agg.func.startswith("stddev") else 1)
-                    assert math.isclose(got**power, float(want) ** power, rel_tol=tol, abs_tol=tol), (g.sql, key)
-                else:
-                    want = 0.0 if want is None else float(want)
-                    assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6), (g.sql, key, got, want)
+                assert_released_near_exact(agg.func, res.df[agg.name].iloc[i], want, (g.sql, key))
 
 
 def test_result_api_and_relation():
