@@ -1,0 +1,179 @@
+"""How much of the SQL analysts write does dpsql answer?
+
+Three suites of statements, each run through ``db.query`` on a made-up table
+(no real person) with a large budget:
+
+* ``smartnoise``: single-table aggregates in SmartNoise SQL's style (its
+  documentation's PUMS queries): expressions, CASE, HAVING, ORDER BY, LIMIT,
+  variances, quantiles, string predicates, keys without aggregates;
+* ``bigquery``: statements in BigQuery's differential-privacy style
+  (``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)``);
+* ``census``: the 2010 Census SF1 tabulations of ``examples/sf1``.
+
+Each statement is ``answered``, ``refused`` (a ``dpsql.Error``, whose class
+and reason are printed: a refusal names the construct it cannot answer) or a
+``crash`` (any other exception, a bug). The script also times compiling the
+first 50 answerable statements as one batch (target: under 1 s).
+
+    python benchmarks/sql_coverage.py
+    python benchmarks/sql_coverage.py --verbose   # every refusal's reason
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from census import load_persons  # noqa: E402
+
+import dpsql  # noqa: E402
+from dpsql.sql.parse import parse_statements  # noqa: E402
+
+PUMS_SCHEMA = {
+    "table": "pums",
+    "columns": {
+        "age": {"type": "integer", "min": 0, "max": 99},
+        "sex": {"type": "categorical", "values": ["F", "M"]},
+        "educ": {"type": "integer", "min": 1, "max": 16},
+        "race": {"type": "categorical", "values": [1, 2, 3, 4, 5, 6]},
+        "income": {"type": "integer", "min": 0, "max": 500},
+        "married": {"type": "boolean"},
+        "state": {"type": "categorical", "values": ["CA", "NY", "TX", "WA", "MA"]},
+        "name": {"type": "categorical", "values": ["Bach", "Bachelor", "Mozart", "Brahms"]},
+    },
+}
+
+SMARTNOISE = [
+    "SELECT COUNT(*) AS n FROM pums",
+    "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex",
+    "SELECT sex, AVG(age) AS age, AVG(income) AS income FROM pums GROUP BY sex",
+    "SELECT married, SUM(income) AS total FROM pums GROUP BY married ORDER BY married",
+    "SELECT educ, COUNT(*) AS n FROM pums WHERE age > 40 GROUP BY educ HAVING COUNT(*) > 10 ORDER BY n DESC LIMIT 5",
+    "SELECT SUM(age) AS s FROM pums",
+    "SELECT SUM(age) * 1 AS s FROM pums",
+    "SELECT (SUM(age)) AS s FROM pums",
+    "SELECT POWER(AVG(age), 2) AS sq FROM pums",
+    "SELECT SUM(income) / COUNT(*) AS mean FROM pums",
+    "SELECT 3 AS three, COUNT(*) AS n FROM pums",
+    "SELECT VAR(age) AS v FROM pums",
+    "SELECT STDDEV(income) AS sd, VAR_POP(income) AS v FROM pums",
+    "SELECT MEDIAN(age) AS m FROM pums",
+    "SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY income) AS p90 FROM pums",
+    "SELECT MIN(age) AS youngest FROM pums",
+    "SELECT COUNT(*) AS n FROM pums WHERE name LIKE 'Bach%'",
+    "SELECT COUNT(*) AS n FROM pums WHERE lower(sex) = 'f'",
+    "SELECT COUNT(*) FILTER (WHERE age > 65) AS seniors, COUNT(*) AS n FROM pums",
+    "SELECT SUM(CASE WHEN married THEN 1 ELSE 0 END) AS married FROM pums",
+    "SELECT CASE WHEN age < 18 THEN 'minor' WHEN age < 65 THEN 'adult' ELSE 'senior' END AS band, COUNT(*) AS n "
+    "FROM pums GROUP BY band",
+    "SELECT sex, race, COUNT(*) AS n FROM pums GROUP BY ALL",
+    "SELECT educ FROM pums GROUP BY educ",
+    "SELECT DISTINCT state FROM pums",
+    "SELECT state, COUNT(*) AS n FROM pums WHERE state IN ('CA', 'NY') GROUP BY state",
+    "SELECT age // 10 AS decade, COUNT(*) AS n FROM pums GROUP BY decade",
+    "SELECT COUNT(DISTINCT educ) AS n FROM pums",
+    "SELECT * FROM pums",
+]
+
+BIGQUERY = [
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) COUNT(*) AS n FROM pums",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) state, COUNT(*) AS n FROM pums GROUP BY state",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) state, AVG(income) AS avg_income "
+    "FROM pums GROUP BY state",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5, delta = 1e-6) sex, SUM(income) AS total FROM pums "
+    "GROUP BY sex",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) married, VAR_POP(age) AS v FROM pums "
+    "GROUP BY married",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) state, "
+    "PERCENTILE_CONT(income, 0.5) AS median_income FROM pums GROUP BY state",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5, privacy_unit_column = id) COUNT(*) AS n "
+    "FROM pums",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) COUNT(*) AS n FROM pums WHERE age BETWEEN 18 "
+    "AND 64 AND married",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) educ, COUNT(*) AS n FROM pums GROUP BY educ "
+    "ORDER BY educ",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, delta = 1e-5) sex, STDDEV_POP(income) AS sd FROM pums "
+    "GROUP BY sex",
+]
+
+
+def census() -> list[str]:
+    """The SF1 tabulations of examples/sf1, one statement each."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "sf1", "*.sql"))):
+        with open(path) as f:
+            out += [st.sql for st in parse_statements(f.read())]
+    return out
+
+
+def pums(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "age": rng.integers(0, 100, rows), "sex": rng.choice(["F", "M"], rows),
+        "educ": rng.integers(1, 17, rows), "race": rng.integers(1, 7, rows),
+        "income": rng.integers(0, 501, rows), "married": rng.random(rows) < 0.5,
+        "state": rng.choice(["CA", "NY", "TX", "WA", "MA"], rows),
+        "name": rng.choice(["Bach", "Bachelor", "Mozart", "Brahms"], rows)})
+
+
+def run(db: dpsql.Connection, sql: str) -> tuple[str, str]:
+    try:
+        db.query(sql, epsilon=None if "DIFFERENTIAL_PRIVACY" in sql else 1.0)
+        return "answered", ""
+    except dpsql.Error as e:
+        return "refused", f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"
+    except Exception as e:  # noqa: BLE001 - a crash is what this benchmark counts
+        return "crash", f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--verbose", action="store_true", help="print every refusal's reason")
+    args = ap.parse_args(argv)
+    con = duckdb.connect()
+    con.register("pums_df", pums(20_000, seed=0))
+    con.execute("CREATE TABLE pums AS SELECT * FROM pums_df")
+    load_persons(con, rows=50_000, seed=0)
+    budget = dpsql.Budget(epsilon=1e6, delta=1e-3)
+    dbs = {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
+           "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
+                                    budget=budget, cache=False, progress=False)}
+    suites = [("smartnoise", "pums", SMARTNOISE), ("bigquery", "pums", BIGQUERY), ("census", "persons", census())]
+    print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
+    answerable: list[tuple[str, str]] = []
+    crashes = 0
+    details = []
+    for name, table, statements in suites:
+        outcomes = [run(dbs[table], sql) for sql in statements]
+        counts = {k: sum(o == k for o, _ in outcomes) for k in ("answered", "refused", "crash")}
+        crashes += counts["crash"]
+        print(f"{name:12} {len(statements):10} {counts['answered']:9} {counts['refused']:8} {counts['crash']:6}")
+        answerable += [(table, sql) for sql, (o, _) in zip(statements, outcomes) if o == "answered"]
+        details += [(name, sql, o, why) for sql, (o, why) in zip(statements, outcomes) if o != "answered"]
+    print("\nNot answered:" if details else "")
+    for name, sql, outcome, why in details:
+        if args.verbose or outcome == "crash":
+            print(f"  [{name}] {outcome}: {sql[:90]}\n      {why}")
+        else:
+            print(f"  [{name}] {why[:110]}")
+    census_batch = [sql for table, sql in answerable if table == "persons"][:50]
+    start = time.perf_counter()
+    dpsql.compile_batch(census_batch, dbs["persons"].schema).workload
+    seconds = time.perf_counter() - start
+    print(f"\ncompiling {len(census_batch)} answerable Census statements as one batch: {seconds:.3f} s "
+          f"(target 1 s: {seconds / 1.0:.2f}x)")
+    return 1 if crashes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
