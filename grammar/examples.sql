@@ -20,6 +20,9 @@ SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS me
 -- rule: constant, select_item
 SELECT 2026 AS year, sex, (COUNT(*)) AS n FROM adult GROUP BY sex;
 
+-- rule: aggregate_expression
+SELECT sex, SUM(income) / COUNT(*) AS mean_income, COUNT(*) * 100 AS scaled FROM adult GROUP BY sex;
+
 -- rule: numeric_aggregate
 SELECT sex, AVG(age), VAR_SAMP(age), STDDEV(age), STDDEV_POP(income) FROM adult GROUP BY sex;
 

@@ -481,3 +481,19 @@ def test_constant_select_items_and_parenthesized_aggregates_match_duckdb():
     np.testing.assert_allclose(got["n"], want["n"], atol=1e-6)
     with pytest.raises(dpsql.UnsupportedSQLError, match="constant select item cannot be evaluated"):
         db.query("SELECT 9223372036854775807 + 1 AS z, COUNT(*) FROM people", epsilon=1.0)
+
+
+def test_expressions_over_aggregates_are_evaluated_by_duckdb_after_noise():
+    """SUM(age) * 1, a ratio of aggregates, ABS(AVG(...) - 10): DuckDB evaluates them on the
+    released aggregates (hidden ones for those not selected), so at a huge budget they are
+    DuckDB's own answers."""
+    con = make_table(300, seed=7)
+    db = connect(con)
+    sql = ("SELECT sex, SUM(age) * 1 AS a, SUM(age) / COUNT(*) AS m, COUNT(*) + 1 AS c1, ABS(AVG(age) - 10) AS r "
+           "FROM people GROUP BY sex HAVING m > 0 ORDER BY sex NULLS LAST")
+    got, want = db.query(sql, epsilon=1e9, noise="laplace").df, con.sql(sql).df()
+    assert list(got.columns) == ["sex", "a", "m", "c1", "r"]  # no standard error is claimed for them
+    for col in ("a", "m", "c1", "r"):
+        np.testing.assert_allclose(got[col].astype(float), want[col].astype(float), atol=1e-5)
+    assert list(db.query("SELECT sex, COUNT(*) * 2 AS n2 FROM people GROUP BY ALL", epsilon=1e9).df.columns) == \
+        ["sex", "n2"]

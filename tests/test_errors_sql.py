@@ -55,7 +55,7 @@ CASES = [
     ("SELECT STDDEV(sex) FROM t", E.DomainError, "cannot STDDEV_SAMP the categorical column", "STDDEV"),
     ("SELECT COUNT(DISTINCT age) FROM t", E.UnsupportedSQLError, "DISTINCT", "COUNT"),
     ("SELECT DISTINCT sex, COUNT(*) FROM t GROUP BY sex", E.UnsupportedSQLError, "SELECT DISTINCT", "sex"),
-    ("SELECT COUNT(*) + 1 FROM t", E.UnsupportedSQLError, "expression over an aggregate", None),
+    ("SELECT SUM(age) + age FROM t", E.GroupingError, "SELECT uses column 'age', which is not a group key", "age FROM"),
     ("SELECT SUM(age + 1) FROM t", E.UnsupportedSQLError, "takes a column", "age + 1"),
     ("SELECT COUNT(1) FROM t", E.UnsupportedSQLError, "COUNT(*)", "COUNT"),
     ("SELECT COUNT(*) FROM t WHERE lower(sex) = 'f'", E.UnsupportedSQLError, "LOWER", "lower"),

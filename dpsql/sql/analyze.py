@@ -187,8 +187,10 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
-    outputs, aggregates, used_names, constants = _name_outputs(items, keys, key_of_item, schema, ctx)
+    outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx)
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
+    # an expression over aggregates reads them (hidden if not selected) by output name
+    computed = [(name, rewrite(body, "SELECT") if _contains_aggregate(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
@@ -197,7 +199,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
-                     options=dict(stmt.options), line=line, constants=tuple(constants))
+                     options=dict(stmt.options), line=line, computed=tuple(computed))
 
 
 # -- the steps of _analyze, in order ------------------------------------------------------
@@ -225,11 +227,7 @@ def _read_select_list(tree: exp.Select, ctx: _Context) -> tuple[list[_Item], dic
         if isinstance(body, exp.Star):
             ctx.fail(UnsupportedSQLError, "SELECT * is not supported: name the group keys and aggregates",
                      "*", body)
-        is_agg = _contains_aggregate(body)
-        if is_agg and not _is_aggregate_call(body):
-            ctx.fail(UnsupportedSQLError, "an expression over an aggregate is not supported; "
-                     "select the aggregate itself", construct_name(body), body)
-        parsed_items.append((alias, body, is_agg))
+        parsed_items.append((alias, body, _contains_aggregate(body)))
         if alias:
             select_aliases[alias.lower()] = body
     return parsed_items, select_aliases
@@ -315,20 +313,20 @@ def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], gr
 
 def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[int, int], schema: Schema,
                   ctx: _Context) -> tuple[list[str], list[Aggregate], set[str], list[tuple[str, exp.Expression]]]:
-    """Build the aggregates, the constants and unique output and key names (selected keys made
-    visible), for HAVING and ORDER BY."""
+    """Build the aggregates, the computed items (constants, expressions over aggregates) and
+    unique output and key names (selected keys made visible), for HAVING and ORDER BY."""
     outputs: list[str] = []
     aggregates: list[Aggregate] = []
-    constants: list[tuple[str, exp.Expression]] = []
+    computed: list[tuple[str, exp.Expression]] = []
     used_names: set[str] = set()
     for i, (alias, body, is_agg) in enumerate(items):
-        if is_agg:
+        if is_agg and _is_aggregate_call(body):
             agg = _make_aggregate(body, alias, schema, ctx, used_names)
             aggregates.append(agg)
             outputs.append(agg.name)
         elif i not in key_of_item:
-            constants.append((_unique(alias or _default_name(body), used_names), body.copy()))
-            outputs.append(constants[-1][0])
+            computed.append((_unique(alias or _default_name(body), used_names), body.copy()))
+            outputs.append(computed[-1][0])
         else:
             k = key_of_item[i]
             key = keys[k]
@@ -345,7 +343,7 @@ def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[in
         if not key.visible:
             keys[k] = GroupKey(name=_unique(key.name, used_names), expr=key.expr, columns=key.columns,
                                visible=False)
-    return outputs, aggregates, used_names, constants
+    return outputs, aggregates, used_names, computed
 
 
 def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | None:

@@ -75,7 +75,9 @@ class QueryPlan:
     offset: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     line: int | None = None
-    constants: tuple[tuple[str, exp.Expression], ...] = ()  # (output name, constant select item)
+    #: select items DuckDB evaluates after noise, on the released columns: (output name, expression
+    #: over output names) for constants and expressions over aggregates and keys
+    computed: tuple[tuple[str, exp.Expression], ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -96,7 +98,7 @@ class QueryPlan:
     def has_postprocessing(self) -> bool:
         return (self.having is not None or bool(self.order_by) or self.limit is not None
                 or self.offset is not None or any(not k.visible for k in self.keys)
-                or any(not a.visible for a in self.aggregates) or bool(self.constants))
+                or any(not a.visible for a in self.aggregates) or bool(self.computed))
 
     def postprocess_sql(self, relation: str = "answers", extra: Sequence[str] = ()) -> str:
         """SQL that turns the table of noisy answers (one column per key and
@@ -110,8 +112,8 @@ class QueryPlan:
         >>> plan_statement("SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING n > 5 ORDER BY n DESC LIMIT 2", s).postprocess_sql()
         'SELECT "a", "n" FROM "answers" WHERE "n" > 5 ORDER BY "n" DESC LIMIT 2'
         """
-        constants = dict(self.constants)
-        select = exp.select(*[exp.alias_(constants[name].copy(), name, quoted=True) if name in constants
+        computed = dict(self.computed)
+        select = exp.select(*[exp.alias_(computed[name].copy(), name, quoted=True) if name in computed
                               else exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(
             exp.Table(this=exp.to_identifier(relation, quoted=True)))
         if self.having is not None:
