@@ -221,9 +221,9 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
     db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
     try:
         spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
-        if args.explain or (single and explained(statements) is not None):
-            target = (explained(statements) or statements) if single else statements
-            print(db.explain(target, **spend))
+        inner = explained(statements) if single else None
+        if args.explain or inner is not None:
+            print(db.explain(inner or statements, **spend))
             return 0
         kwargs = dict(spend, nonnegative=args.nonnegative, std_error=args.std_error)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)

@@ -238,11 +238,17 @@ def _check_where(tree: exp.Select, schema: Schema, ctx: _Context) -> exp.Express
     where_node = tree.args.get("where")
     where = where_node.this if where_node is not None else None
     if where is not None:
-        agg = _first_aggregate(where)
-        if agg is not None:
-            ctx.fail(GroupingError, "aggregates are not allowed in WHERE; use HAVING", construct_name(agg), agg)
-        _validate_expression(where, schema, ctx, predicate=True)
+        _check_condition(where, "WHERE; use HAVING", schema, ctx)
     return where
+
+
+def _check_condition(condition: exp.Expression, clause: str, schema: Schema, ctx: _Context) -> None:
+    """Refuse a row condition (WHERE, FILTER, a CASE argument's WHEN) that holds an aggregate or
+    does not evaluate on the columns' domains."""
+    agg = _first_aggregate(condition)
+    if agg is not None:
+        ctx.fail(GroupingError, f"aggregates are not allowed in {clause}", construct_name(agg), agg)
+    _validate_expression(condition, schema, ctx, predicate=True)
 
 
 def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],
@@ -673,7 +679,7 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         ctx.fail(UnsupportedSQLError, f"{func.upper()} takes one argument", func.upper(), body)
     case_condition, arg = _conditional_argument(func, arg)
     if case_condition is not None:
-        _validate_expression(case_condition, schema, ctx, predicate=True)
+        _check_condition(case_condition, "CASE WHEN inside an aggregate", schema, ctx)
         condition = case_condition if condition is None else exp.and_(condition.copy(), case_condition.copy())
         if arg is None:  # SUM(CASE WHEN c THEN 1 ...) and COUNT(CASE WHEN c THEN 'x' END) count the rows where c holds
             func, arg = "count", exp.Star()
@@ -712,10 +718,7 @@ def _filter_condition(node: exp.Filter, schema: Schema, ctx: _Context) -> exp.Ex
     """The condition of ``agg FILTER (WHERE condition)``, checked like a WHERE clause."""
     where = node.expression
     condition = where.this if isinstance(where, exp.Where) else where
-    inner = _first_aggregate(condition)
-    if inner is not None:
-        ctx.fail(GroupingError, "aggregates are not allowed in FILTER", construct_name(inner), inner)
-    _validate_expression(condition, schema, ctx, predicate=True)
+    _check_condition(condition, "FILTER", schema, ctx)
     return _strip(condition)
 
 

@@ -376,7 +376,7 @@ def explained(text: str) -> str | None:
     >>> explained("/* plan */ EXPLAIN SELECT COUNT(*) FROM t"), explained("SELECT 1")
     ('SELECT COUNT(*) FROM t', None)
     """
-    if not isinstance(text, str):
+    if not isinstance(text, str) or "explain" not in text.lower():  # no need to tokenize twice
         return None
     try:
         tokens = Dialect.get_or_raise(DIALECT).tokenize(text)
