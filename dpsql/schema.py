@@ -57,6 +57,7 @@ __all__ = [
     "Boolean",
     "PrivacyUnit",
     "Schema",
+    "integer_cast_type",
     "load_schema",
 ]
 
@@ -71,6 +72,23 @@ def _is_null(value: Any) -> bool:
         return bool(value != value)  # NaN, pandas NA-like
     except Exception:  # pragma: no cover - exotic NA types
         return False
+
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT128 = (-(2 ** 127), 2 ** 127 - 1)
+
+
+def integer_cast_type(lo: int, hi: int) -> str | None:
+    """The narrower of BIGINT and HUGEINT that holds every integer in ``[lo, hi]``, or None.
+
+    >>> integer_cast_type(0, 90), integer_cast_type(0, 2 ** 64), integer_cast_type(0, 2 ** 200)
+    ('BIGINT', 'HUGEINT', None)
+    """
+    if _INT64[0] <= lo and hi <= _INT64[1]:
+        return "BIGINT"
+    if _INT128[0] <= lo and hi <= _INT128[1]:
+        return "HUGEINT"
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,12 @@ class Column:
     def is_numeric(self) -> bool:
         """Whether each domain value is a number (so SUM can be exact)."""
         return False
+
+    @property
+    def sql_type(self) -> str:
+        """The DuckDB type that holds the domain's values: how dpsql reads them from text, and
+        the type an expression over them is evaluated in (:mod:`dpsql.sql.domain_eval`)."""
+        return "DOUBLE"
 
     def index_of(self, value: Any) -> int:
         """Index of ``value`` in the domain; raises ``KeyError`` if outside."""
@@ -168,6 +192,14 @@ class Categorical(Column):
     def is_numeric(self) -> bool:
         return bool(self.choices) and not isinstance(self.choices[0], str)
 
+    @property
+    def sql_type(self) -> str:
+        if not self.is_numeric:
+            return "VARCHAR"
+        if all(isinstance(v, int) for v in self.choices):
+            return integer_cast_type(min(self.choices), max(self.choices)) or "DOUBLE"
+        return "DOUBLE"
+
     def _index(self, value: Any) -> int:
         lookup = self.__dict__.get("_lookup")
         if lookup is None:
@@ -199,6 +231,10 @@ class IntegerRange(Column):
     @property
     def is_numeric(self) -> bool:
         return True
+
+    @property
+    def sql_type(self) -> str:
+        return integer_cast_type(self.min, self.max) or "DOUBLE"
 
     def _index(self, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
@@ -258,6 +294,10 @@ class Boolean(Column):
     @property
     def values(self) -> tuple:
         return (False, True)
+
+    @property
+    def sql_type(self) -> str:
+        return "BOOLEAN"
 
     def _index(self, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)):

@@ -58,7 +58,7 @@ SELECT CASE education WHEN 'HS' THEN 'school' WHEN 'College' THEN 'degree' WHEN 
 FROM adult
 GROUP BY level;
 
--- rule: key_expression, value, term, factor, cast, numeric_type
+-- rule: key_expression, value, term, factor, cast, sql_type
 SELECT CAST(married AS INTEGER) + veteran::INTEGER AS flags, COUNT(*) FROM adult GROUP BY flags;
 
 -- rule: key_expression, condition
@@ -102,3 +102,12 @@ SELECT age, COUNT(*) AS n FROM adult GROUP BY age ORDER BY n DESC, age LIMIT 10;
 
 -- rule: order_item, offset_clause
 SELECT sex, SUM(income) FROM adult GROUP BY sex ORDER BY SUM(income) ASC, 1 LIMIT 1 OFFSET 1;
+
+-- rule: function_call, duckdb_operator
+SELECT lower(substr(education, 1, 1)) AS initial, age // 10 * 10 AS decade, COUNT(*)
+FROM adult
+WHERE sex LIKE 'F%' AND COALESCE(education, 'none') <> 'none' AND CAST(age AS DECIMAL(5, 1)) / 2 > 20.5
+GROUP BY ALL;
+
+-- rule: function_call
+SELECT sex, POWER(AVG(age), 2) AS squared_mean, COUNT(*) AS n FROM adult GROUP BY sex HAVING sqrt(n) > 1 ORDER BY ln(n) DESC;

@@ -145,9 +145,9 @@ def assert_released_near_exact(func: str, got: float, want, context) -> None:
     variance of a few rows amplifies that rounding in its SUM of squares, and a standard
     deviation near 0 amplifies it again, so those are compared more loosely, and by their square.
     """
-    if func in ("count", "sum"):
+    if func in ("count", "sum"):  # rounding 2^-24 of a sensitivity above 16 exceeds 1e-6 (seen: 1.08e-6)
         want = 0.0 if want is None else float(want)
-        assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6), (*context, got, want)
+        assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-4), (*context, got, want)
         return
     if want is None:
         return
@@ -172,7 +172,13 @@ class StatementGenerator:
 
     def leaf(self) -> str:
         r = self.rng
-        col = r.choice(["sex", "age", "age", "hours", "white", "black", "region", "score", "cross"])
+        col = r.choice(["sex", "age", "age", "hours", "white", "black", "region", "score", "cross", "duckdb"])
+        if col == "duckdb":  # evaluated by DuckDB itself on the domain (dpsql.sql.domain_eval)
+            return r.choice(["sex LIKE 'F%'", "lower(region) IN ('e', 'w')", "region ILIKE 'n'", "age // 5 = 2",
+                             "age % 3 = 0", "age / 4 > 2.5", "COALESCE(score, 0) * 0.5 >= 1",
+                             "starts_with(COALESCE(sex, 'x'), 'x')", "regexp_matches(region, '[NS]')",
+                             "length(sex || region) = 2", "NULLIF(age, 10) IS NULL", "sqrt(score) > 2",
+                             f"CAST(age AS VARCHAR) LIKE '{r.randint(1, 2)}%'"])
         if col == "sex":
             return r.choice(["sex = 'F'", "sex <> 'M'", "sex IN ('F')", "sex NOT IN ('M')", "sex IS NULL",
                              "sex IS NOT NULL", "sex < 'M'", "sex IN ('F', 'M')"])
@@ -236,6 +242,8 @@ class StatementGenerator:
         ("CASE WHEN white AND black THEN 'both' WHEN white OR black THEN 'one' ELSE 'none' END AS wb", "wb"),
         ("CAST(white AS INTEGER) + CAST(black AS INTEGER) AS nflags", "nflags"),
         ("age >= 18 AS adult", "adult"),
+        ("age // 5 AS age5", "age5"), ("lower(COALESCE(sex, region)) AS sr", "sr"),
+        ("substr(region, 1, 1) || CAST(score % 2 AS VARCHAR) AS rs", "rs"), ("score * 0.5 AS half", "half"),
     ]
     AGGS = [("COUNT(*)", "COUNT(*)"), ("COUNT(black)", "COUNT(black)"), ("COUNT(age)", "COUNT(age)"),
             ("SUM(age)", "SUM(age)"), ("AVG(age)", "AVG(age)"),
@@ -289,6 +297,19 @@ class StatementGenerator:
             sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"
         return Generated(sql, osql)
+
+    def batch(self, count: int, max_cells: int = 512) -> list[Generated]:
+        """``count`` statements whose batch keeps every merged attribute (columns coupled by a
+        condition or key) to at most ``max_cells`` cells, so that tests running the strategy
+        optimizer on it stay fast; larger couplings are checked without it (test_compile_exact)."""
+        from dpsql.sql import compile_batch
+
+        out: list[Generated] = []
+        while len(out) < count:
+            g = self.statement()
+            if max(a.size for a in compile_batch([x.sql for x in [*out, g]], SCHEMA).attributes) <= max_cells:
+                out.append(g)
+        return out
 
 
 def check_statements(gens: list[Generated], con) -> None:

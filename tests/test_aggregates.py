@@ -49,3 +49,42 @@ def test_gradient_matches_finite_differences(func):
         down = {**parts, m: parts[m] - h}
         numeric = (value(func, up) - value(func, down)) / (2 * h)
         assert grad[m][0] == pytest.approx(numeric[0], rel=1e-6)
+
+
+EXPRESSIONS = ['"a" / "b"', 'POWER("a", 2) - 3 * "a"', '"a" ^ 0.5 * "b"', 'sqrt("a") + "b" * 0.5', 'ln("a") - exp("b" / 100)',
+               'abs("a" - 2 * "b")', '-("a" * "b") / ("b" + 1)', '("a" + "k") * 2']
+DUCKDB_VALUES = {"a": np.array([3.0, 40.0, 7.5]), "b": np.array([2.0, 9.0, 11.0]), "k": np.array([1, 2, 3])}
+
+
+@pytest.mark.parametrize("text", EXPRESSIONS)
+def test_expression_partials_match_duckdb_values_and_finite_differences(text):
+    """dpsql.sql.delta: the value equals DuckDB's on the same numbers, and each partial derivative
+    (with respect to the aggregates a and b; k is a key, not noisy) equals a central finite difference."""
+    import duckdb
+    import pandas as pd
+    import sqlglot
+
+    from dpsql.sql.delta import partials
+
+    expr = sqlglot.parse_one(text, dialect="duckdb")
+    value_, grad = partials(expr, DUCKDB_VALUES, {"a", "b"})
+    df = pd.DataFrame(DUCKDB_VALUES)  # noqa: F841 - read by DuckDB below
+    want = duckdb.sql(f"SELECT ({text})::DOUBLE AS v FROM df").df()["v"].to_numpy()
+    np.testing.assert_allclose(value_, want, rtol=1e-12)
+    assert set(grad) <= {"a", "b"}
+    for name in ("a", "b"):
+        h = 1e-6 * np.abs(DUCKDB_VALUES[name])
+        up = {**DUCKDB_VALUES, name: DUCKDB_VALUES[name] + h}
+        down = {**DUCKDB_VALUES, name: DUCKDB_VALUES[name] - h}
+        numeric = (partials(expr, up, {"a", "b"})[0] - partials(expr, down, {"a", "b"})[0]) / (2 * h)
+        np.testing.assert_allclose(grad.get(name, 0.0), numeric, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("text", ['CASE WHEN "a" > 1 THEN "a" END', '"a" // 2', 'round("a")', 'greatest("a", "b")',
+                                  '"a" > "b"', 'POWER("a", "b")'])
+def test_expressions_the_delta_method_cannot_follow_give_none(text):
+    import sqlglot
+
+    from dpsql.sql.delta import partials
+
+    assert partials(sqlglot.parse_one(text, dialect="duckdb"), DUCKDB_VALUES, {"a", "b"}) is None

@@ -45,8 +45,7 @@ def _exact_rows(con, oracle_sql, plan):
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_answers_equal_duckdb_at_huge_epsilon(noise):
     con = make_table(500, seed=3)
-    gen = StatementGenerator(11)
-    gens = [gen.statement() for _ in range(5)]
+    gens = StatementGenerator(11).batch(5)
     if noise == "laplace":
         db = connect(con)
         results = db.batch([g.sql for g in gens], epsilon=1e9, noise=noise)
@@ -313,11 +312,12 @@ def test_relation_on_read_only_database(tmp_path):
     assert len(rel.filter("n > -1e9").fetchall()) == 2
 
 
-@pytest.mark.parametrize("aggregate", ["AVG(age)", "VAR_SAMP(age)", "STDDEV_POP(age)"])
+@pytest.mark.parametrize("aggregate", ["AVG(age)", "VAR_SAMP(age)", "STDDEV_POP(age)", "SUM(age) / COUNT(*)",
+                                       "sqrt(SUM(age)) + COUNT(age) * 0.5"])
 def test_delta_method_standard_errors_include_the_covariances(monkeypatch, aggregate):
-    """AVG, variances and standard deviations combine several noisy queries (SUM, SUM of
-    squares, COUNT) whose errors are correlated; the reported standard error must match the
-    spread of the answers over repeated noise draws on the same table."""
+    """AVG, variances, standard deviations and expressions over aggregates combine several noisy
+    queries (SUM, SUM of squares, COUNT) whose errors are correlated; the reported standard error
+    must match the spread of the answers over repeated noise draws on the same table."""
     con = make_table(2000, seed=8)
     db = connect(con, source_of_noise=np.random.default_rng(5))
     sql = f"SELECT region, {aggregate} AS a FROM people GROUP BY region"
@@ -339,6 +339,24 @@ def test_delta_method_standard_errors_include_the_covariances(monkeypatch, aggre
     runs = np.array([db.query(sql, epsilon=0.5, noise="laplace").df["a"].to_numpy() for _ in range(800)])
     reported = first.df["std_error"].to_numpy()
     assert np.all(np.abs(runs.std(axis=0) / reported - 1) < 0.1), runs.std(axis=0) / reported
+
+
+def test_expressions_over_aggregates_get_a_standard_error_or_null():
+    """A differentiable expression over aggregates gets a standard error and an interval (the
+    delta method), one the delta method cannot follow (a CASE, integer division) gets NULL, and a
+    constant or a key expression gets none. Without noise, the interval is the value."""
+    db = connect(make_table(300, seed=2))
+    sql = ("SELECT region, SUM(age) / COUNT(*) AS mean, CASE WHEN COUNT(*) > 5 THEN 1 END AS big, "
+           "SUM(age) // 2 AS half, 7 AS seven, COUNT(*) AS n FROM people GROUP BY region")
+    df = db.query(sql, epsilon=1e9, noise="laplace").df
+    assert list(df.columns) == ["region", "mean", "mean_std_error", "mean_ci_low", "mean_ci_high", "big",
+                                "big_std_error", "big_ci_low", "big_ci_high", "half", "half_std_error",
+                                "half_ci_low", "half_ci_high", "seven", "n", "n_std_error", "n_ci_low", "n_ci_high"]
+    assert df["mean_std_error"].between(0, 1e-6).all() and df["big_std_error"].isna().all()
+    assert df["half_std_error"].isna().all()
+    assert np.allclose(df["mean_ci_low"], df["mean"]) and np.allclose(df["mean_ci_high"], df["mean"])
+    noisy = db.query(sql, epsilon=1.0, noise="laplace").df
+    assert (noisy["mean_std_error"] > 0).all() and (noisy["n_std_error"] > 0).all()
 
 
 def test_filtered_group_bys_use_a_factored_opt_plus_part_and_stay_exact():
@@ -492,8 +510,8 @@ def test_expressions_over_aggregates_are_evaluated_by_duckdb_after_noise():
     sql = ("SELECT sex, SUM(age) * 1 AS a, SUM(age) / COUNT(*) AS m, COUNT(*) + 1 AS c1, ABS(AVG(age) - 10) AS r "
            "FROM people GROUP BY sex HAVING m > 0 ORDER BY sex NULLS LAST")
     got, want = db.query(sql, epsilon=1e9, noise="laplace").df, con.sql(sql).df()
-    assert list(got.columns) == ["sex", "a", "m", "c1", "r"]  # no standard error is claimed for them
+    assert [c for c in got.columns if "_std_error" not in c and "_ci_" not in c] == ["sex", "a", "m", "c1", "r"]
     for col in ("a", "m", "c1", "r"):
         np.testing.assert_allclose(got[col].astype(float), want[col].astype(float), atol=1e-5)
     assert list(db.query("SELECT sex, COUNT(*) * 2 AS n2 FROM people GROUP BY ALL", epsilon=1e9).df.columns) == \
-        ["sex", "n2"]
+        ["sex", "n2", "std_error", "ci_low", "ci_high"]

@@ -236,8 +236,7 @@ def _exact(con, oracle_sql, plan):
 
 
 def test_end_to_end_equals_duckdb(spark, people, tmp_path):
-    gen = StatementGenerator(11)
-    gens = [gen.statement() for _ in range(6)]
+    gens = StatementGenerator(11).batch(6)
     texts = [g.sql for g in gens]
     budget = Budget(epsilon=1e12)
     on_spark = dpsql.connect(spark, table="people", schema=PEOPLE, budget=budget, cache=tmp_path)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import duckdb
 import numpy as np
 from scipy.stats import norm
+from sqlglot import exp
 
 from dpsql.api.result import Explanation, Release, Result
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
@@ -73,8 +74,10 @@ from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, gradient
-from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch, schema_attributes
+from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, schema_attributes
+from dpsql.sql.delta import partials
 from dpsql.sql.parse import explained
+from dpsql.sql.plan import Aggregate
 from dpsql.sql.postprocess import postprocess
 
 if TYPE_CHECKING:
@@ -496,55 +499,101 @@ def _statement_options(compiled: CompiledBatch, delta: float | None) -> tuple[fl
     return eps, delta
 
 
-def _error_names(st: CompiledStatement, aggregate: str) -> tuple[str, str, str]:
-    visible = [a for a in st.plan.aggregates if a.visible]
-    if len(visible) == 1 and visible[0].name == aggregate:
+def _error_outputs(st: CompiledStatement) -> list[str]:
+    """The output columns that get a standard error: visible aggregates, and computed select
+    items that read an aggregate."""
+    aggregates = {a.name for a in st.plan.aggregates}
+    computed = {name for name, e in st.plan.computed if any(c.name in aggregates for c in e.find_all(exp.Column))}
+    return [a.name for a in st.plan.aggregates if a.visible] + [n for n in st.plan.outputs if n in computed]
+
+
+def _error_names(st: CompiledStatement, output: str) -> tuple[str, str, str]:
+    if _error_outputs(st) == [output]:
         return "std_error", "ci_low", "ci_high"
-    return f"{aggregate}_std_error", f"{aggregate}_ci_low", f"{aggregate}_ci_high"
+    return f"{output}_std_error", f"{output}_ci_low", f"{output}_ci_high"
+
+
+#: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs.
+_Gradient = list[tuple[Block, np.ndarray]]
+
+
+def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient:
+    blocks = [st.block(aggregate.name, m) for m in MEASURES[aggregate.func]]
+    if len(blocks) == 1:
+        return [(blocks[0], np.ones(len(st.groups)))]
+    grad = gradient(aggregate.func, st.parts(aggregate.name, answers))
+    return [(b, grad[b.measure]) for b in blocks]
+
+
+def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, int], np.ndarray] | None,
+                  size: int) -> np.ndarray:
+    """``sqrt(g' Σ g)`` per group: the standard error of a function of measured queries with
+    gradient ``pairs``, ``Σ`` their exact covariance (the variances ``se²`` and the
+    least-squares answers' cross covariances). Two entries on one query add up."""
+    merged: dict[tuple[int | None, int, int], tuple[Block, np.ndarray]] = {}
+    for block, g in pairs:
+        key = (block.term, block.start, block.stop)
+        merged[key] = (block, merged[key][1] + g if key in merged else g)
+    terms = list(merged.values())
+    var = np.zeros(size)
+    with np.errstate(invalid="ignore"):
+        for i, (a, ga) in enumerate(terms):
+            var = var + (ga * a.scale * se[a.rows]) ** 2
+            for b, gb in terms[i + 1:]:
+                if a.term is not None and b.term is not None and covariance is not None:
+                    var = var + 2.0 * ga * gb * covariance(a.term, b.term) * a.scale * b.scale
+    return np.sqrt(np.maximum(var, 0.0))
 
 
 def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z: float,
                    covariance: Callable[[int, int], np.ndarray] | None) -> dict[str, np.ndarray]:
-    """Standard error and confidence interval of every visible aggregate, per group.
+    """Standard error and confidence interval of every visible aggregate, and of every computed
+    select item that reads aggregates, per group.
 
     COUNT and SUM use their exact closed-form variance. The others (AVG,
-    variances, standard deviations) are functions of several measured queries
-    (:mod:`dpsql.sql.aggregates`) and use the delta method,
+    variances, standard deviations, and expressions such as ``SUM(a) / COUNT(*)``
+    or ``POWER(AVG(x), 2)``) are functions of several measured queries
+    (:mod:`dpsql.sql.aggregates`, :mod:`dpsql.sql.delta`) and use the delta method,
     ``Var f ≈ Σ_ab ∂_a f ∂_b f Cov(a, b)``, with the exact covariances
     ``covariance(term_a, term_b)`` of the least-squares answers: a first-order
-    approximation, good when the noisy count is far from the degrees of freedom.
+    approximation, good when the noise is small beside the values. An expression
+    :mod:`dpsql.sql.delta` cannot differentiate gets NULL: no standard error
+    rather than a wrong one.
     """
     out: dict[str, np.ndarray] = {}
+    size = len(st.groups)
+    grads = {a.name: _aggregate_gradient(st, a, answers) for a in st.plan.aggregates}
+    values = {a.name: st.values(a.name, answers) for a in st.plan.aggregates}
     for agg in st.plan.aggregates:
-        if not agg.visible:
+        if agg.visible:
+            err = _delta_method(grads[agg.name], se, covariance, size)
+            name, lo, hi = _error_names(st, agg.name)
+            out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
+    computed = dict(st.plan.computed)
+    columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
+    for output in _error_outputs(st):
+        if output not in computed:
             continue
-        value = st.values(agg.name, answers)
-        blocks = [st.block(agg.name, m) for m in MEASURES[agg.func]]
-        if len(blocks) == 1:
-            err = se[blocks[0].rows] * blocks[0].scale
-        else:
-            grad = gradient(agg.func, st.parts(agg.name, answers))
-            with np.errstate(invalid="ignore"):
-                var = sum((grad[b.measure] * b.scale * se[b.rows]) ** 2 for b in blocks)
-                for i, a in enumerate(blocks):
-                    for b in blocks[i + 1:]:
-                        if a.term is not None:
-                            cov = covariance(a.term, b.term) * a.scale * b.scale
-                            var = var + 2.0 * grad[a.measure] * grad[b.measure] * cov
-                err = np.sqrt(np.maximum(var, 0.0))
-        name, lo, hi = _error_names(st, agg.name)
+        dual = partials(computed[output], columns, set(grads))
+        name, lo, hi = _error_names(st, output)
+        if dual is None:
+            out[name] = out[lo] = out[hi] = np.full(size, np.nan)
+            continue
+        value, d = dual
+        pairs = [(b, g * d[a]) for a in d for b, g in grads[a]]
+        err = _delta_method(pairs, se, covariance, size)
         out[name], out[lo], out[hi] = err, value - z * err, value + z * err
     return out
 
 
 def _ordered(st: CompiledStatement, df: pd.DataFrame) -> pd.DataFrame:
-    """Each aggregate's error columns right after it."""
+    """Each aggregate's and computed item's error columns right after it."""
     order = []
+    errors = set(_error_outputs(st))
     for col in st.plan.outputs:
         order.append(col)
-        agg = next((a for a in st.plan.aggregates if a.name == col), None)
-        if agg is not None:
-            order.extend(c for c in _error_names(st, agg.name) if c in df.columns)
+        if col in errors:
+            order.extend(c for c in _error_names(st, col) if c in df.columns)
     return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)
 
 

@@ -61,10 +61,10 @@ import sqlglot
 from sqlglot import exp
 
 if TYPE_CHECKING:
-    from dpsql.schema import Column, Schema
+    from dpsql.schema import Schema
 
 __all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
-           "duckdb_type_family", "integer_cast_type", "is_spark_session", "open_source", "safe_view",
+           "duckdb_type_family", "is_spark_session", "open_source", "safe_view",
            "spark_type_family", "table_expression"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know).
@@ -482,40 +482,6 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     return DuckDBBackend(con)
 
 
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
-_INT128 = (-(2 ** 127), 2 ** 127 - 1)
-
-
-def integer_cast_type(lo: int, hi: int) -> str | None:
-    """The narrower of BIGINT and HUGEINT that holds every integer in ``[lo, hi]``, or None.
-
-    >>> integer_cast_type(0, 90), integer_cast_type(0, 2 ** 64), integer_cast_type(0, 2 ** 200)
-    ('BIGINT', 'HUGEINT', None)
-    """
-    if _INT64[0] <= lo and hi <= _INT64[1]:
-        return "BIGINT"
-    if _INT128[0] <= lo and hi <= _INT128[1]:
-        return "HUGEINT"
-    return None
-
-
-def _natural_type(column: "Column") -> str:
-    """The SQL type that holds ``column``'s domain values, for reading them from text."""
-    from dpsql.schema import Binned, Boolean, Categorical, IntegerRange
-
-    if isinstance(column, Boolean):
-        return "BOOLEAN"
-    if isinstance(column, IntegerRange):
-        return integer_cast_type(column.min, column.max) or "DOUBLE"
-    if isinstance(column, Categorical) and not column.is_numeric:
-        return "VARCHAR"
-    if isinstance(column, Categorical) and all(isinstance(v, int) for v in column.values):
-        return integer_cast_type(min(column.values), max(column.values)) or "DOUBLE"
-    if isinstance(column, (Categorical, Binned)):
-        return "DOUBLE"
-    raise TypeError(f"unknown column kind {type(column).__name__}")  # pragma: no cover
-
-
 def _unquoted(field: exp.Expression) -> exp.Expression:
     """A CSV field without its surrounding double quotes (``""`` inside becomes ``"``)."""
     quoted = exp.and_(exp.GTE(this=exp.Length(this=field.copy()), expression=exp.Literal.number(2)),
@@ -569,7 +535,7 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
     wanted = [c for c in schema.columns if c.name.lower() in by_name]
     unit = schema.privacy_unit.column
     items = [exp.alias_(exp.TryCast(this=_unquoted(exp.column(by_name[c.name.lower()], quoted=True)),
-                                    to=exp.DataType.build(_natural_type(c)), safe=True),
+                                    to=exp.DataType.build(c.sql_type), safe=True),
                         exp.to_identifier(c.name, quoted=True)) for c in wanted]
     if unit is not None and unit.lower() in by_name and unit.lower() not in {c.name.lower() for c in wanted}:
         items.append(exp.alias_(_unquoted(exp.column(by_name[unit.lower()], quoted=True)),

@@ -83,10 +83,9 @@ from dpsql.private.backend import (
     BackendError,
     backend_for,
     duckdb_type_family,
-    integer_cast_type,
     table_expression,
 )
-from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, Schema
+from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, Schema, integer_cast_type
 
 __all__ = ["Counting", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
            "sql_type_family", "MeasurementError"]

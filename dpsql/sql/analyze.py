@@ -35,6 +35,7 @@ from sqlglot import exp
 from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError
 from dpsql.schema import Binned, Schema
+from dpsql.sql import sandbox
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
@@ -101,18 +102,12 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Add: _BINARY, exp.Sub: _BINARY, exp.Mul: _BINARY,
     exp.Cast: frozenset({"this", "to"}),
     exp.TryCast: frozenset({"this", "to", "safe"}),
-    exp.DataType: frozenset({"this", "nested"}),
+    exp.DataType: frozenset({"this", "nested", "expressions"}),
+    exp.DataTypeParam: frozenset({"this"}),  # DECIMAL(10, 2): DuckDB converts (dpsql.sql.domain_eval)
     exp.Case: frozenset({"this", "ifs", "default"}),
     exp.If: frozenset({"this", "true", "false"}),  # a CASE branch; IF(c, a, b) in HAVING
-    # HAVING only: run by DuckDB itself on the noisy answers (dpsql.sql.plan.QueryPlan.postprocess_sql)
-    exp.Div: frozenset({"this", "expression", "typed", "safe"}),
-    exp.IntDiv: _BINARY,
-    exp.Mod: _BINARY,
-    exp.Like: _BINARY,
-    exp.ILike: _BINARY,
-    exp.Abs: frozenset({"this"}),
-    exp.Round: frozenset({"this", "decimals"}),
-    exp.Coalesce: frozenset({"this", "expressions"}),
+    # any other scalar function or operator (see scalar_function) DuckDB evaluates itself: on the
+    # domain in WHERE and GROUP BY, on the released answers in SELECT, HAVING and ORDER BY
 }
 
 _COMPARISON_TYPES = frozenset({exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE})
@@ -128,8 +123,8 @@ _ARG_NAMES = {
     (exp.Group, "rollup"): "ROLLUP", (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST", (exp.Column, "db"): "a schema-qualified column name",
     (exp.Column, "catalog"): "a catalog-qualified column name", (exp.Cast, "format"): "CAST ... FORMAT",
-    (exp.DataType, "expressions"): "a parameterized type", (exp.DataType, "nested"): "a nested type",
-    (exp.Round, "truncate"): "ROUND ... truncate", (exp.Is, "negate"): "IS NOT",
+    (exp.DataType, "nested"): "a nested type",
+(exp.Is, "negate"): "IS NOT",
 }
 
 
@@ -361,9 +356,11 @@ def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | No
 
 
 def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],
-                   ctx: _Context) -> list[tuple[str, bool]]:
-    """Resolve each ORDER BY term to an output column name and direction, so it can run on the released answers."""
-    order: list[tuple[str, bool]] = []
+                   ctx: _Context) -> list[tuple[exp.Expression, bool]]:
+    """Resolve each ORDER BY term to an expression over output columns (a position, an output
+    column, a group key, an aggregate, or an expression over them) and a direction, so it can run
+    on the released answers."""
+    order: list[tuple[exp.Expression, bool]] = []
     order_node = tree.args.get("order")
     if order_node is None:
         return order
@@ -374,14 +371,10 @@ def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],
             if not 1 <= lit <= len(outputs):
                 ctx.fail(GroupingError, f"ORDER BY position {lit} is not in the select list "
                          f"(1..{len(outputs)})", f"ORDER BY {lit}", target)
-            name = outputs[lit - 1]
+            term: exp.Expression = exp.column(outputs[lit - 1], quoted=True)
         else:
-            r = rewrite(target, "ORDER BY")
-            if not isinstance(r, exp.Column):
-                ctx.fail(UnsupportedSQLError, "ORDER BY takes an output column, a group key or an "
-                         "aggregate", construct_name(target), target)
-            name = r.name
-        order.append((name, bool(o.args.get("desc"))))
+            term = rewrite(target, "ORDER BY")
+        order.append((term, bool(o.args.get("desc"))))
     return order
 
 
@@ -436,6 +429,15 @@ def _is_comma_join(join: exp.Join, ctx: _Context) -> bool:
     return False
 
 
+def scalar_function(node: exp.Expression) -> bool:
+    """Whether ``node`` is a scalar function or operator outside :data:`SUPPORTED`: DuckDB
+    evaluates the expression around it, on the declared domain in WHERE and GROUP BY
+    (:mod:`dpsql.sql.domain_eval`, which also refuses a non-deterministic one) and on released
+    values in SELECT, HAVING and ORDER BY. Aggregates, table functions and EXISTS are not."""
+    return (isinstance(node, (exp.Func, exp.Binary, exp.Unary, exp.Interval, exp.Var, exp.Bracket))
+            and not isinstance(node, (exp.AggFunc, exp.UDTF, exp.Exists, exp.Columns)))
+
+
 def set_args(node: exp.Expression) -> list[str]:
     """The argument keys of ``node`` that are set: not None, not False, not an empty list."""
     return [k for k, v in node.args.items() if v is not None and v is not False and not (isinstance(v, list) and not v)]
@@ -449,6 +451,15 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
         allowed = SUPPORTED.get(type(node))
         if node is not tree and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
             ctx.fail(UnsupportedSQLError, "subqueries are not supported", "subquery", node)
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() == "var":
+            ctx.fail(UnsupportedSQLError, "VAR is not a DuckDB function: write VAR_SAMP (or VARIANCE) for the "
+                     "sample variance, VAR_POP for the population variance", "function VAR", node)
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in sandbox.aggregate_names():
+            name = str(node.this).upper()
+            ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported ({_SUPPORTED_AGGREGATES} are)",
+                     f"aggregate {name}", node)
+        if allowed is None and scalar_function(node):
+            continue  # DuckDB evaluates it whole, on the domain or on released values
         if allowed is None or (type(node) is exp.Distinct and not _plain_distinct(tree, node)):
             _refuse_node(node, ctx)
         if type(node) is exp.Table and (node.args.get("db") or node.args.get("catalog")):
@@ -786,6 +797,9 @@ class _Rewriter:
                     expr = safe
                 else:
                     cast.replace(safe)
+        # nor may a function (sqrt, ln, power...) raise on a noisy value: TRY makes that NULL
+        if any(type(n) not in SUPPORTED and scalar_function(n) for n in expr.walk()):
+            expr = exp.Try(this=expr)
         return expr
 
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
@@ -808,10 +822,6 @@ class _Rewriter:
                               f"column {node.name!r}", node)
             self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}",
                           f"column {node.name!r}", node)
-        if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Case, exp.Cast, exp.Abs,
-                                                                 exp.Round, exp.Coalesce, exp.If)):
-            self.ctx.fail(UnsupportedSQLError, f"{construct_name(node)} is not supported in {clause}",
-                          construct_name(node), node)
         return node
 
     def _aggregate_name(self, node: exp.Expression) -> str:

@@ -343,7 +343,11 @@ class _KeyDomain:
             labels = [x.item() if hasattr(x, "item") else x for x in present]
             if v.kind == "bool":
                 labels = [bool(x) for x in labels]
-            index = np.searchsorted(present, values) if present.size else np.zeros(values.size, np.int64)
+            if present.size:
+                values = np.where(null, present[0], values)  # a NULL cell's placeholder may not compare
+                index = np.searchsorted(present, values)
+            else:
+                index = np.zeros(values.size, np.int64)
         if null.any():
             labels.append(None)
             index = np.where(null, len(labels) - 1, index)

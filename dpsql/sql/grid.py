@@ -8,6 +8,12 @@ values and a NULL mask. Because every domain cell is evaluated, the result is
 exact for any predicate the domain can express; a predicate it cannot express
 (a cut inside a numeric bin) raises :class:`dpsql.errors.DomainError`.
 
+Anything else (a function such as ``lower`` or ``substr``, ``LIKE``, ``//``,
+``COALESCE``, arithmetic on non-integers, a CAST to another type) is handed to
+DuckDB itself, which evaluates the whole expression around it on the domain
+(:mod:`dpsql.sql.domain_eval`): DuckDB's semantics exactly, for any
+deterministic expression over columns that are not binned.
+
 Numbers follow DuckDB's types exactly, or are refused. An integer literal is
 an exact integer of any size, a literal with a decimal point an exact DECIMAL
 (a :class:`fractions.Fraction`), one with an exponent a DOUBLE. Arithmetic
@@ -50,6 +56,7 @@ from sqlglot import exp
 
 from dpsql.errors import DomainError, SQLError, UnsupportedSQLError
 from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange
+from dpsql.sql.domain_eval import DomainEvalError, domain_eval
 
 __all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "construct_name"]
 
@@ -86,6 +93,7 @@ _DOUBLE_TEXT = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 _ARITHMETIC = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
 
 _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_COMPARISON_NODES = {op: cls for cls, op in _COMPARISONS.items()}
 _FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
@@ -111,6 +119,7 @@ class Value:
     is_literal: bool = False
     exact: Any = None  # a number literal's exact value: int, Fraction (DECIMAL) or float (DOUBLE)
     itype: tuple[int, int] | None = None  # the range of DuckDB's integer type of an integer value
+    duckdb: bool = False  # computed by DuckDB: an expression over it is DuckDB's too (its types)
 
 
 def number_value(text: str) -> int | Fraction | float:
@@ -249,6 +258,8 @@ class Grid:
             return self.value(node.this)
         if isinstance(node, exp.Alias):
             return self.value(node.this)
+        if _foreign(node):
+            return self._by_duckdb(node)
         ok, lit = _exact_literal(node)
         if ok:
             if isinstance(lit, int) and not isinstance(lit, bool) and not _HUGEINT[0] <= lit <= _HUGEINT[1]:
@@ -277,8 +288,33 @@ class Grid:
         if _is_predicate(node):
             t, f = self.predicate(node)
             return Value(np.asarray(t), np.logical_not(np.logical_or(t, f)), "bool")
-        self._unsupported(node, "in a value expression")
+        self._unsupported(node, "in a value expression")  # pragma: no cover - _foreign sends the rest to DuckDB
         raise AssertionError  # pragma: no cover
+
+    def _by_duckdb(self, node: exp.Expression) -> Value:
+        """``node`` evaluated by DuckDB on the domain of the columns it reads (see
+        :mod:`dpsql.sql.domain_eval`), broadcast to the grid."""
+        names = set(column_refs(node))
+        cols = [c for c in self.columns if c.name in names]
+        for col in cols:
+            if isinstance(col, Binned):
+                self._raise(DomainError, f"'{_sql(node)}' reads the binned column {col.name!r}, whose rows have "
+                            "no single value on the domain (a bin holds many); compare the column with a bin edge",
+                            construct_name(node), node)
+        try:
+            out = domain_eval(node, cols)
+        except DomainEvalError as e:
+            part = _failing_part(node, cols)
+            self._raise(UnsupportedSQLError, f"'{_sql(node)}' cannot be evaluated on the declared domain: {e}",
+                        construct_name(part), part)
+        shape = [1] * len(self.columns)
+        for col in cols:
+            shape[self._axis[col.name]] = col.size
+        values, null = out.values.reshape(shape), out.null.reshape(shape)
+        kind, itype = _duckdb_kind(out.sql_type)
+        if kind == "num" and values.dtype == object and itype is None:  # DECIMAL: compared in DOUBLE from here
+            values = values.astype(np.float64)
+        return Value(values, null, kind, itype=itype, duckdb=True)
 
     # -- integer arithmetic -----------------------------------------------------
     def _arithmetic(self, node: exp.Expression) -> Value:
@@ -301,7 +337,10 @@ class Grid:
         null = np.logical_or(left.null, right.null)
         if "null" in (left.kind, right.kind):
             return Value(np.asarray(0), np.asarray(True), "num")
-        a, b = self._integers(left, node), self._integers(right, node)
+        if (left.duckdb or right.duckdb or not _is_integer_array(np.asarray(left.values))
+                or not _is_integer_array(np.asarray(right.values))):
+            return self._by_duckdb(node)  # DECIMAL or DOUBLE arithmetic: DuckDB's types and rounding
+        a, b = np.asarray(left.values), np.asarray(right.values)
         itype = _combine(_operand_type(left, right), _operand_type(right, left))
         fn = _ARITHMETIC[type(node)]
         bound = _max_abs(a) * _max_abs(b) if isinstance(node, exp.Mul) else _max_abs(a) + _max_abs(b)
@@ -316,24 +355,16 @@ class Grid:
             self._raise(DomainError, "unary minus needs a number", "unary minus", node)
         if inner.kind == "null":
             return inner
+        if inner.duckdb:
+            return self._by_duckdb(node)
         values = np.asarray(inner.values)
         if values.dtype.kind == "f":
             return Value(np.negative(values), inner.null, "num")  # exact: only the sign changes
-        values = self._integers(inner, node)
+        # not a DOUBLE, so integers: DuckDB's DECIMAL values are DOUBLE here (see _by_duckdb)
         itype = inner.itype or _BIGINT
         if values.dtype != object and itype[0] < 0 and _max_abs(values) <= itype[1]:
             return Value(np.negative(values), inner.null, "num", itype=itype)
         return Value(self._in_range(-values.astype(object), inner.null, itype, node), inner.null, "num", itype=itype)
-
-    def _integers(self, v: Value, node: exp.Expression) -> np.ndarray:
-        """``v``'s values as an integer array, or refuse arithmetic on non-integers."""
-        values = np.asarray(v.values)
-        if _is_integer_array(values):
-            return values
-        self._raise(UnsupportedSQLError, f"arithmetic on non-integer numbers is not supported: DuckDB computes "
-                    f"'{_sql(node)}' in DECIMAL or DOUBLE, whose rounding the compiler does not reproduce; "
-                    "use integers (a comparison with a decimal is fine)", "arithmetic", node)
-        raise AssertionError  # pragma: no cover
 
     def _in_range(self, exact: np.ndarray, null: Any, itype: tuple[int, int], node: exp.Expression) -> np.ndarray:
         """Exact integers (an object array) as int64, or refuse where a non-NULL cell leaves the
@@ -361,6 +392,8 @@ class Grid:
         target = to.this.name if isinstance(to, exp.DataType) and hasattr(to.this, "name") else str(to)
         target = target.upper()
         inner = self.value(node.this)
+        if inner.duckdb:
+            return self._by_duckdb(node)
         if inner.kind == "null" and (target in _INT_TYPES or target in _DOUBLE_TYPES):
             return inner
         if target in _INT_TYPES and inner.kind == "bool":
@@ -379,10 +412,7 @@ class Grid:
             return Value(values, inner.null, "num", itype=(lo, hi))
         if target in _DOUBLE_TYPES and inner.kind in ("bool", "num"):
             return Value(self._double(inner, node, cast=True), inner.null, "num")
-        self._raise(UnsupportedSQLError, f"CAST of a {_kind_name(inner.kind)} to {target} is not supported "
-                    "(only booleans and integers to an integer type, and numbers to DOUBLE; FLOAT, REAL and "
-                    "DECIMAL round in ways the compiler does not reproduce)", "CAST", node)
-        raise AssertionError  # pragma: no cover
+        return self._by_duckdb(node)  # another type (DECIMAL, VARCHAR, DATE...): DuckDB's own conversion
 
     def _case(self, node: exp.Case) -> Value:
         subject = node.args.get("this")
@@ -405,6 +435,8 @@ class Grid:
                                      has_else)
         # results are value expressions: the key's domain is the set of values taken
         results = [self.value(r) for r in result_nodes]
+        if any(r.duckdb for r in results):
+            return self._by_duckdb(node)
         kinds = {r.kind for r in results if r.kind != "null"}
         if len(kinds) > 1 or kinds & {"bin"}:
             self._raise(DomainError, "CASE results must all be numbers, all strings or all booleans",
@@ -524,6 +556,8 @@ class Grid:
             return np.asarray(bool(node.this)), np.asarray(not node.this)
         if isinstance(node, exp.Null):
             return np.asarray(False), np.asarray(False)
+        if _foreign(node):  # DuckDB's, as a whole (see value)
+            return self._truth(node)
         op = _COMPARISONS.get(type(node))
         if op is not None:
             return self._compare(node.this, node.expression, op, node)
@@ -565,14 +599,18 @@ class Grid:
             self._unsupported(node, "(IS takes NULL, TRUE or FALSE)")
         if isinstance(node, (exp.Column, exp.Cast, exp.Case)) or (
                 isinstance(node, exp.Literal) or isinstance(node, exp.Neg)):
-            v = self.value(node)
-            if v.kind != "bool":
-                self._raise(DomainError, f"a {_kind_name(v.kind)} is used as a condition; compare it "
-                            "with a value", construct_name(node), node)
-            ok = np.logical_not(v.null)
-            return np.logical_and(v.values, ok), np.logical_and(np.logical_not(v.values), ok)
-        self._unsupported(node, "in a condition")
+            return self._truth(node)
+        self._unsupported(node, "in a condition")  # pragma: no cover - _foreign sends the rest to DuckDB
         raise AssertionError  # pragma: no cover
+
+    def _truth(self, node: exp.Expression, v: Value | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A boolean value expression (evaluated as ``v`` if given) as a predicate: ``(true, false)``."""
+        v = self.value(node) if v is None else v
+        if v.kind != "bool":
+            self._raise(DomainError, f"a {_kind_name(v.kind)} is used as a condition; compare it "
+                        "with a value", construct_name(node), node)
+        ok = np.logical_not(v.null)
+        return np.logical_and(v.values, ok), np.logical_and(np.logical_not(v.values), ok)
 
     def _connective(self, node: exp.Expression) -> tuple[np.ndarray, np.ndarray]:
         """AND / OR along a left-deep chain (``a AND b OR c ...``), in a loop: a long chain does
@@ -594,6 +632,9 @@ class Grid:
         self, left_node: exp.Expression, right_node: exp.Expression, op: str, node: exp.Expression
     ) -> tuple[np.ndarray, np.ndarray]:
         left, right = self.value(left_node), self.value(right_node)
+        if left.duckdb or right.duckdb:  # compared in DuckDB's types, by DuckDB
+            compared = _COMPARISON_NODES[op](this=left_node.copy(), expression=right_node.copy())
+            return self._truth(compared, self._by_duckdb(compared))
         if right.kind == "bin" and left.kind != "bin":
             left, right, op = right, left, _FLIP[op]
             left_node, right_node = right_node, left_node
@@ -837,6 +878,50 @@ def _sql(node: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+#: The node types the grid evaluates itself; an expression holding any other is DuckDB's.
+_NATIVE = frozenset({exp.Paren, exp.Alias, exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null,
+                     exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Cast, exp.TryCast, exp.DataType, exp.Case, exp.If,
+                     exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, *_COMPARISONS})
+
+#: DuckDB's integer type names, as the grid's type ranges.
+_DUCKDB_INTS = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INTEGER": "INT", "BIGINT": "BIGINT",
+                "HUGEINT": "INT128", "UTINYINT": "UTINYINT", "USMALLINT": "USMALLINT", "UINTEGER": "UINT",
+                "UBIGINT": "UBIGINT", "UHUGEINT": "UINT128"}
+
+
+def _foreign(node: exp.Expression) -> bool:
+    """Whether ``node`` holds a construct the grid leaves to DuckDB."""
+    return any(type(n) not in _NATIVE for n in node.walk())
+
+
+def _failing_part(node: exp.Expression, columns: list[Column]) -> exp.Expression:
+    """The construct to name when DuckDB cannot evaluate ``node``: its innermost function or
+    operator that DuckDB cannot evaluate alone (``node`` itself if every part evaluates)."""
+    parts = [n for n in node.walk() if isinstance(n, (exp.Func, exp.Binary, exp.Unary))]
+    for part in reversed(parts):  # breadth-first order, reversed: the innermost first
+        names = set(column_refs(part))
+        try:
+            domain_eval(part, [c for c in columns if c.name in names])
+        except DomainEvalError:
+            return part
+    return node
+
+
+def _duckdb_kind(sql_type: str) -> tuple[str, tuple[int, int] | None]:
+    """The grid's kind (and integer type range) of a value of DuckDB type ``sql_type``."""
+    if sql_type == "BOOLEAN":
+        return "bool", None
+    if sql_type in _DUCKDB_INTS:
+        return "num", _INT_TYPES[_DUCKDB_INTS[sql_type]]
+    if sql_type == "VARCHAR":
+        return "str", None
+    if sql_type in ("FLOAT", "DOUBLE") or sql_type.startswith("DECIMAL"):
+        return "num", None
+    if sql_type == '"NULL"' or sql_type == "NULL":
+        return "null", None
+    return "other", None
+
+
 def _is_predicate(node: exp.Expression) -> bool:
     return isinstance(node, (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is,
                              *_COMPARISONS.keys()))
@@ -852,7 +937,7 @@ def _label_kind(v: Any) -> str:
 
 def _kind_name(kind: str) -> str:
     return {"num": "number", "str": "string", "bool": "boolean", "bin": "binned value",
-            "null": "NULL"}.get(kind, kind)
+            "null": "NULL", "other": "value of another type"}.get(kind, kind)
 
 
 def _show(v: Any) -> str:
@@ -886,7 +971,7 @@ def construct_name(node: exp.Expression) -> str:
     """How an error message names a syntax node: ``"LIKE"``, ``"function LOWER"``, ``"division"``..."""
     if isinstance(node, exp.Anonymous):
         return f"function {str(node.this).upper()}"
-    names = {exp.Like: "LIKE", exp.ILike: "ILIKE", exp.Div: "division", exp.Mod: "modulo",
+    names = {exp.TryCast: "TRY_CAST", exp.Cast: "CAST", exp.Like: "LIKE", exp.ILike: "ILIKE", exp.Div: "division", exp.Mod: "modulo",
              exp.Subquery: "subquery", exp.Select: "subquery", exp.Exists: "EXISTS",
              exp.Window: "window function", exp.Star: "*", exp.Dot: "dotted name",
              exp.DPipe: "string concatenation", exp.Bracket: "subscript",

@@ -70,7 +70,8 @@ class QueryPlan:
     where: exp.Expression | None
     outputs: tuple[str, ...]
     having: exp.Expression | None = None
-    order_by: tuple[tuple[str, bool], ...] = ()
+    #: (expression over output names, descending?) per ORDER BY term
+    order_by: tuple[tuple[exp.Expression, bool], ...] = ()
     limit: int | None = None
     offset: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -119,8 +120,7 @@ class QueryPlan:
         if self.having is not None:
             select = select.where(self.having.copy())
         if self.order_by:
-            select = select.order_by(*[exp.Ordered(this=exp.column(n, quoted=True), desc=d)
-                                       for n, d in self.order_by])
+            select = select.order_by(*[exp.Ordered(this=e.copy(), desc=d) for e, d in self.order_by])
         if self.limit is not None:
             select = select.limit(self.limit)
         if self.offset is not None:
