@@ -5,7 +5,7 @@ One public function, :func:`postprocess`, and the compile-time check
 statement (:meth:`~dpsql.sql.compile.CompiledBatch.tables`) and each
 statement's clauses run on it in DuckDB (:meth:`~dpsql.sql.plan.QueryPlan.postprocess_sql`).
 Everything here is a function of released values only, and the DuckDB it uses
-holds nothing else and has no file access.
+(:mod:`dpsql.sql.sandbox`) holds nothing else and has no file access.
 
 >>> import numpy as np
 >>> from dpsql.sql import compile_batch
@@ -17,13 +17,13 @@ holds nothing else and has no file access.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Sequence
 
 import duckdb
 import numpy as np
 
 from dpsql.errors import UnsupportedSQLError
+from dpsql.sql import sandbox
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,20 +31,6 @@ if TYPE_CHECKING:
     from dpsql.sql.compile import CompiledBatch
 
 __all__ = ["postprocess", "check_postprocessing"]
-
-_SCRATCH: list[duckdb.DuckDBPyConnection] = []
-_SCRATCH_LOCK = threading.Lock()
-
-
-def _scratch() -> duckdb.DuckDBPyConnection:
-    """A new cursor on one process-wide in-memory DuckDB (a cursor is ten times cheaper than a new
-    connection; each has its own registered views, so threads do not share state). It holds noisy
-    answers only, and like the analyst's DuckDB (:mod:`dpsql.released`) it has no file access."""
-    with _SCRATCH_LOCK:
-        if not _SCRATCH:
-            _SCRATCH.append(duckdb.connect(config={"enable_external_access": False, "lock_configuration": True}))
-        return _SCRATCH[0].cursor()
-
 
 def postprocess(batch: CompiledBatch, y: np.ndarray,
                 extra: Sequence[dict[str, np.ndarray]] | None = None) -> list[pd.DataFrame]:
@@ -66,7 +52,7 @@ def postprocess(batch: CompiledBatch, y: np.ndarray,
             if not st.plan.has_postprocessing:
                 out.append(df[[*st.plan.outputs, *columns]])
                 continue
-            con = con or _scratch()
+            con = con or sandbox.cursor()
             con.register("answers", df)
             try:
                 out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
@@ -87,7 +73,7 @@ def check_postprocessing(batch: CompiledBatch) -> None:
     comparison) is refused before anything is spent rather than after the release."""
     if not any(st.plan.has_postprocessing for st in batch.statements):
         return
-    con = _scratch()
+    con = sandbox.cursor()
     try:
         for st, df in zip(batch.statements, batch.tables(np.zeros(batch.num_rows))):
             if not st.plan.has_postprocessing:
