@@ -111,3 +111,9 @@ GROUP BY ALL;
 
 -- rule: function_call
 SELECT sex, POWER(AVG(age), 2) AS squared_mean, COUNT(*) AS n FROM adult GROUP BY sex HAVING sqrt(n) > 1 ORDER BY ln(n) DESC;
+
+-- rule: quantile_call
+SELECT sex, MEDIAN(age) AS median_age, QUANTILE_DISC(income, 0.9) AS p90_income,
+       PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age DESC) AS upper_quartile_age
+FROM adult
+GROUP BY sex;

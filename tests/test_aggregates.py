@@ -88,3 +88,54 @@ def test_expressions_the_delta_method_cannot_follow_give_none(text):
     from dpsql.sql.delta import partials
 
     assert partials(sqlglot.parse_one(text, dialect="duckdb"), DUCKDB_VALUES, {"a", "b"}) is None
+
+
+def test_the_noisy_cdf_is_the_least_squares_monotone_fit():
+    """The pool-adjacent-violators fit equals SciPy's isotonic regression (an independent oracle)."""
+    from scipy.optimize import isotonic_regression
+
+    from dpsql.sql.aggregates import _monotone
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        p = np.cumsum(rng.integers(0, 5, 30)) + rng.normal(0, 4, 30)
+        np.testing.assert_allclose(_monotone(p), isotonic_regression(p).x, atol=1e-9)
+
+
+@pytest.mark.parametrize("func", ["quantile_cont", "quantile_disc"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_quantiles_read_from_exact_prefix_counts_equal_duckdb(func, descending):
+    """With exact prefix counts, the quantile is DuckDB's, for every fraction, in either order."""
+    import duckdb
+
+    from dpsql.sql.aggregates import quantile
+
+    rng = np.random.default_rng(4)
+    domain = np.array([-3, 0, 2, 5, 11])
+    for _ in range(60):
+        rows = rng.choice(domain, int(rng.integers(1, 12))).tolist()
+        q = float(rng.choice([0.0, 0.1, 0.25, 1 / 3, 0.5, 0.9, 1.0, rng.random()]))
+        parts = {f"le{j}": np.array([float(sum(r <= v for r in rows))]) for j, v in enumerate(domain)}
+        got = quantile(func, q, descending, domain, parts)[0]
+        sql_func = "percentile_cont" if func == "quantile_cont" else "percentile_disc"
+        want = duckdb.sql(f"SELECT {sql_func}({q!r}) WITHIN GROUP (ORDER BY x{' DESC' if descending else ''}) "
+                          f"FROM (SELECT unnest({rows}) AS x)").fetchall()[0][0]
+        assert got == pytest.approx(want, abs=1e-12), (rows, q)
+
+
+def test_a_quantile_interval_holds_the_estimate_and_shrinks_to_it_without_noise():
+    from dpsql.sql.aggregates import quantile, quantile_interval
+
+    domain = np.arange(10)
+    rows = np.repeat(domain, [5, 0, 3, 9, 1, 0, 7, 2, 2, 4])
+    exact = {f"le{j}": np.array([float((rows <= v).sum())]) for j, v in enumerate(domain)}
+    rng = np.random.default_rng(5)
+    noisy = {k: v + rng.normal(0, 2, 1) for k, v in exact.items()}
+    se = {k: np.array([2.0]) for k in exact}
+    for parts, spread in ((exact, {k: np.zeros(1) for k in exact}), (noisy, se)):
+        value = quantile("quantile_disc", 0.5, False, domain, parts)
+        low, high = quantile_interval("quantile_disc", 0.5, False, domain, parts, spread, 1.96)
+        assert low[0] <= value[0] <= high[0]
+        if parts is exact:
+            assert low[0] == value[0] == high[0] == 3
+    assert high[0] > low[0]  # the noisy band is wider than a point

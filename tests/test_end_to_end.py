@@ -515,3 +515,21 @@ def test_expressions_over_aggregates_are_evaluated_by_duckdb_after_noise():
         np.testing.assert_allclose(got[col].astype(float), want[col].astype(float), atol=1e-5)
     assert list(db.query("SELECT sex, COUNT(*) * 2 AS n2 FROM people GROUP BY ALL", epsilon=1e9).df.columns) == \
         ["sex", "n2", "std_error", "ci_low", "ci_high"]
+
+
+def test_quantile_intervals_cover_duckdb_quantiles():
+    """MEDIAN and a 90th percentile per group, released at a small budget: the CDF band's interval
+    holds DuckDB's exact quantile in most draws (the band is pointwise at 95%, so coverage is
+    near that), and the released value always lies inside its own interval."""
+    con = make_table(1500, seed=9)
+    db = connect(con, source_of_noise=np.random.default_rng(2))
+    sql = "SELECT region, MEDIAN(age) AS m, QUANTILE_DISC(age, 0.9) AS p FROM people GROUP BY region ORDER BY region"
+    exact = con.sql(sql).df()
+    hits = draws = 0
+    for _ in range(60):
+        df = db.query(sql, epsilon=0.5, noise="laplace").df
+        for col in ("m", "p"):
+            assert (df[f"{col}_ci_low"] <= df[col]).all() and (df[col] <= df[f"{col}_ci_high"]).all()
+            hits += int(((df[f"{col}_ci_low"] <= exact[col]) & (exact[col] <= df[f"{col}_ci_high"])).sum())
+            draws += len(df)
+    assert hits / draws >= 0.85, hits / draws

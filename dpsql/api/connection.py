@@ -73,7 +73,7 @@ from dpsql.private.ledger import Ledger
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema, load_schema
-from dpsql.sql.aggregates import MEASURES, gradient
+from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
 from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, schema_attributes
 from dpsql.sql.delta import partials
 from dpsql.sql.parse import explained
@@ -254,7 +254,7 @@ class Connection:
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
             for agg in st.plan.aggregates:
-                blocks = [st.block(agg.name, m) for m in MEASURES[agg.func]]
+                blocks = [b for b in st.blocks if b.aggregate == agg.name]
                 out[f"{agg.name}_std_error"] = (se[blocks[0].rows] * blocks[0].scale if len(blocks) == 1
                                                 else np.full(len(df), np.nan))
             frames.append(out)
@@ -380,7 +380,7 @@ class Connection:
         noise = noise or ("gaussian" if zcdp else "laplace")
         if noise == "gaussian" and not zcdp and delta is None:
             raise ArgumentError("std_error with Gaussian noise under an (epsilon, delta) budget needs delta=")
-        rows = [b for st in compiled.statements for a in st.plan.aggregates if a.visible and len(MEASURES[a.func]) == 1
+        rows = [b for st in compiled.statements for a in st.plan.aggregates if a.visible and a.func in ("count", "sum")
                 for b in [st.block(a.name)] if b.term is not None]
         if not rows:
             raise ArgumentError("std_error needs a COUNT or SUM to measure: the standard errors of other aggregates "
@@ -517,8 +517,11 @@ def _error_names(st: CompiledStatement, output: str) -> tuple[str, str, str]:
 _Gradient = list[tuple[Block, np.ndarray]]
 
 
-def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient:
-    blocks = [st.block(aggregate.name, m) for m in MEASURES[aggregate.func]]
+def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient | None:
+    """None for a quantile, which is not a differentiable function of its measured queries."""
+    blocks = [b for b in st.blocks if b.aggregate == aggregate.name]
+    if aggregate.func in QUANTILES:
+        return None
     if len(blocks) == 1:
         return [(blocks[0], np.ones(len(st.groups)))]
     grad = gradient(aggregate.func, st.parts(aggregate.name, answers))
@@ -565,10 +568,18 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
     grads = {a.name: _aggregate_gradient(st, a, answers) for a in st.plan.aggregates}
     values = {a.name: st.values(a.name, answers) for a in st.plan.aggregates}
     for agg in st.plan.aggregates:
-        if agg.visible:
-            err = _delta_method(grads[agg.name], se, covariance, size)
-            name, lo, hi = _error_names(st, agg.name)
-            out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
+        if not agg.visible:
+            continue
+        name, lo, hi = _error_names(st, agg.name)
+        if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
+            parts = st.parts(agg.name, answers)
+            spread = {b.measure: se[b.rows] * b.scale for b in st.blocks if b.aggregate == agg.name}
+            out[name] = np.full(size, np.nan)
+            out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
+                                                 np.array(st.thresholds[agg.name]), parts, spread, z)
+            continue
+        err = _delta_method(grads[agg.name], se, covariance, size)
+        out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
     for output in _error_outputs(st):
@@ -576,7 +587,7 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
             continue
         dual = partials(computed[output], columns, set(grads))
         name, lo, hi = _error_names(st, output)
-        if dual is None:
+        if dual is None or any(grads[a] is None for a in dual[1]):
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
         value, d = dual

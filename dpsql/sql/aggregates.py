@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MEASURES", "value", "gradient"]
+__all__ = ["MEASURES", "QUANTILES", "measures", "value", "gradient", "quantile", "quantile_interval"]
+
+#: The quantile functions: read from the column's CDF (see :func:`quantile`).
+QUANTILES = ("quantile_cont", "quantile_disc")
 
 #: The measured queries each aggregate function is computed from.
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -31,6 +34,16 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "stddev_pop": ("sum", "sumsq", "count"),
     "stddev_samp": ("sum", "sumsq", "count"),
 }
+
+def measures(func: str, thresholds: int = 0) -> tuple[str, ...]:
+    """The measured queries of an aggregate function: :data:`MEASURES`, or for a quantile one
+    prefix count ``le{j}`` per threshold: the rows whose value is at most the column's ``j``-th
+    smallest domain value (the last one counts every non-NULL value). That is the column's
+    cumulative distribution, a set of linear queries HDMM optimizes with the rest of the batch."""
+    if func in QUANTILES:
+        return tuple(f"le{j}" for j in range(thresholds))
+    return MEASURES[func]
+
 
 #: Rows a variance needs beyond its degrees of freedom: DuckDB's VAR_SAMP of one row is NULL.
 _DDOF = {"var_pop": 0, "var_samp": 1, "stddev_pop": 0, "stddev_samp": 1}
@@ -73,3 +86,85 @@ def gradient(func: str, parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             scale = 0.5 / value(func, parts)
             grad = {k: g * scale for k, g in grad.items()}
         return grad
+
+
+def _monotone(p: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``p`` in least squares (pool adjacent violators)."""
+    values: list[float] = []
+    sizes: list[int] = []
+    for x in p:
+        values.append(float(x))
+        sizes.append(1)
+        while len(values) > 1 and values[-2] > values[-1]:
+            size = sizes[-2] + sizes[-1]
+            values[-2] = (values[-2] * sizes[-2] + values[-1] * sizes[-1]) / size
+            sizes[-2] = size
+            values.pop()
+            sizes.pop()
+    return np.repeat(values, sizes)
+
+
+def _cdf(prefix: np.ndarray) -> np.ndarray:
+    """Noisy prefix counts (thresholds × groups) made a CDF: non-decreasing (the closest such in
+    least squares), at least 0, and whole counts, group by group."""
+    out = np.empty_like(prefix, dtype=float)
+    for g in range(prefix.shape[1]):
+        out[:, g] = np.maximum(np.rint(_monotone(prefix[:, g])), 0.0)
+    return out
+
+
+def _read(cdf: np.ndarray, values: np.ndarray, func: str, q: float, descending: bool) -> np.ndarray:
+    """The quantile per group from a CDF (thresholds × groups) over sorted ``values``, exactly
+    as DuckDB defines it on the rows the CDF counts: QUANTILE_DISC is the value at 0-based rank
+    max(0, ceil(q n) - 1) in the order asked; QUANTILE_CONT interpolates between ranks floor(h)
+    and ceil(h), h = q (n - 1). NaN (NULL) for a group with no row."""
+    n = cdf[-1]
+    out = np.full(cdf.shape[1], np.nan)
+    for g in range(cdf.shape[1]):
+        if n[g] < 1:
+            continue
+
+        def at(rank: float, g: int = g) -> float:  # the value at 0-based ascending rank
+            return float(values[min(int(np.searchsorted(cdf[:, g], rank + 1, side="left")), len(values) - 1)])
+
+        size = n[g]
+        if func == "quantile_disc":
+            rank = max(0.0, np.ceil(q * size) - 1.0)
+            out[g] = at(size - 1.0 - rank if descending else rank)
+        else:
+            h = (1.0 - q if descending else q) * (size - 1.0)
+            lo, hi = np.floor(h), np.ceil(h)
+            out[g] = at(lo) + (h - lo) * (at(hi) - at(lo))
+    return out
+
+
+def quantile(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray]) -> np.ndarray:
+    """A quantile per group from its noisy prefix counts ``parts['le{j}']`` over the column's
+    sorted non-NULL domain ``values``: the counts are made a CDF (monotone, non-negative, whole),
+    then read as DuckDB reads the sorted rows (:func:`_read`). Post-processing only.
+
+    >>> parts = {"le0": np.array([1.2]), "le1": np.array([2.3]), "le2": np.array([3.9])}  # rows 0, 1, 2, 2
+    >>> quantile("quantile_disc", 0.5, False, np.array([0, 1, 2]), parts).tolist()
+    [1.0]
+    >>> quantile("quantile_cont", 0.5, False, np.array([0, 1, 2]), parts).tolist()
+    [1.5]
+    """
+    prefix = np.array([parts[f"le{j}"] for j in range(len(values))], dtype=float)
+    return _read(_cdf(prefix), np.asarray(values), func, q, descending)
+
+
+def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray],
+                      se: dict[str, np.ndarray], z: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)`` per group: the quantile read from the CDF's error band, the prefix counts
+    raised and lowered by ``z`` standard errors (a higher CDF reaches a rank at a lower value).
+    The band is pointwise, so the interval is approximate; it is exact (the value) without noise."""
+    prefix = np.array([parts[f"le{j}"] for j in range(len(values))], dtype=float)
+    width = np.array([se[f"le{j}"] for j in range(len(values))], dtype=float) * z
+    total = _cdf(prefix)[-1:]
+    bands = []
+    for shift in (width, -width):
+        band = _cdf(prefix + shift)
+        band[-1] = total  # the count of rows is the estimate's: only where the ranks fall moves
+        bands.append(_read(np.minimum(band, total), np.asarray(values), func, q, descending))
+    low, high = (bands[1], bands[0]) if descending else (bands[0], bands[1])
+    return np.minimum(low, high), np.maximum(low, high)

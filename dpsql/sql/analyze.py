@@ -53,7 +53,8 @@ _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "W
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Variance: "var_samp",
                exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
                exp.StddevPop: "stddev_pop"}
-_SUPPORTED_AGGREGATES = "COUNT, SUM, AVG, VAR_POP, VAR_SAMP, VARIANCE, STDDEV, STDDEV_POP and STDDEV_SAMP"
+_SUPPORTED_AGGREGATES = ("COUNT, SUM, AVG, VAR_POP, VAR_SAMP, VARIANCE, STDDEV, STDDEV_POP, STDDEV_SAMP, MEDIAN, "
+                         "QUANTILE_CONT, QUANTILE_DISC, QUANTILE, PERCENTILE_CONT and PERCENTILE_DISC")
 
 _BINARY = frozenset({"this", "expression"})
 #: The sqlglot node types the compiler implements exactly, each with the arguments it reads (an
@@ -73,7 +74,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Where: frozenset({"this"}),
     exp.Group: frozenset({"expressions", "all"}),
     exp.Having: frozenset({"this"}),
-    exp.Order: frozenset({"expressions"}),
+    exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
@@ -88,6 +89,10 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Stddev: frozenset({"this"}),
     exp.StddevSamp: frozenset({"this"}),
     exp.StddevPop: frozenset({"this"}),
+    exp.Median: frozenset({"this"}),
+    exp.PercentileCont: _BINARY, exp.PercentileDisc: _BINARY,  # QUANTILE_CONT(x, q), or q WITHIN GROUP
+    exp.Quantile: frozenset({"this", "quantile"}),
+    exp.WithinGroup: _BINARY,
     # conditions and values: WHERE and GROUP BY keys, evaluated on the domain (dpsql.sql.grid)
     exp.Paren: frozenset({"this"}),
     exp.And: _BINARY, exp.Or: _BINARY, exp.Not: frozenset({"this"}),
@@ -505,6 +510,11 @@ def _refuse_node(node: exp.Expression, ctx: "_Context") -> None:
         agg = node.parent
         name = agg.sql_name() if not isinstance(agg, exp.Anonymous) else str(agg.this).upper()
         ctx.fail(UnsupportedSQLError, f"{name}(DISTINCT ...) is not supported", f"{name}(DISTINCT)", agg)
+    if isinstance(node, (exp.Min, exp.Max)):
+        name = node.sql_name()
+        ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported: one row decides it, so no noise keeps it "
+                 f"both private and useful; ask for a quantile instead, such as QUANTILE_DISC(x, "
+                 f"{'0.01' if isinstance(node, exp.Min) else '0.99'})", f"aggregate {name}", node)
     if isinstance(node, exp.AggFunc):
         name = node.sql_name()
         ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported ({_SUPPORTED_AGGREGATES} are)",
@@ -652,8 +662,13 @@ def _first_aggregate_in_items(items: list[_Item]) -> bool:
 # -- aggregates ---------------------------------------------------------------------------
 
 def _is_agg_node(node: exp.Expression) -> bool:
-    """An aggregate call, with its FILTER clause if it has one (the Filter node wraps the call)."""
-    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
+    """An aggregate call, with its FILTER clause if it has one (the Filter node wraps the call) and
+    its WITHIN GROUP (ORDER BY ...) if it has one (which wraps the call too)."""
+    if isinstance(node, exp.Filter):
+        node = node.this
+    if isinstance(node, exp.WithinGroup):
+        node = node.this
+    return isinstance(node, exp.AggFunc)
 
 
 def _contains_aggregate(expr: exp.Expression) -> bool:
@@ -671,12 +686,51 @@ def _is_aggregate_call(body: exp.Expression) -> bool:
     return _is_agg_node(body)
 
 
+def _quantile_call(body: exp.Expression, ctx: _Context) -> tuple[str, exp.Expression, float, bool] | None:
+    """``(func, column, fraction, descending)`` of a quantile call: MEDIAN(x), QUANTILE_CONT(x, q),
+    QUANTILE_DISC(x, q), QUANTILE(x, q) (DuckDB's QUANTILE_DISC), PERCENTILE_CONT(q) or
+    PERCENTILE_DISC(q) WITHIN GROUP (ORDER BY x [DESC]); None for another aggregate."""
+    if isinstance(body, exp.Median):
+        return "quantile_cont", body.this, 0.5, False
+    descending = False
+    if isinstance(body, exp.WithinGroup):
+        order, call = body.expression, body.this
+        terms = order.expressions if isinstance(order, exp.Order) else []
+        if not isinstance(call, (exp.PercentileCont, exp.PercentileDisc)) or len(terms) != 1 or call.expression:
+            ctx.fail(UnsupportedSQLError, "WITHIN GROUP takes PERCENTILE_CONT(q) or PERCENTILE_DISC(q) and one "
+                     "ORDER BY column", "WITHIN GROUP", body)
+        column, fraction, descending = terms[0].this, call.this, bool(terms[0].args.get("desc"))
+        body = call
+    elif isinstance(body, (exp.PercentileCont, exp.PercentileDisc)):
+        column, fraction = body.this, body.expression
+        if isinstance(fraction, exp.Order):  # QUANTILE_CONT(x, q ORDER BY x [DESC]): sqlglot's spelling of WITHIN GROUP
+            terms = fraction.expressions
+            if len(terms) != 1 or not _same(terms[0].this, column):
+                ctx.fail(UnsupportedSQLError, "a quantile's ORDER BY must name its column", "quantile ORDER BY",
+                         fraction)
+            fraction, descending = fraction.this, bool(terms[0].args.get("desc"))
+    elif isinstance(body, exp.Quantile):
+        column, fraction = body.this, body.args.get("quantile")
+    else:
+        return None
+    ok, q = literal_value(fraction) if fraction is not None else (False, None)
+    if not ok or isinstance(q, (bool, str)) or q is None or not 0 <= q <= 1:
+        ctx.fail(UnsupportedSQLError, "a quantile's fraction must be one number from 0 to 1 (a list of "
+                 "fractions is not supported: write one aggregate per fraction)", "quantile fraction",
+                 fraction if fraction is not None else body)
+    func = "quantile_cont" if isinstance(body, exp.PercentileCont) else "quantile_disc"
+    return func, column, float(q), descending
+
+
 def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx: _Context,
                     used: set[str], visible: bool = True) -> Aggregate:
     condition = None
     if isinstance(body, exp.Filter):
         condition = _filter_condition(body, schema, ctx)
         body = body.this
+    quantile = _quantile_call(body, ctx)
+    if quantile is not None:
+        return _make_quantile(body, quantile, alias, condition, schema, ctx, used, visible)
     func = _AGGREGATES.get(type(body))
     if func is None:
         name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
@@ -723,6 +777,30 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
             name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
     return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible,
                      filter=condition)
+
+
+def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, float, bool], alias: str | None,
+                   condition: exp.Expression | None, schema: Schema, ctx: _Context, used: set[str],
+                   visible: bool) -> Aggregate:
+    func, arg, q, descending = quantile
+    case_condition, arg = _conditional_argument("quantile", arg)
+    if case_condition is not None:  # MEDIAN(CASE WHEN c THEN x END) is MEDIAN(x) FILTER (WHERE c)
+        _check_condition(case_condition, "CASE WHEN inside an aggregate", schema, ctx)
+        condition = case_condition if condition is None else exp.and_(condition.copy(), case_condition.copy())
+    col = schema.column(arg.name) if isinstance(arg, exp.Column) else None
+    if not isinstance(arg, exp.Column):
+        ctx.fail(UnsupportedSQLError, "a quantile takes a column name", "quantile argument", arg)
+    if col is None:
+        _check_known(arg, schema, ctx)
+    if not col.is_numeric:
+        what = "binned" if isinstance(col, Binned) else col.kind
+        ctx.fail(DomainError, f"cannot take a quantile of the {what} column {col.name!r}: it needs a column whose "
+                 "values are numbers", f"quantile of {col.name}", body)
+    name = alias or body.sql(dialect="duckdb")
+    if alias is None and condition is not None:
+        name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
+    return Aggregate(name=_unique(name, used), func=func, column=col.name, visible=visible, filter=condition,
+                     quantile=q, descending=descending)
 
 
 def _filter_condition(node: exp.Filter, schema: Schema, ctx: _Context) -> exp.Expression:
@@ -830,7 +908,8 @@ class _Rewriter:
             self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", construct_name(node), node)
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
-            if a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter):
+            if (a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter)
+                    and a.quantile == probe.quantile and a.descending == probe.descending):
                 return a.name
         agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)
         self.aggregates.append(agg)

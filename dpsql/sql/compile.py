@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -53,7 +53,7 @@ from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Column, Schema, load_schema
-from dpsql.sql.aggregates import MEASURES, value
+from dpsql.sql.aggregates import QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from dpsql.sql.parse import Statement, parse_statements
@@ -89,10 +89,13 @@ class Block:
     stop: int
     term: int | None  # None for a statement without groups: no rows, nothing measured
     scale: float = 1.0
+    #: the rows, when not ``start:stop``: a quantile's prefix count ``j`` of each group, within the
+    #: one term that holds all of the column's prefix counts (``start`` is the term's first row)
+    index: np.ndarray | None = field(default=None, compare=False)
 
     @property
-    def rows(self) -> slice:
-        return slice(self.start, self.stop)
+    def rows(self) -> slice | np.ndarray:
+        return slice(self.start, self.stop) if self.index is None else self.index
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,13 +108,13 @@ class CompiledStatement:
     plan: QueryPlan
     groups: tuple[tuple, ...]
     blocks: tuple[Block, ...]
+    #: a quantile's thresholds: its column's non-NULL domain values, sorted (by aggregate name)
+    thresholds: dict[str, tuple] = field(default_factory=dict)
 
     def block(self, aggregate: str, measure: str | None = None) -> Block:
         """The block of one of an aggregate's measured queries (:data:`~dpsql.sql.aggregates.MEASURES`;
         the first by default, the only one for COUNT and SUM)."""
-        agg = next(a for a in self.plan.aggregates if a.name == aggregate)
-        measure = MEASURES[agg.func][0] if measure is None else measure
-        return next(b for b in self.blocks if b.aggregate == aggregate and b.measure == measure)
+        return next(b for b in self.blocks if b.aggregate == aggregate and measure in (None, b.measure))
 
     def rows(self, aggregate: str, measure: str | None = None) -> slice:
         """Workload rows of an aggregate's block."""
@@ -119,13 +122,15 @@ class CompiledStatement:
 
     def parts(self, aggregate: str, y: np.ndarray) -> dict[str, np.ndarray]:
         """An aggregate's measured queries per group, from workload answers ``y``."""
-        func = next(a for a in self.plan.aggregates if a.name == aggregate).func
-        return {m: y[self.rows(aggregate, m)] * self.block(aggregate, m).scale for m in MEASURES[func]}
+        return {b.measure: y[b.rows] * b.scale for b in self.blocks if b.aggregate == aggregate}
 
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
         """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
-        func = next(a for a in self.plan.aggregates if a.name == aggregate).func
-        return value(func, self.parts(aggregate, y))
+        agg = next(a for a in self.plan.aggregates if a.name == aggregate)
+        if agg.func in QUANTILES:
+            return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
+                            self.parts(aggregate, y))
+        return value(agg.func, self.parts(aggregate, y))
 
 
 @dataclass(frozen=True, eq=False)
@@ -390,7 +395,11 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
 
         # answers: one per group and measured aggregate, refused before the groups are listed
         n_groups = math.prod(len(rows) for rows in kept if rows is not None)
-        queries += n_groups * sum(len(MEASURES[a.func]) for a in plan.aggregates)
+        thresholds = {a.name: tuple(sorted(schema.column(a.column).values)) for a in plan.aggregates
+                      if a.func in QUANTILES}
+        queries += n_groups * sum(len(measures(a.func, len(thresholds.get(a.name, ())))) for a in plan.aggregates)
+        # one measured query per group for each of these; a quantile's prefix counts are one term
+        group_dims = [len(rows) if rows is not None else 1 for rows in kept]
         limits.check_queries(queries, f"statement {s_index + 1} ({n_groups:,} groups) and those before it need"
                              if len(plans) > 1 else f"this statement has {n_groups:,} groups and needs")
         # group labels: product over attributes (attribute order), reordered to key order
@@ -410,10 +419,24 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
             groups.append(tuple(labels))
 
         blocks: list[Block] = []
-        made: dict[tuple, Block] = {}
+        made: dict[tuple, Any] = {}  # a block (or a quantile's blocks) already measured, by what it counts
         for agg in plan.aggregates:
             masks = _masks(agg.filter, where, grids, attr_of)
-            for measure in MEASURES[agg.func]:
+            if agg.func in QUANTILES:  # the column's prefix counts: one term, a block per threshold
+                sig = ("cdf", agg.column, None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
+                if sig not in made:
+                    factors, index = _cdf_term(schema.column(agg.column), thresholds[agg.name], attributes, grids,
+                                               attr_of, masks, hosted, key_domains, plan.keys, kept, group_dims)
+                    nrows = n_groups * len(thresholds[agg.name])
+                    made[sig] = [Block(s_index, agg.name, f"le{j}", agg.column, None, row, row + nrows,
+                                       len(terms) if n_groups else None, 1.0, row + index[j])
+                                 for j in range(len(thresholds[agg.name]))]
+                    if n_groups:
+                        terms.append((1.0, tuple(factors)))
+                        row += nrows
+                blocks.extend(replace(b, aggregate=agg.name) for b in made[sig])
+                continue
+            for measure in measures(agg.func, len(thresholds.get(agg.name, ()))):
                 column = agg.column
                 col = schema.column(column) if column else None
                 # COUNT(col) of a non-nullable column is COUNT(*)
@@ -421,7 +444,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                        None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
                 if sig in made:
                     prev = made[sig]
-                    blocks.append(Block(s_index, agg.name, measure, column, None if measure == "count" else agg.bounds,
+                    blocks.append(Block(s_index, agg.name, measure, column,
+                                        agg.bounds if measure in ("sum", "sumsq") else None,
                                         prev.start, prev.stop, prev.term, prev.scale))
                     continue
                 if not n_groups:
@@ -446,14 +470,55 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                                            [key_domains[k] for k in hosted[a]],
                                            [plan.keys[k] for k in hosted[a]], kept[a]))
                 nrows = math.prod(f.shape[0] for f in factors)
-                blk = Block(s_index, agg.name, measure, column, None if measure == "count" else agg.bounds,
+                blk = Block(s_index, agg.name, measure, column, agg.bounds if measure in ("sum", "sumsq") else None,
                             row, row + nrows, len(terms), scale)
                 terms.append((1.0, tuple(factors)))
                 row += nrows
                 made[sig] = blk
                 blocks.append(blk)
-        compiled.append(CompiledStatement(index=s_index, plan=plan, groups=tuple(groups), blocks=tuple(blocks)))
+        compiled.append(CompiledStatement(index=s_index, plan=plan, groups=tuple(groups), blocks=tuple(blocks),
+                                          thresholds=thresholds))
     return CompiledBatch(schema=schema, attributes=attributes, statements=tuple(compiled), terms=tuple(terms))
+
+
+def _cdf_term(col: Column, levels: tuple, attributes: tuple[Attribute, ...], grids: list[Grid],
+              attr_of: dict[str, int], masks: list[np.ndarray | None], hosted: list[list[int]],
+              key_domains: list[_KeyDomain], keys: Sequence[GroupKey], kept: list[np.ndarray | None],
+              group_dims: list[int]) -> tuple[list[Matrix], list[np.ndarray]]:
+    """A quantile's prefix counts as one Kronecker term: on the column's attribute, one row per
+    (group, threshold) counting the cells whose value is at most the threshold (a prefix matrix
+    within each group); elsewhere the usual group factors. Also, per threshold, each group's row
+    in the term (the term's rows run in attribute order, the threshold beside its attribute's
+    group)."""
+    m = len(levels)
+    home = attr_of[col.name]
+    factors: list[Matrix] = []
+    for a, attr in enumerate(attributes):
+        doms = [key_domains[k] for k in hosted[a]]
+        if a != home:
+            factors.append(_factor(attr, grids[a], masks[a], None, doms, [keys[k] for k in hosted[a]], kept[a]))
+            continue
+        n = attr.size
+        label = grids[a].full(grids[a].axis_array(col.name, np.arange(col.size))).ravel()
+        rank = np.array([int(np.searchsorted(levels, v)) if v is not None else -1 for v in col.labels])[label]
+        groups = kept[a] if kept[a] is not None else np.zeros(1, np.int64)
+        row_of = np.full(math.prod(len(d.labels) for d in doms), -1)  # a group WHERE rules out has no row
+        row_of[groups] = np.arange(groups.size)
+        group = row_of[_cell_groups(doms)] if doms else np.zeros(n, np.int64)
+        valid = (rank >= 0) & (group >= 0) & (masks[a] if masks[a] is not None else True)
+        cells = np.nonzero(valid)[0]
+        lengths = m - rank[cells]  # a cell counts for its value's threshold and every one above
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        rows = np.repeat(group[cells] * m + rank[cells], lengths) + within
+        M = sp.csr_matrix((np.ones(rows.size), (rows, np.repeat(cells, lengths))), shape=(groups.size * m, n))
+        factors.append(Dense(M.toarray()) if M.shape[0] * n <= _DENSE_ENTRIES else Sparse(M))
+    dims = [d * m if a == home else d for a, d in enumerate(group_dims)]
+    multi = np.unravel_index(np.arange(math.prod(group_dims)), group_dims)
+    index = []
+    for j in range(m):
+        coords = [c * m + j if a == home else c for a, c in enumerate(multi)]
+        index.append(np.ravel_multi_index(coords, dims) if coords else np.zeros(0, np.int64))
+    return factors, index
 
 
 def _masks(condition: exp.Expression | None, masks: list[np.ndarray | None], grids: list[Grid],

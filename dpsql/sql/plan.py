@@ -42,7 +42,10 @@ class Aggregate:
     row contributes its value clamped to them, so one row changes a SUM by at
     most max(|lo|, |hi|). ``visible`` is False for an aggregate that only
     HAVING or ORDER BY mention. ``filter`` is the condition of ``FILTER (WHERE
-    ...)``: the aggregate reads only the rows where it holds (ANDed with WHERE)."""
+    ...)``: the aggregate reads only the rows where it holds (ANDed with WHERE).
+    For 'quantile_cont' and 'quantile_disc' (MEDIAN, QUANTILE_CONT/DISC,
+    PERCENTILE_CONT/DISC ... WITHIN GROUP), ``quantile`` is the fraction and
+    ``descending`` the order it counts in."""
 
     name: str
     func: str
@@ -50,6 +53,8 @@ class Aggregate:
     bounds: tuple[float, float] | None = None
     visible: bool = True
     filter: exp.Expression | None = None
+    quantile: float | None = None
+    descending: bool = False
 
     @property
     def sensitivity(self) -> float:
