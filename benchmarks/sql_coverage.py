@@ -51,6 +51,9 @@ PUMS_SCHEMA = {
         "state": {"type": "categorical", "values": ["CA", "NY", "TX", "WA", "MA"]},
         "name": {"type": "categorical", "values": ["Bach", "Bachelor", "Mozart", "Brahms"]},
     },
+    "public_tables": {"regions": {"columns": ["state", "region"],
+                                  "rows": [["CA", "West"], ["WA", "West"], ["NY", "East"], ["MA", "East"],
+                                           ["TX", "South"]]}},
 }
 
 SMARTNOISE = [
@@ -83,6 +86,8 @@ SMARTNOISE = [
     "SELECT age // 10 AS decade, COUNT(*) AS n FROM pums GROUP BY decade",
     "SELECT COUNT(DISTINCT educ) AS n FROM pums",
     "SELECT * FROM pums",
+    "SELECT r.region, COUNT(*) AS n, AVG(p.income) AS income FROM pums p JOIN regions r ON p.state = r.state "
+    "GROUP BY r.region ORDER BY n DESC",
 ]
 
 BIGQUERY = [

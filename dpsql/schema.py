@@ -56,6 +56,7 @@ __all__ = [
     "Binned",
     "Boolean",
     "PrivacyUnit",
+    "PublicTable",
     "Schema",
     "integer_cast_type",
     "load_schema",
@@ -350,15 +351,37 @@ class Attribute:
 
 
 @dataclass(frozen=True)
+class PublicTable:
+    """A public lookup table a statement may join (``public_tables:`` in a schema): its
+    ``columns`` and ``rows``, declared in the schema, so public by declaration. A join with it
+    on a key unique in it is a function of the private column, evaluated on the domain."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    def column(self, name: str) -> int | None:
+        """The position of column ``name`` (case-insensitive), or None."""
+        lowered = [c.lower() for c in self.columns]
+        return lowered.index(name.lower()) if name.lower() in lowered else None
+
+
+@dataclass(frozen=True)
 class Schema:
     """A table's public domain. ``columns`` keep their declaration order, which
     is the order of the data vector's axes. ``merge`` maps an attribute name to
-    columns that are always measured together as one attribute."""
+    columns that are always measured together as one attribute. ``public_tables``
+    are lookup tables a statement may join."""
 
     table: str
     columns: tuple[Column, ...]
     privacy_unit: PrivacyUnit = field(default_factory=PrivacyUnit)
     merge: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    public_tables: tuple[PublicTable, ...] = ()
+
+    def public_table(self, name: str) -> PublicTable | None:
+        """The public table called ``name`` (case-insensitive), or None."""
+        return next((t for t in self.public_tables if t.name.lower() == name.lower()), None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {c.name.lower(): c for c in self.columns})
@@ -463,8 +486,8 @@ def _build(spec: Any, source: str | None) -> Schema:
     if not isinstance(spec, Mapping):
         raise SchemaError([("", f"must be a mapping with 'table' and 'columns', got {type(spec).__name__}")], source)
     for key in spec:
-        if key not in {"table", "columns", "privacy_unit", "merge", "description"}:
-            bad(str(key), "unknown key (expected table, columns, privacy_unit, merge)")
+        if key not in {"table", "columns", "privacy_unit", "merge", "description", "public_tables"}:
+            bad(str(key), "unknown key (expected table, columns, privacy_unit, merge, public_tables)")
     table = spec.get("table")
     if table is None:
         bad("table", "is required")
@@ -551,9 +574,40 @@ def _build(spec: Any, source: str | None) -> Schema:
                     names.append(by_lower[c.lower()])
         merge.append((str(mname), tuple(names)))
 
+    public = _public_tables(spec.get("public_tables", {}), table, bad)
     if problems:
         raise SchemaError(problems, source)
-    return Schema(table=table, columns=tuple(columns), privacy_unit=unit, merge=tuple(merge))
+    return Schema(table=table, columns=tuple(columns), privacy_unit=unit, merge=tuple(merge), public_tables=public)
+
+
+def _public_tables(spec: Any, private: Any, bad: Callable[[str, str], None]) -> tuple[PublicTable, ...]:
+    """``public_tables: {name: {columns: [...], rows: [[...], ...]}}``: values are strings,
+    numbers, booleans or null; every row as long as ``columns``."""
+    if not isinstance(spec, Mapping):
+        bad("public_tables", "must be a mapping of table names to {columns, rows}")
+        return ()
+    out = []
+    for name, tspec in spec.items():
+        path = f"public_tables.{name}"
+        if not isinstance(name, str) or not name.strip() or (isinstance(private, str) and name.lower() == private.lower()):
+            bad(path, "must be a non-empty name other than the private table's")
+            continue
+        if not isinstance(tspec, Mapping) or set(tspec) - {"columns", "rows"}:
+            bad(path, "must be a mapping with 'columns' and 'rows'")
+            continue
+        cols, rows = tspec.get("columns"), tspec.get("rows")
+        if (not isinstance(cols, list) or not cols or not all(isinstance(c, str) and c for c in cols)
+                or len({c.lower() for c in cols}) != len(cols)):
+            bad(f"{path}.columns", "must be a list of distinct column names")
+            continue
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == len(cols) for r in rows):
+            bad(f"{path}.rows", f"must be a list of rows of {len(cols)} values")
+            continue
+        if any(not (v is None or isinstance(v, (str, bool)) or _is_number(v)) for r in rows for v in r):
+            bad(f"{path}.rows", "values must be strings, numbers, booleans or null")
+            continue
+        out.append(PublicTable(name=name, columns=tuple(cols), rows=tuple(tuple(r) for r in rows)))
+    return tuple(out)
 
 
 def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], None]) -> Column | None:

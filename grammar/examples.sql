@@ -117,3 +117,11 @@ SELECT sex, MEDIAN(age) AS median_age, QUANTILE_DISC(income, 0.9) AS p90_income,
        PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age DESC) AS upper_quartile_age
 FROM adult
 GROUP BY sex;
+
+-- rule: lookup_join, join_condition
+SELECT e.years, COUNT(*) AS n, AVG(a.age) AS mean_age
+FROM adult AS a JOIN education_years AS e ON a.education = e.education
+GROUP BY e.years;
+
+-- rule: lookup_join
+SELECT years, COUNT(*) AS n FROM adult LEFT JOIN education_years USING (education) GROUP BY ALL;

@@ -29,6 +29,9 @@ SCHEMA = {
         "region": {"type": "categorical", "values": ["E", "N", "S", "W"]},
         "score": {"type": "categorical", "values": [1, 2, 5, 10], "nullable": True, "bounds": [0, 8]},
     },
+    # a public lookup table (W has no zone: an INNER join drops its rows, a LEFT join gives NULL)
+    "public_tables": {"zones": {"columns": ["region", "zone"], "rows": [["E", "coast"], ["N", "inland"],
+                                                                         ["S", "coast"], ["X", "none"]]}},
 }
 HOURS_EDGES = [0, 10, 20, 40]
 HOURS_BIN_SQL = ("CASE WHEN hours < 10 THEN '[0, 10)' WHEN hours < 20 THEN '[10, 20)' "
@@ -65,6 +68,8 @@ def make_table(n: int = 400, seed: int = 0) -> duckdb.DuckDBPyConnection:
                 "hours::DOUBLE AS hours, white::BOOLEAN AS white, black::BOOLEAN AS black, "
                 "region::VARCHAR AS region, score::INTEGER AS score FROM df")
     con.unregister("df")
+    con.execute("CREATE TABLE zones (region VARCHAR, zone VARCHAR)")
+    con.executemany("INSERT INTO zones VALUES (?, ?)", SCHEMA["public_tables"]["zones"]["rows"])
     return con
 
 
@@ -299,8 +304,17 @@ class StatementGenerator:
         where = ""
         if r.random() < 0.85:
             where = f" WHERE {self.predicate(r.choice([1, 2, 3]))}"
-        sql = f"SELECT {', '.join(sel)} FROM people{where}"
-        osql = f"SELECT {', '.join(osel)} FROM people{where}"
+        join = r.choice(["", "", "", "", "", "", "", " JOIN zones USING (region)", " LEFT JOIN zones z USING (region)"])
+        if join and r.random() < 0.6:  # the public table's column as a key
+            sel.insert(0, "zone")
+            osel.insert(0, "zone")
+            keys = [("zone", "zone"), *keys]
+            group = [g if not g.isdigit() else str(int(g) + 1) for g in group]
+            ogroup = [str(int(g) + 1) for g in ogroup]
+            group.insert(0, "zone")
+            ogroup.insert(0, "1")
+        sql = f"SELECT {', '.join(sel)} FROM people{join}{where}"
+        osql = f"SELECT {', '.join(osel)} FROM people{join}{where}"
         if keys:
             sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"

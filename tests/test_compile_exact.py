@@ -36,7 +36,8 @@ def test_generator_covers_the_constructs():
                       "COUNT(black)", " IN (", "NOT IN", "BETWEEN", "GROUP BY 1", "CAST(", "age < score",
                       "hours", "GROUP BY ALL", "FILTER (WHERE", "SUM(CASE WHEN", "THEN 1 ELSE 0 END", "VAR_SAMP(",
                       "STDDEV_POP(", "VARIANCE(score)", "MEDIAN(", "QUANTILE_DISC(", "WITHIN GROUP (ORDER BY age DESC)",
-                      "LIKE", "age // 5", "COALESCE(", "regexp_matches(", "* 0.5"]:
+                      "LIKE", "age // 5", "COALESCE(", "regexp_matches(", "* 0.5", " JOIN zones USING (region)",
+                      "LEFT JOIN zones z"]:
         assert construct in text, construct
 
 

@@ -37,6 +37,7 @@ from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnErro
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
+from dpsql.sql.lookup import lookup
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
@@ -209,6 +210,7 @@ def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
+    tree = lookup(tree, schema, ctx.error)
     _check_select_args(tree, ctx)
     _check_supported(tree, schema, ctx)
     return tree
