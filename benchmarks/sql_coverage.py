@@ -41,6 +41,7 @@ from dpsql.sql.parse import parse_statements  # noqa: E402
 
 PUMS_SCHEMA = {
     "table": "pums",
+    "privacy_unit": {"column": "id", "max_rows": 1},  # a person per row, named for BigQuery's privacy_unit_column
     "columns": {
         "age": {"type": "integer", "min": 0, "max": 99},
         "sex": {"type": "categorical", "values": ["F", "M"]},
@@ -128,7 +129,7 @@ def pums(rows: int, seed: int) -> pd.DataFrame:
         "educ": rng.integers(1, 17, rows), "race": rng.integers(1, 7, rows),
         "income": rng.integers(0, 501, rows), "married": rng.random(rows) < 0.5,
         "state": rng.choice(["CA", "NY", "TX", "WA", "MA"], rows),
-        "name": rng.choice(["Bach", "Bachelor", "Mozart", "Brahms"], rows)})
+        "name": rng.choice(["Bach", "Bachelor", "Mozart", "Brahms"], rows), "id": np.arange(rows)})
 
 
 def run(db: dpsql.Connection, sql: str) -> tuple[str, str]:

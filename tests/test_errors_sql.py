@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import dpsql.errors as E
+import dpsql.schema
 from dpsql.schema import load_schema
 from dpsql.sql import compile_batch, plan_statement
 
@@ -238,3 +239,19 @@ def test_mutated_statements_never_raise_a_raw_exception():
             compile_batch(mutated, schema)
         except E.Error:
             pass
+
+
+def test_privacy_unit_column_must_be_the_schemas_unit():
+    """BigQuery's privacy_unit_column option is accepted when it names the unit the schema
+    declares, and refused otherwise: a statement cannot choose whom the noise protects."""
+    import dataclasses
+
+    rows = dataclasses.replace(SCHEMA, privacy_unit=dpsql.schema.PrivacyUnit())
+    sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 1, privacy_unit_column = {}) COUNT(*) FROM t"
+    assert compile_batch(sql.format("UID"), SCHEMA).statements[0].plan.options["epsilon"] == 1.0
+    for schema, name in ((SCHEMA, "other"), (rows, "uid")):
+        with pytest.raises(E.UnsupportedSQLError, match="not the privacy unit the data owner declared") as info:
+            compile_batch(sql.format(name), schema)
+        assert info.value.construct == "privacy_unit_column" and info.value.line == 1
+    with pytest.raises(E.UnsupportedSQLError, match="must name a column"):
+        compile_batch(sql.format("1"), SCHEMA)

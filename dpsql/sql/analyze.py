@@ -180,6 +180,12 @@ _Item = tuple[str | None, exp.Expression, bool]
 def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     """The steps of :func:`analyze`, in the order their errors are raised."""
     ctx = _Context(stmt)
+    unit = stmt.options.get("privacy_unit_column")
+    if unit is not None and (schema.privacy_unit.column or "").lower() != str(unit).lower():
+        declared = (f"column {schema.privacy_unit.column!r}" if schema.privacy_unit.column else "each row")
+        ctx.fail(UnsupportedSQLError, f"privacy_unit_column = {unit} is not the privacy unit the data owner declared "
+                 f"in the schema ({declared}); a statement cannot choose whom the noise protects",
+                 "privacy_unit_column", None)
     tree = _check_statement(stmt.tree, schema, ctx)
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)

@@ -84,7 +84,7 @@ def _text(v: object) -> str:
     return repr(v) if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # a result holds up to MAX_ATTRIBUTE_SIZE cells
 def _evaluate(text: str, columns: tuple[Column, ...]) -> DomainValues:
     for col in columns:
         if isinstance(col, Binned):

@@ -43,8 +43,8 @@ def lookup(tree: exp.Select, schema: Schema, fail: Fail) -> exp.Select:
     """``tree`` with its joins with public tables inlined (see the module docstring); a tree
     without joins is returned as it is. ``fail(cls, message, construct, node)`` builds the error."""
     joins = tree.args.get("joins") or []
-    if not joins:
-        return tree
+    if not joins or any(not any(j.args.get(k) for k in ("on", "using", "side", "kind", "method")) for j in joins):
+        return tree  # none, or FROM a, b: the analyzer refuses a second table
     frm = tree.args.get("from_")
     private = frm.this if frm is not None else None
     if not isinstance(private, exp.Table) or private.name.lower() != schema.table.lower():

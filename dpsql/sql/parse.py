@@ -45,7 +45,7 @@ __all__ = ["Source", "Statement", "parse_statements", "nesting_depth", "explaine
 
 DIALECT = "duckdb"
 
-_DP_OPTIONS = {"epsilon", "delta"}
+_DP_OPTIONS = {"epsilon", "delta", "privacy_unit_column"}
 _DP = "DIFFERENTIAL_PRIVACY OPTIONS"
 
 
@@ -207,8 +207,9 @@ def _dp_clauses(tokens: Sequence, source: Source) -> list[_Clause]:
     return clauses
 
 
-def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], UnsupportedSQLError]) -> tuple[int, str, float]:
-    """Read ``name = [sign] number`` at tokens[j]; return the next index, the name and the value."""
+def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], UnsupportedSQLError]) -> tuple[int, str, Any]:
+    """Read ``name = [sign] number`` (or ``privacy_unit_column = name``) at tokens[j]; return the
+    next index, the name and the value."""
     end = len(tokens)
     if j >= end or tokens[j].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
         raise fail("cannot read DIFFERENTIAL_PRIVACY option; expected name=number", tokens[min(j, end - 1)])
@@ -219,6 +220,10 @@ def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], Unsupporte
                    f"(supported: {', '.join(sorted(_DP_OPTIONS))})", name_tok)
     if j + 1 >= end or tokens[j + 1].token_type != TokenType.EQ:
         raise fail(f"cannot read DIFFERENTIAL_PRIVACY option {name}; expected {name}=number", name_tok)
+    if name == "privacy_unit_column":  # BigQuery's: checked against the schema's unit by the analyzer
+        if j + 2 >= end or tokens[j + 2].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+            raise fail("DIFFERENTIAL_PRIVACY option privacy_unit_column must name a column", tokens[min(j + 2, end - 1)])
+        return j + 3, name, tokens[j + 2].text
     k = j + 2
     sign = 1.0
     if k < end and tokens[k].token_type in (TokenType.DASH, TokenType.PLUS):
