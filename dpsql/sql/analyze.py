@@ -130,7 +130,7 @@ _ARG_NAMES = {
     (exp.In, "unnest"): "IN UNNEST", (exp.Column, "db"): "a schema-qualified column name",
     (exp.Column, "catalog"): "a catalog-qualified column name", (exp.Cast, "format"): "CAST ... FORMAT",
     (exp.DataType, "nested"): "a nested type",
-(exp.Is, "negate"): "IS NOT",
+    (exp.Is, "negate"): "IS NOT",
 }
 
 
