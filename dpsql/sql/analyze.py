@@ -23,7 +23,7 @@ before any expression is evaluated.
 >>> plan_statement("SELECT sex, COUNT(*) FROM t JOIN u ON t.a = u.a GROUP BY sex", s)
 Traceback (most recent call last):
 ...
-dpsql.errors.UnsupportedSQLError: JOIN is not supported: a statement reads one table at line 1, column 29
+dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public lookup table declared under public_tables: in the schema can be joined (a join of two private tables would let one row weigh on many answers) at line 1, column 29
 """
 
 from __future__ import annotations
