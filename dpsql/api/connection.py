@@ -254,7 +254,7 @@ class Connection:
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
             for agg in st.plan.aggregates:
-                blocks = [b for b in st.blocks if b.aggregate == agg.name]
+                blocks = st.blocks_of(agg.name)
                 out[f"{agg.name}_std_error"] = (se[blocks[0].rows] * blocks[0].scale if len(blocks) == 1
                                                 else np.full(len(df), np.nan))
             frames.append(out)
@@ -519,9 +519,9 @@ _Gradient = list[tuple[Block, np.ndarray]]
 
 def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient | None:
     """None for a quantile, which is not a differentiable function of its measured queries."""
-    blocks = [b for b in st.blocks if b.aggregate == aggregate.name]
     if aggregate.func in QUANTILES:
         return None
+    blocks = st.blocks_of(aggregate.name)
     if len(blocks) == 1:
         return [(blocks[0], np.ones(len(st.groups)))]
     grad = gradient(aggregate.func, st.parts(aggregate.name, answers))
@@ -573,7 +573,7 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
         name, lo, hi = _error_names(st, agg.name)
         if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
             parts = st.parts(agg.name, answers)
-            spread = {b.measure: se[b.rows] * b.scale for b in st.blocks if b.aggregate == agg.name}
+            spread = {b.measure: se[b.rows] * b.scale for b in st.blocks_of(agg.name)}
             out[name] = np.full(size, np.nan)
             out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
                                                  np.array(st.thresholds[agg.name]), parts, spread, z)

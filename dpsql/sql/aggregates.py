@@ -138,6 +138,11 @@ def _read(cdf: np.ndarray, values: np.ndarray, func: str, q: float, descending: 
     return out
 
 
+def _prefix(parts: dict[str, np.ndarray], thresholds: int) -> np.ndarray:
+    """The prefix counts ``parts['le{j}']`` as one array (thresholds × groups)."""
+    return np.array([parts[f"le{j}"] for j in range(thresholds)], dtype=float)
+
+
 def quantile(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray]) -> np.ndarray:
     """A quantile per group from its noisy prefix counts ``parts['le{j}']`` over the column's
     sorted non-NULL domain ``values``: the counts are made a CDF (monotone, non-negative, whole),
@@ -149,8 +154,7 @@ def quantile(func: str, q: float, descending: bool, values: np.ndarray, parts: d
     >>> quantile("quantile_cont", 0.5, False, np.array([0, 1, 2]), parts).tolist()
     [1.5]
     """
-    prefix = np.array([parts[f"le{j}"] for j in range(len(values))], dtype=float)
-    return _read(_cdf(prefix), np.asarray(values), func, q, descending)
+    return _read(_cdf(_prefix(parts, len(values))), np.asarray(values), func, q, descending)
 
 
 def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray],
@@ -158,8 +162,8 @@ def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray,
     """``(low, high)`` per group: the quantile read from the CDF's error band, the prefix counts
     raised and lowered by ``z`` standard errors (a higher CDF reaches a rank at a lower value).
     The band is pointwise, so the interval is approximate; it is exact (the value) without noise."""
-    prefix = np.array([parts[f"le{j}"] for j in range(len(values))], dtype=float)
-    width = np.array([se[f"le{j}"] for j in range(len(values))], dtype=float) * z
+    prefix = _prefix(parts, len(values))
+    width = _prefix(se, len(values)) * z
     total = _cdf(prefix)[-1:]
     bands = []
     for shift in (width, -width):

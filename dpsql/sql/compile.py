@@ -53,7 +53,7 @@ from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Column, Schema, load_schema
-from dpsql.sql.aggregates import QUANTILES, measures, quantile, value
+from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
 from dpsql.sql.parse import Statement, parse_statements
@@ -116,13 +116,17 @@ class CompiledStatement:
         the first by default, the only one for COUNT and SUM)."""
         return next(b for b in self.blocks if b.aggregate == aggregate and measure in (None, b.measure))
 
+    def blocks_of(self, aggregate: str) -> list[Block]:
+        """An aggregate's blocks, one per measured query, in measure order."""
+        return [b for b in self.blocks if b.aggregate == aggregate]
+
     def rows(self, aggregate: str, measure: str | None = None) -> slice:
         """Workload rows of an aggregate's block."""
         return self.block(aggregate, measure).rows
 
     def parts(self, aggregate: str, y: np.ndarray) -> dict[str, np.ndarray]:
         """An aggregate's measured queries per group, from workload answers ``y``."""
-        return {b.measure: y[b.rows] * b.scale for b in self.blocks if b.aggregate == aggregate}
+        return {b.measure: y[b.rows] * b.scale for b in self.blocks_of(aggregate)}
 
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
         """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
@@ -422,8 +426,9 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
         made: dict[tuple, Any] = {}  # a block (or a quantile's blocks) already measured, by what it counts
         for agg in plan.aggregates:
             masks = _masks(agg.filter, where, grids, attr_of)
+            filter_sql = None if agg.filter is None else agg.filter.sql(dialect="duckdb")
             if agg.func in QUANTILES:  # the column's prefix counts: one term, a block per threshold
-                sig = ("cdf", agg.column, None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
+                sig = ("cdf", agg.column, filter_sql)
                 if sig not in made:
                     factors, index = _cdf_term(schema.column(agg.column), thresholds[agg.name], attributes, grids,
                                                attr_of, masks, hosted, key_domains, plan.keys, kept, group_dims)
@@ -436,12 +441,12 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                         row += nrows
                 blocks.extend(replace(b, aggregate=agg.name) for b in made[sig])
                 continue
-            for measure in measures(agg.func, len(thresholds.get(agg.name, ()))):
+            for measure in MEASURES[agg.func]:
                 column = agg.column
                 col = schema.column(column) if column else None
                 # COUNT(col) of a non-nullable column is COUNT(*)
                 sig = (measure, column if (measure != "count" or (col is not None and col.nullable)) else None,
-                       None if agg.filter is None else agg.filter.sql(dialect="duckdb"))
+                       filter_sql)
                 if sig in made:
                     prev = made[sig]
                     blocks.append(Block(s_index, agg.name, measure, column,

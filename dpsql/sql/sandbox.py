@@ -34,8 +34,7 @@ __all__ = ["cursor", "check_deterministic", "aggregate_names"]
 
 _LOCK = threading.Lock()
 _DATABASE: list[duckdb.DuckDBPyConnection] = []
-_NON_DETERMINISTIC: list[frozenset[str]] = []
-_AGGREGATES: list[frozenset[str]] = []
+_NAMES: dict[str, frozenset[str]] = {}  # function names by their duckdb_functions() condition
 
 #: Functions DuckDB does not mark volatile that still read the session or the clock.
 _SESSION = frozenset({"getvariable", "in_search_path", "now", "today", "transaction_timestamp", "txid_current"})
@@ -56,31 +55,26 @@ def cursor() -> duckdb.DuckDBPyConnection:
         return _DATABASE[0].cursor()
 
 
-def _non_deterministic(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+def _function_names(condition: str) -> frozenset[str]:
+    """The names (lower case) of DuckDB's functions that meet ``condition`` on
+    ``duckdb_functions()``, read once per process."""
     with _LOCK:
-        if not _NON_DETERMINISTIC:
-            rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
-                               "WHERE stability = 'VOLATILE'").fetchall()
-            _NON_DETERMINISTIC.append(frozenset(r[0].lower() for r in rows) | _SESSION)
-        return _NON_DETERMINISTIC[0]
+        cached = _NAMES.get(condition)
+    if cached is None:
+        con = cursor()
+        try:
+            rows = con.execute(f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE {condition}").fetchall()
+        finally:
+            con.close()
+        with _LOCK:
+            cached = _NAMES.setdefault(condition, frozenset(r[0].lower() for r in rows))
+    return cached
 
 
 def aggregate_names() -> frozenset[str]:
     """The names (lower case) of DuckDB's aggregate functions, such as ``mode`` or ``string_agg``:
     a call sqlglot does not know is still recognized as an aggregate."""
-    with _LOCK:
-        if _AGGREGATES:
-            return _AGGREGATES[0]
-    con = cursor()
-    try:
-        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
-                           "WHERE function_type = 'aggregate'").fetchall()
-    finally:
-        con.close()
-    with _LOCK:
-        if not _AGGREGATES:
-            _AGGREGATES.append(frozenset(r[0].lower() for r in rows))
-        return _AGGREGATES[0]
+    return _function_names("function_type = 'aggregate'")
 
 
 def _functions(tree: Any) -> Iterator[tuple[str, str]]:
@@ -106,9 +100,9 @@ def check_deterministic(sql: str, columns: set[str]) -> None:
     con = cursor()
     try:
         text = con.execute("SELECT json_serialize_sql(?)", [f"SELECT {sql}"]).fetchone()[0]
-        refused = _non_deterministic(con)
     finally:
         con.close()
+    refused = _function_names("stability = 'VOLATILE'") | _SESSION
     tree = json.loads(text)
     if tree.get("error"):
         raise ValueError(f"DuckDB cannot parse it ({str(tree.get('error_message', ''))[:200]})")
