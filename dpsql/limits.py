@@ -16,6 +16,7 @@ limit                         what it bounds
 :data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory;
                               a workload's own marginals: :meth:`~dpsql.hdmm.workload.Workload.check_size`)
 :data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
+:data:`MAX_PUBLIC_ROWS`       rows of a table the owner marks public (``connect(public_tables=...)``)
 ============================  ==========================================================
 
 >>> check_queries(10**12, "this statement has 1,000,000,000,000 groups and needs")  # doctest: +ELLIPSIS
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "MAX_SYNTHETIC_CELLS", "NestingLimitError", "check_queries", "check_measured_cells",
+           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "NestingLimitError", "check_queries", "check_measured_cells",
            "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
@@ -49,6 +50,9 @@ MAX_SQL_DEPTH = 25
 MAX_QUERIES = 2_000_000
 #: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
 MAX_MEASURED_CELLS = 20_000_000
+#: Rows of a table the owner marks public when connecting: a lookup join inlines one CASE
+#: branch per row whose key is in the private column's domain.
+MAX_PUBLIC_ROWS = 100_000
 
 _SYNTHETIC = ("answer fewer or coarser groups (a CASE bucketing, a WHERE), split the batch, or "
               "build a synthetic table once with db.synthesize(...) (dpsql synth) and query it freely")

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -60,6 +60,7 @@ __all__ = [
     "Schema",
     "integer_cast_type",
     "load_schema",
+    "with_public_tables",
 ]
 
 #: Largest domain accepted for one column (keeps matrices implicit-friendly).
@@ -578,6 +579,30 @@ def _build(spec: Any, source: str | None) -> Schema:
     if problems:
         raise SchemaError(problems, source)
     return Schema(table=table, columns=tuple(columns), privacy_unit=unit, merge=tuple(merge), public_tables=public)
+
+
+def with_public_tables(schema: Schema, tables: Mapping[str, Any]) -> Schema:
+    """``schema`` with more public lookup tables, ``{name: {"columns": [...], "rows": [[...]]}}``,
+    checked as a ``public_tables:`` entry is (and against the names already declared); e.g. the
+    tables an owner marks public when connecting (``dpsql.connect(..., public_tables=[...])``).
+    Raises :class:`~dpsql.errors.SchemaError` listing every problem.
+
+    >>> s = load_schema({"table": "t", "columns": {"st": {"type": "categorical", "values": ["CA"]}}})
+    >>> with_public_tables(s, {"r": {"columns": ["st", "region"], "rows": [["CA", "W"]]}}).public_table("R").rows
+    (('CA', 'W'),)
+    """
+    problems: list[tuple[str, str]] = []
+
+    def bad(path: str, msg: str) -> None:
+        problems.append((path, msg))
+
+    for name in tables:
+        if isinstance(name, str) and schema.public_table(name) is not None:
+            bad(f"public_tables.{name}", "is already declared in the schema")
+    added = _public_tables(tables, schema.table, bad)
+    if problems:
+        raise SchemaError(problems)
+    return replace(schema, public_tables=schema.public_tables + added)
 
 
 def _public_tables(spec: Any, private: Any, bad: Callable[[str, str], None]) -> tuple[PublicTable, ...]:

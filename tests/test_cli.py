@@ -447,3 +447,24 @@ def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra
     (line,) = error_lines(err)
     assert match in line
     assert entries(ledger) == [] and not (tmp_path / "syn.csv").exists()
+
+
+def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, capsys):
+    db_file = tmp_path / "people.duckdb"
+    with duckdb.connect(str(db_file)) as c:
+        c.execute("CREATE TABLE people AS SELECT * FROM read_parquet(?)", [data["parquet"]])
+        c.execute("CREATE TABLE labels AS SELECT * FROM (VALUES ('E', 'east'), ('W', 'west')) t(region, label)")
+    schema = tmp_path / "s.yaml"
+    schema.write_text(yaml.safe_dump({k: v for k, v in SCHEMA.items() if k != "public_tables"}))
+    sql = "SELECT label, COUNT(*) AS n FROM people JOIN labels USING (region) GROUP BY label"
+    args = ["query", sql, "--data", str(db_file), "--schema", str(schema), "--ledger", str(tmp_path / "l"), *HUGE]
+    rc, _, err = run(capsys, *args)
+    assert rc != 0 and "only a public lookup table" in err
+    assert Ledger(tmp_path / "l").spent().epsilon == 0
+    out = tmp_path / "n.csv"
+    rc, _, err = run(capsys, *args, "--public-table", "labels", "--out", str(out))
+    assert rc == 0, err
+    want = exact(data["con"], "SELECT CASE region WHEN 'E' THEN 'east' ELSE 'west' END, COUNT(*) FROM people "
+                              "WHERE region IN ('E', 'W') GROUP BY 1")
+    got = pd.read_csv(out)
+    assert dict(zip(got["label"], got["n"].round(3))) == want

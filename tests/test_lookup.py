@@ -108,3 +108,63 @@ def test_joins_that_are_not_lookups_are_refused_before_spending(db, sql, message
 def test_public_tables_are_validated(tables, where):
     with pytest.raises(SchemaError, match=where):
         load_schema({**SCHEMA, "public_tables": tables})
+
+
+# -- tables the owner marks public when connecting ------------------------------------------
+
+OWNER_SCHEMA = {k: v for k, v in SCHEMA.items() if k != "public_tables"}
+
+
+@pytest.fixture(scope="module")
+def owner_db(con):
+    return dpsql.connect(con, schema=OWNER_SCHEMA, budget=Budget(epsilon=1e15), cache=False, progress=False,
+                         public_tables=["regions", "pairs"])
+
+
+@pytest.mark.parametrize("sql", JOINS)
+def test_tables_the_owner_marks_public_join_like_declared_ones(con, db, owner_db, sql):
+    assert owner_db.schema.public_table("regions").rows == tuple(tuple(r) for r in REGIONS)
+    got = owner_db.query(sql, epsilon=1e9, noise="laplace").df
+    want = con.sql(sql).df()
+    assert len(got) == len(want)
+    for col in want.columns:
+        a = [None if pd.isna(x) else x for x in got[col]]
+        b = [None if pd.isna(x) else x for x in want[col]]
+        if want[col].dtype.kind in "iuf":
+            np.testing.assert_allclose(np.array(a, float), np.array(b, float), atol=1e-4, err_msg=col)
+        else:
+            assert a == b
+
+
+def test_owner_marked_values_become_schema_values(con):
+    con.execute("CREATE TABLE typed AS SELECT * FROM (VALUES ('CA', 1.50::DECIMAL(4,2), 3::DECIMAL(4,0), "
+                "DATE '2020-01-02', 'nan'::DOUBLE, NULL::BIGINT, true)) t(state, d, whole, day, f, n, b)")
+    db = dpsql.connect(con, schema=OWNER_SCHEMA, budget=Budget(epsilon=1.0), cache=False, progress=False,
+                       public_tables=["typed"])
+    table = db.schema.public_table("typed")
+    assert table.columns == ("state", "d", "whole", "day", "f", "n", "b")
+    assert table.rows == (("CA", 1.5, 3, "2020-01-02", None, None, True),)
+
+
+def test_only_the_owner_marks_tables_and_what_is_marked_is_checked(con, tmp_path):
+    from dpsql.private.backend import DuckDBBackend, public_table
+
+    def connect(tables, schema=OWNER_SCHEMA):
+        return dpsql.connect(con, schema=schema, budget=Budget(epsilon=1.0), cache=False, public_tables=tables)
+
+    with pytest.raises(dpsql.ArgumentError, match="private table 'people' cannot be marked public"):
+        connect(["PEOPLE"])
+    with pytest.raises(dpsql.ArgumentError, match="list of table names"):
+        connect("regions")
+    with pytest.raises(ValueError, match="cannot read public table 'nowhere'"):
+        connect(["nowhere"])
+    with pytest.raises(SchemaError, match="already declared in the schema"):
+        connect(["regions"], schema=SCHEMA)
+    with pytest.raises(ValueError, match="more than 3 rows"):
+        public_table(DuckDBBackend(con), "regions", 3)
+    assert len(public_table(DuckDBBackend(con), "regions", 4)["rows"]) == 4
+    # the analyst's connection has no way to mark a table: nothing on it takes a table to publish
+    db = connect([])
+    assert not any("public" in name for name in dir(db) if not name.startswith("_"))
+    with pytest.raises(UnsupportedSQLError, match="only a public lookup table"):
+        db.query("SELECT COUNT(*) FROM people JOIN regions USING (state)", epsilon=1.0)

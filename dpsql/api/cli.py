@@ -67,6 +67,8 @@ def _add_source(p: argparse.ArgumentParser) -> None:
     """The private table, its ledger and the spend: what every spending command takes."""
     _add_table(p)
     p.add_argument("--ledger", required=True, help="the privacy-budget ledger file (created if absent)")
+    p.add_argument("--public-table", action="append", default=[], metavar="NAME",
+                   help="a table in a .duckdb --data that the owner declares public, for lookup joins (repeatable)")
     p.add_argument("--epsilon", type=float, help="epsilon to spend on this request")
     p.add_argument("--rho", type=float, help="rho to spend (zCDP budgets)")
 
@@ -218,7 +220,8 @@ def _check_writable(directory: Path, out: Path) -> None:
 
 
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
-    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger)
+    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
+                 public_tables=args.public_table)
     try:
         spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
         inner = explained(statements) if single else None
@@ -260,7 +263,7 @@ def _workload(text: str):
 
 def _run_synth(args: argparse.Namespace) -> int:
     db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
-                 progress=True)
+                 progress=True, public_tables=args.public_table)
     try:
         options = {} if args.rounds is None else {"rounds": args.rounds}
         syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,

@@ -65,14 +65,15 @@ from dpsql.hdmm.optimize import select
 from dpsql.hdmm.optimize.selector import OBJECTIVES
 from dpsql.hdmm.reconstruct import least_squares, nonnegative
 from dpsql.hdmm.strategy import Strategy
+from dpsql.limits import MAX_PUBLIC_ROWS
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
-from dpsql.private.backend import Backend, backend_for, open_source
+from dpsql.private.backend import Backend, backend_for, open_source, public_table
 from dpsql.private.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.private.ledger import Ledger
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
-from dpsql.schema import Schema, load_schema
+from dpsql.schema import Schema, load_schema, with_public_tables
 from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
 from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, schema_attributes
 from dpsql.sql.delta import partials
@@ -96,7 +97,8 @@ _last: "Connection | None" = None
 def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | Any", table: str | None = None,
             schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
             ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
-            progress: bool | None = None, source_of_noise: UniformSource | None = None) -> "Connection":
+            progress: bool | None = None, source_of_noise: UniformSource | None = None,
+            public_tables: Sequence[str] = ()) -> "Connection":
     """Open a private table for differentially private queries.
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
@@ -113,6 +115,12 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     False for none. ``progress``: show progress for long strategy selections
     (None: only when slow). ``source_of_noise``: a seeded uniform source for
     reproducible tests; it is not secure and must not be used for releases.
+    ``public_tables``: names of tables in ``source`` that the owner declares
+    public, so statements may join them as lookup tables (like the schema's
+    ``public_tables:``). They are read in full, once, now (at most
+    :data:`~dpsql.limits.MAX_PUBLIC_ROWS` rows each), and nothing read later
+    from the source is public: only the owner can mark a table, here, because
+    marking one publishes it.
     """
     global _last
     if schema is None:
@@ -121,7 +129,14 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     name = table or schema.table
     if name != schema.table:
         schema = dataclasses.replace(schema, table=name)
-    conn = Connection(open_source(source, name, schema), schema, Ledger(ledger, budget), cache=cache,
+    backend = open_source(source, name, schema)
+    if isinstance(public_tables, str) or not all(isinstance(t, str) for t in public_tables):
+        raise ArgumentError("public_tables must be a list of table names")
+    if any(t.lower() == name.lower() for t in public_tables):
+        raise ArgumentError(f"the private table {name!r} cannot be marked public")
+    if public_tables:
+        schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
+    conn = Connection(backend, schema, Ledger(ledger, budget), cache=cache,
                       progress=progress, source_of_noise=source_of_noise)
     _last = conn
     return conn

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import abc
 import csv
+import decimal
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
     from dpsql.schema import Schema
 
 __all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
-           "duckdb_type_family", "is_spark_session", "open_source", "safe_view",
+           "duckdb_type_family", "is_spark_session", "open_source", "public_table", "safe_view",
            "spark_type_family", "table_expression"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know).
@@ -480,6 +481,43 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     else:
         raise ValueError(f"cannot tell the format of {path}: use .duckdb, .csv, .tsv or .parquet")
     return DuckDBBackend(con)
+
+
+def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
+    """The columns and rows of table ``name`` of the owner's source, as a ``public_tables:`` entry
+    (``{"columns": [...], "rows": [[...], ...]}``), for a table the owner marks public when
+    connecting. Values become what a schema declares: NULL and NaN are None, numbers and
+    booleans Python's, DECIMALs numbers, and any other type (dates, times, lists...) its text as
+    the engine casts it. Raises ValueError when the table has more than ``max_rows`` rows or
+    cannot be read: the owner's own public table, so its size and error are not secret.
+    """
+    try:
+        types = backend.column_types(name)
+        items = [exp.cast(exp.column(c, quoted=True), "text") if family == "other" else exp.column(c, quoted=True)
+                 for c, family in types.items()]
+        data = backend.run(exp.select(*[exp.alias_(e, c, quoted=True) for e, c in zip(items, types)])
+                           .from_(table_expression(name)).limit(max_rows + 1))
+    except BackendError as e:
+        raise ValueError(f"cannot read public table {name!r}: {e.reason}") from None
+    columns = list(data)
+    rows = [list(r) for r in zip(*(_python_values(data[c]) for c in columns))]
+    if len(rows) > max_rows:
+        raise ValueError(f"public table {name!r} has more than {max_rows:,} rows (each becomes a branch of the "
+                         "lookup's CASE); declare a smaller one")
+    return {"columns": columns, "rows": rows}
+
+
+def _python_values(values: np.ndarray) -> list:
+    mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else np.zeros(len(values), bool)
+    return [None if m else _python_value(v) for v, m in zip(np.asarray(values), mask)]
+
+
+def _python_value(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    return float(v) if isinstance(v, decimal.Decimal) else v
 
 
 def _unquoted(field: exp.Expression) -> exp.Expression:

@@ -2,7 +2,8 @@
 
 One public function, :func:`lookup`. ``FROM people p JOIN regions r ON p.state =
 r.state`` (or ``USING (state)``, or a LEFT JOIN), where ``regions`` is declared
-under the schema's ``public_tables:`` and its join key is unique there, adds no
+under the schema's ``public_tables:`` (or marked public by the owner in
+``dpsql.connect(..., public_tables=[...])``) and its join key is unique there, adds no
 row and removes none but those without a match: each private row gets at most
 one public row, a function of its key. So every column of ``regions`` is
 rewritten to a CASE over the key's values (``CASE p.state WHEN 'CA' THEN 'West'
@@ -65,8 +66,9 @@ def _inline(tree: exp.Select, join: exp.Join, schema: Schema, private_names: set
     public = schema.public_table(table.name)
     if public is None:
         raise fail(UnsupportedSQLError, f"JOIN with {table.name!r} is not supported: only a public lookup table "
-                   "declared under public_tables: in the schema can be joined (a join of two private tables "
-                   "would let one row weigh on many answers)", "JOIN", join)
+                   "(declared under public_tables: in the schema, or marked public by the data owner when "
+                   "connecting) can be joined (a join of two private tables would let one row weigh on many "
+                   "answers)", "JOIN", join)
     if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (kind == "OUTER" and side != "LEFT") \
             or join.args.get("method"):
         name = " ".join(x for x in (join.args.get("method"), side, kind) if x) + " JOIN"
