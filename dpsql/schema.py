@@ -30,7 +30,9 @@ index). A column whose values are numbers (``integer``, or ``categorical``
 with numeric values) can be summed: its SUM/AVG bounds are its smallest and
 largest value, and ``bounds: [lo, hi]`` may narrow them (values are clamped
 into the bounds before summing, so a row moves a SUM by at most
-``max(|lo|, |hi|)``).
+``max(|lo|, |hi|)``). A ``numeric`` (binned) column can be summed too, within
+its outer edges (narrowed the same way): each row is measured between its
+bin's edges (see :class:`Attribute`).
 
 Value ``v`` of a column has index ``column.index_of(v)``; a data vector over
 several columns is indexed in C order (the first column varies slowest).
@@ -273,6 +275,29 @@ class Binned(Column):
         n = len(self.edges) - 1
         return [(self.edges[i], self.edges[i + 1], i == n - 1) for i in range(n)]
 
+    @property
+    def sum_bounds(self) -> tuple[float, float] | None:
+        """The outer edges, narrowed by the declared ``bounds``: what a SUM/AVG clamps values into."""
+        lo, hi = self.edges[0], self.edges[-1]
+        if self.bounds is not None:
+            lo, hi = max(lo, self.bounds[0]), min(hi, self.bounds[1])
+        return (lo, hi) if lo <= hi else None
+
+    def endpoint_weights(self, bounds: "tuple[float, float] | None" = None) -> np.ndarray:
+        """The weights of a SUM over this column on its endpoint cells (2 per domain index, see
+        :class:`Attribute`): bin ``b``'s lower cell weighs its lower edge, its upper cell its upper
+        edge, both clamped to ``bounds`` (:attr:`sum_bounds` by default); NULL's cells weigh 0.
+
+        >>> Binned("h", edges=(0.0, 10.0, 40.0), bounds=(0.0, 25.0)).endpoint_weights().tolist()
+        [0.0, 10.0, 10.0, 25.0]
+        """
+        bounds = self.sum_bounds if bounds is None else bounds
+        if bounds is None:
+            raise ValueError(f"column {self.name!r} cannot be summed")
+        edges = np.clip(np.asarray(self.edges, dtype=float), *bounds)
+        weights = np.column_stack([edges[:-1], edges[1:]]).ravel()
+        return np.append(weights, [0.0, 0.0]) if self.nullable else weights
+
     def _index(self, value: Any) -> int:
         if isinstance(value, (str, bool, np.bool_)):
             raise KeyError(value)
@@ -324,12 +349,24 @@ class Attribute:
     ``groups``, when set, merges the attribute's values for measurement: value ``j``
     (its index in C order over ``columns``) is counted in cell ``groups[j]``, so
     only ``cells`` counts are made (a workload-based domain reduction,
-    :mod:`dpsql.hdmm.reduction`)."""
+    :mod:`dpsql.hdmm.reduction`).
+
+    ``split`` names binned columns measured by *endpoint masses* (a batch sums them): each
+    domain index ``i`` of such a column has two cells, ``2i`` and ``2i + 1``, and its size in
+    ``sizes`` is twice the column's. A row whose value ``x`` is in bin ``[lo, hi]`` (its
+    edges clamped to the SUM bounds, ``x`` too) counts ``(hi - x) / (hi - lo)`` in the lower
+    cell and ``(x - lo) / (hi - lo)`` in the upper one (all in the lower one when ``lo = hi``;
+    a NULL counts 1 in NULL's lower cell). The two cells add up to the bin's count, and the
+    lower edge times the first plus the upper edge times the second is the rows' clamped sum,
+    exactly: a SUM over a binned column is a linear query of the histogram. Every row still
+    adds a non-negative vector of total 1 (a convex combination of two cells), so a
+    strategy's sensitivity is its largest column norm, as for counts."""
 
     name: str
     columns: tuple[str, ...]
     sizes: tuple[int, ...]
     groups: tuple[int, ...] | None = None
+    split: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -348,7 +385,7 @@ class Attribute:
             raise WorkloadError(f"attribute {self.name!r}: {len(labels)} group labels for {self.size} values")
         if sorted(set(labels)) != list(range(max(labels, default=-1) + 1)):
             raise WorkloadError(f"attribute {self.name!r}: group labels must be numbered 0, 1, ... without gaps")
-        return self if labels == tuple(range(self.size)) else Attribute(self.name, self.columns, self.sizes, labels)
+        return self if labels == tuple(range(self.size)) else replace(self, groups=labels)
 
 
 @dataclass(frozen=True)
@@ -737,11 +774,11 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
             elif len(set(map(repr, labels))) != len(labels):
                 bad(f"{path}.labels", "labels must be distinct")
                 good = False
-        if bounds is not None:
-            bad(f"{path}.bounds", "a binned column cannot be summed exactly; declare it as integer or categorical")
+        if good and bounds is not None and not (bounds[0] <= edges[-1] and bounds[1] >= edges[0]):
+            bad(f"{path}.bounds", f"must overlap the bins' range [{edges[0]}, {edges[-1]}]")
             good = False
         if good and ok:
-            col = Binned(name=name, nullable=nullable, edges=tuple(float(e) for e in edges),
+            col = Binned(name=name, nullable=nullable, bounds=bounds, edges=tuple(float(e) for e in edges),
                          bin_labels=tuple(labels) if labels is not None else None)
     else:
         if bounds is not None:

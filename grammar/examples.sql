@@ -16,6 +16,7 @@ SELECT a.sex, COUNT(*) AS n FROM adult AS a GROUP BY a.sex;
 
 -- rule: aggregate, aggregate_call
 SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS mean_age FROM adult;
+SELECT sex, SUM(hours) AS total_hours, AVG(hours) AS mean_hours FROM adult WHERE hours >= 20 GROUP BY sex;
 
 -- rule: constant, select_item
 SELECT 2026 AS year, sex, (COUNT(*)) AS n FROM adult GROUP BY sex;

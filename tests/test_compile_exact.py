@@ -66,6 +66,12 @@ HAND_WRITTEN = [
     "SELECT sex, SUM(age) AS s, AVG(age) AS a, COUNT(age) AS c FROM people GROUP BY sex",
     "SELECT region, white, SUM(age) AS s FROM people WHERE black OR age > 15 GROUP BY region, white",
     "SELECT COUNT(*) AS n, COUNT(sex) AS c FROM people",
+    # SUM and AVG of the binned column (measured by endpoint masses), also merged with age
+    "SELECT sex, SUM(hours) AS s, AVG(hours) AS a, COUNT(hours) AS c FROM people GROUP BY sex",
+    "SELECT region, SUM(hours) FILTER (WHERE age > 10) AS s, SUM(age) AS t FROM people WHERE hours IS NOT NULL "
+    "GROUP BY region",
+    "SELECT white, SUM(hours) AS s, AVG(hours) AS a FROM people WHERE hours < 10 OR age > 15 GROUP BY white",
+    "SELECT SUM(hours) AS s FROM people WHERE hours >= 10 AND hours < 20",
     # keys: several in one attribute, position, expressions
     "SELECT white, black, COUNT(*) AS n FROM people WHERE white OR black GROUP BY white, black",
     "SELECT black, region, sex, COUNT(*) AS n FROM people GROUP BY 3, 2, 1",
@@ -113,6 +119,24 @@ def test_group_by_binned_column(con):
     from sql_oracle import HOURS_BIN_SQL
     check_statements([Generated("SELECT hours, COUNT(*) AS n FROM people WHERE hours >= 10 GROUP BY hours",
                                 f"SELECT {HOURS_BIN_SQL} AS hours, COUNT(*) AS n FROM people WHERE hours >= 10 GROUP BY 1")], con)
+    check_statements([Generated("SELECT hours, SUM(hours) AS s, AVG(hours) AS a, COUNT(*) AS n FROM people GROUP BY 1",
+                                f"SELECT {HOURS_BIN_SQL} AS hours, SUM(hours) AS s, AVG(hours) AS a, COUNT(*) AS n "
+                                "FROM people GROUP BY 1")], con)
+
+
+def test_binned_sum_bounds_narrow_and_clamp(con):
+    """hours' bins span [0, 40]; bounds [5, 25] clamp values below 5 and above 25, and bins
+    [0, 10) and [20, 40] are measured between their clamped edges (5, 10 and 20, 25)."""
+    narrowed = {**SCHEMA, "columns": {**SCHEMA["columns"], "hours": {**SCHEMA["columns"]["hours"], "bounds": [5, 25]}}}
+    clamp = "(CASE WHEN hours < 5 THEN 5 WHEN hours > 25 THEN 25 ELSE hours END)"
+    sql = "SELECT sex, SUM(hours) AS s, AVG(hours) AS a FROM people WHERE age > 2 GROUP BY sex"
+    check_statements([Generated(sql, f"SELECT sex, SUM({clamp}) AS s, AVG({clamp}) AS a FROM people WHERE age > 2 "
+                                     "GROUP BY sex")], con, schema=narrowed)
+    agg = plan_statement(sql, load_schema(narrowed)).aggregates[0]
+    assert agg.bounds == (5, 25) and agg.sensitivity == 25.0
+    # only a batch that sums hours splits it: counts alone keep one cell per bin
+    assert compile_batch("SELECT hours, COUNT(*) FROM people GROUP BY 1", SCHEMA).domain[2] == 4
+    assert compile_batch("SELECT SUM(hours) FROM people", SCHEMA).domain[2] == 8
 
 
 def test_groups_cover_the_declared_domain(con):

@@ -402,3 +402,42 @@ def test_other_errors_do_not_echo_data(con):
         measure_marginals(Failing(), "t", schema, [Attribute("a", ("a",), (2,))], [(0,)])
     assert "Alice" not in str(info.value) and "ConversionException" in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_a_summed_binned_column_is_measured_by_endpoint_shares(con):
+    """Bins [0, 10), [10, 20), [20, 40] with SUM bounds [5, 25]: clamped edges 5-10, 10-20, 20-25.
+    Each row alone, against a hand calculation of its two shares: non-negative, at most two
+    cells (its bin's), adding up to 1 (0 outside the domain), so a row moves the histogram by
+    at most one count in L1 and L2: a strategy's sensitivity is that of counts."""
+    schema = load_schema({"table": "t", "columns": {
+        "h": {"type": "numeric", "bins": [0, 10, 20, 40], "nullable": True, "bounds": [5, 25]},
+        "a": {"type": "integer", "min": 0, "max": 1}}})
+    split = Attribute("h", ("h",), (8,), split=("h",))
+    # value -> {cell: share}; the lower cell of bin b is 2b, the upper 2b + 1, NULL's lower is 6
+    cases = {0.0: {0: 1.0}, 3.0: {0: 1.0}, 7.5: {0: 0.5, 1: 0.5}, 10.0: {2: 1.0}, 12.5: {2: 0.75, 3: 0.25},
+             19.999: {2: 0.0001, 3: 0.9999}, 20.0: {4: 1.0}, 21.0: {4: 0.8, 5: 0.2}, 30.0: {5: 1.0}, 40.0: {5: 1.0},
+             None: {6: 1.0}, -1.0: {}, 40.5: {}, NAN: {}, INF: {}}
+    con.execute("CREATE TABLE t (h DOUBLE, a INTEGER)")
+    for value, shares in cases.items():
+        con.execute("DELETE FROM t")
+        con.execute("INSERT INTO t VALUES (?, 1)", [value])
+        (hist,) = measure_marginals(con, "t", schema, [split], [(0,)])
+        want = np.zeros(8)
+        for cell, share in shares.items():
+            want[cell] = share
+        np.testing.assert_allclose(hist, want, atol=1e-12, err_msg=str(value))
+        assert (hist >= 0).all() and np.abs(hist).sum() <= 1 + 1e-12
+    # all rows together, in a merged attribute (a, h) and summed out: the shares add up per row
+    con.execute("DELETE FROM t")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [[v, i % 2] for i, v in enumerate(cases)])
+    merged = Attribute("a+h", ("a", "h"), (2, 8), split=("h",))
+    total, joint = measure_marginals(con, "t", schema, [merged], [(), (0,)])
+    assert total[0] == pytest.approx(11)  # 15 rows, 4 outside the domain
+    want = np.zeros((2, 8))
+    for i, shares in enumerate(cases.values()):
+        for cell, share in shares.items():
+            want[i % 2, cell] += share
+    np.testing.assert_allclose(joint, want.ravel(), atol=1e-12)
+    # the shares times the clamped edges are the clamped SUM: 5+5+7.5+10+12.5+19.999+20+21+25+25
+    sums = schema.column("h").endpoint_weights() @ joint.reshape(2, 8).sum(axis=0)
+    assert sums == pytest.approx(150.999)

@@ -84,7 +84,8 @@ def test_sum_bounds_come_from_the_domain_and_declared_bounds_only_narrow_them():
     assert s.column("wide").sum_bounds == (0, 5)  # clamping into [-100, 100] changes nothing; sensitivity 5, not 100
     assert s.column("half").sum_bounds == (0, 2)
     assert s.column("score").sum_bounds == (-1, 7)
-    assert [s.column(c).sum_bounds for c in ("word", "hours", "flag")] == [None, None, None]
+    assert [s.column(c).sum_bounds for c in ("word", "flag")] == [None, None]
+    assert s.column("hours").sum_bounds == (0, 40)  # a binned column's outer edges
     assert list(s.column("half").sum_weights()) == [0, 1, 2, 2, 2, 2]
     from dpsql.sql import plan_statement
     aggs = plan_statement("SELECT SUM(wide), AVG(age), SUM(score) FROM t", s).aggregates
@@ -94,6 +95,10 @@ def test_sum_bounds_come_from_the_domain_and_declared_bounds_only_narrow_them():
 def test_bounds_that_contain_no_value_are_refused():
     with pytest.raises(SchemaError, match=r"columns\.n\.bounds.*contains none of the column's values"):
         load_schema({"table": "t", "columns": {"n": {"type": "integer", "min": 0, "max": 5, "bounds": [6, 9]}}})
+    with pytest.raises(SchemaError, match=r"columns\.h\.bounds: must overlap the bins' range \[0, 40\]"):
+        load_schema({"table": "t", "columns": {"h": {"type": "numeric", "bins": [0, 20, 40], "bounds": [41, 50]}}})
+    h = load_schema({"table": "t", "columns": {"h": {"type": "numeric", "bins": [0, 20, 40], "bounds": [10, 90]}}})
+    assert h.column("h").sum_bounds == (10, 40)
 
 
 def test_privacy_unit_and_merge():

@@ -207,6 +207,27 @@ def _units(position: int, attribute: Attribute, columns: Sequence[int]) -> list[
     return [("column", c) for c in columns] if attribute.groups is None else [("group", position)]
 
 
+def _endpoint_share(column: Binned, value: exp.Expression, index: exp.Expression) -> exp.Expression:
+    """The share of a row in the upper endpoint cell of its bin (``index``, a bin of ``column``
+    or -1 / NULL's index): ``(x - lo) / (hi - lo)`` with ``x`` and the bin's edges clamped to the
+    SUM bounds, kept in [0, 1] against rounding; 0 for a zero-width bin, NULL and out of domain
+    (see :class:`~dpsql.schema.Attribute`)."""
+    lo, hi = column.sum_bounds
+    edges = np.clip(np.asarray(column.edges, dtype=float), lo, hi)
+    x = exp.func("LEAST", exp.func("GREATEST", value.copy(), _double(lo)), _double(hi))
+    shares = [exp.Div(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=_double(a))),
+                      expression=_double(b - a)) if b > a else _int(0) for a, b in zip(edges[:-1], edges[1:])]
+
+    def build(first: int, stop: int) -> exp.Expression:  # the bin is known to be in first..stop-1
+        if stop - first <= _FLAT_CASES:
+            return _case([(_int(b), shares[b]) for b in range(first, stop)], _int(0), this=index)
+        mid = (first + stop) // 2
+        return _case([(exp.LT(this=index.copy(), expression=_int(mid)), build(first, mid))], build(mid, stop))
+
+    share = build(0, len(shares))
+    return exp.func("LEAST", exp.func("GREATEST", share, _int(0)), _int(1))
+
+
 def _group_key(attribute: Attribute, indices: Sequence[exp.Expression]) -> exp.Expression:
     """The group (:attr:`Attribute.groups`) of the value whose column indices are ``indices``,
     or -1 when one of them is (the value is outside the domain). The groups form runs of
@@ -394,12 +415,16 @@ class _Plan:
             if len(set(s)) != len(s) or any(not 0 <= a < len(attributes) for a in s):
                 raise WorkloadError(f"marginal {s} must list distinct attribute positions below {len(attributes)}")
         attr_cols: list[list[int]] = []
+        split: set[int] = set()  # binned columns measured by endpoint masses (see Attribute)
         for a in attributes:
             try:
                 idx = [position[schema.column(c).name] for c in a.columns]  # type: ignore[union-attr]
+                split |= {position[schema.column(c).name] for c in a.split}  # type: ignore[union-attr]
             except (AttributeError, KeyError):
                 raise WorkloadError(f"attribute {a.name!r} names a column the schema does not declare") from None
-            if tuple(cols[i].size for i in idx) != tuple(a.sizes):
+            if any(not isinstance(cols[i], Binned) or cols[i].sum_bounds is None for i in split):
+                raise WorkloadError(f"attribute {a.name!r}: only a binned column with SUM bounds can be split")
+            if tuple(cols[i].size * (2 if i in split else 1) for i in idx) != tuple(a.sizes):
                 raise WorkloadError(f"attribute {a.name!r} sizes {a.sizes} do not match the schema")
             attr_cols.append(idx)
         # output keys: one per column of an attribute measured value by value, one per attribute
@@ -408,7 +433,7 @@ class _Plan:
         unit_pos = {u: j for j, u in enumerate(units)}
         self.keys = [f"k{j}" for j in range(len(units))]
         self.order = [[unit_pos[u] for a in s for u in _units(a, attributes[a], attr_cols[a])] for s in self.subsets]
-        self.dims = [[cols[u[1]].size if u[0] == "column" else attributes[u[1]].cells
+        self.dims = [[cols[u[1]].size * (2 if u[1] in split else 1) if u[0] == "column" else attributes[u[1]].cells
                       for a in s for u in _units(a, attributes[a], attr_cols[a])] for s in self.subsets]
         self.sizes = [math.prod(attributes[a].cells for a in s) for s in self.subsets]
         used = sorted({c for u in units for c in ([u[1]] if u[0] == "column" else attr_cols[u[1]])})
@@ -440,10 +465,35 @@ class _Plan:
                                     exp.LTE(this=_col(rnk), expression=_int(unit.max_rows))), copy=False)
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
-        proj = exp.select(*([exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()),
-                                                          outside=_OUTSIDE), _ident(n))
-                             for c, n in zip(read, idx_names)] or [exp.alias_(_int(1), _ident("one"))]))
+        weighted = [j for j, c in enumerate(used) if c in split]
+        indices = [exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
+                              _ident(n)) for c, n in zip(read, idx_names)]
+        # a split column's upper share reads its index: the raw values are carried through
+        raw = {j: f"x{j}" for j in weighted}  # beside the i* names: the outputs are these alone
+        carried = [exp.alias_(_col(read[j].name), _ident(raw[j])) for j in weighted]
+        proj = exp.select(*(indices + carried or [exp.alias_(_int(1), _ident("one"))]))
         proj = proj.from_(exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("src"))), copy=False)
+        if weighted:
+            # 2a. a split column: each row twice, in its bin's lower and upper endpoint cells, weighed by
+            #     its shares there (a product over the split columns); the counts are their SUM
+            sides = exp.select(exp.alias_(_int(0), _ident("s"))).union(exp.select(_int(1)), distinct=False)
+            doubled = exp.select(*[
+                exp.alias_(_case([(exp.LT(this=_col(n), expression=_int(0)), _col(n))],
+                                 exp.Add(this=exp.Mul(this=_col(n), expression=_int(2)),
+                                         expression=_col("s", f"side{j}"))), _ident(n))
+                if j in weighted else _col(n) for j, n in enumerate(idx_names)])
+            weight: exp.Expression | None = None
+            for j in weighted:
+                upper = _endpoint_share(read[j], _try_cast(_col(raw[j]), "DOUBLE"), _col(idx_names[j]))
+                share = _case([(exp.EQ(this=_col("s", f"side{j}"), expression=_int(0)),
+                                exp.Sub(this=_int(1), expression=upper.copy()))], upper)
+                weight = share if weight is None else exp.Mul(this=weight, expression=share)
+            doubled = doubled.select(exp.alias_(weight, _ident("wt")), copy=False).from_(
+                exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("indexed"))), copy=False)
+            for j in weighted:
+                doubled = doubled.join(exp.Subquery(this=sides.copy(), alias=exp.TableAlias(this=_ident(f"side{j}"))),
+                                       join_type="cross", copy=False)
+            proj = doubled
         # 2b. a grouped attribute's key: the group of its value index (-1 if a column is outside)
         column_idx = {c: _col(n) for c, n in zip(used, idx_names)}
         key_names = idx_names if all(u[0] == "column" for u in units) else [f"g{j}" for j in range(len(units))]
@@ -451,7 +501,7 @@ class _Plan:
             values = [column_idx[u[1]] if u[0] == "column"
                       else _group_key(attributes[u[1]], [column_idx[c] for c in attr_cols[u[1]]]) for u in units]
             proj = exp.select(*[exp.alias_(v, _ident(n)) for v, n in zip(values, key_names)] or
-                              [exp.alias_(_int(1), _ident("one"))]).from_(
+                              [exp.alias_(_int(1), _ident("one"))], *([_col("wt")] if weighted else [])).from_(
                 exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("cols"))), copy=False)
         # 3. drop rows with any key out of domain. A key that every grouping set has
         #    needs no filter: its -1 groups are dropped after counting (see split). For the
@@ -465,7 +515,7 @@ class _Plan:
         selects: list[exp.Expression] = [
             exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
             for n, k in zip(key_names, self.keys)]
-        selects.append(exp.alias_(exp.Count(this=exp.Star()), _ident("n")))
+        selects.append(exp.alias_(exp.Sum(this=_col("wt")) if weighted else exp.Count(this=exp.Star()), _ident("n")))
         query = exp.select(*selects).from_(exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("idx"))))
         if checked:
             any_out: exp.Expression = _col(checked[0])

@@ -23,7 +23,7 @@ before any expression is evaluated.
 >>> plan_statement("SELECT sex, COUNT(*) FROM t JOIN u ON t.a = u.a GROUP BY sex", s)
 Traceback (most recent call last):
 ...
-dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public lookup table declared under public_tables: in the schema can be joined (a join of two private tables would let one row weigh on many answers) at line 1, column 29
+dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public lookup table (declared under public_tables: in the schema, or marked public by the data owner when connecting) can be joined (a join of two private tables would let one row weigh on many answers) at line 1, column 29
 """
 
 from __future__ import annotations
@@ -772,11 +772,12 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
             _check_known(arg, schema, ctx)
         column = col.name
         if func != "count":
-            if not col.is_numeric:
-                what = "binned" if isinstance(col, Binned) else col.kind
-                extra = (" (a bin holds many values, so its sum is not known exactly)"
-                         if isinstance(col, Binned) else "")
-                ctx.fail(DomainError, f"cannot {func.upper()} the {what} column {col.name!r}{extra}",
+            if isinstance(col, Binned) and func not in ("sum", "avg"):
+                ctx.fail(DomainError, f"cannot {func.upper()} the binned column {col.name!r}: its SUM and AVG are "
+                         "exact (each row is measured between its bin's edges), but a variance needs each row's "
+                         "square, which a bin does not hold", f"{func.upper()}({col.name})", body)
+            if not (col.is_numeric or isinstance(col, Binned)):
+                ctx.fail(DomainError, f"cannot {func.upper()} the {col.kind} column {col.name!r}",
                          f"{func.upper()}({col.name})", body)
     bounds = schema.column(column).sum_bounds if (column and func != "count") else None
     if name is None:

@@ -52,7 +52,7 @@ from sqlglot import exp
 from dpsql import limits
 from dpsql.errors import ArgumentError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
-from dpsql.schema import Attribute, Column, Schema, load_schema
+from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
@@ -319,11 +319,15 @@ def _attributes(schema: Schema, plans: list[QueryPlan], statements: list[Stateme
     groups: dict[str, list[str]] = {}
     for c in schema.columns:
         groups.setdefault(find(c.name), []).append(c.name)
+    # a binned column a statement sums is measured by endpoint masses (see Attribute)
+    summed = {a.column for plan in plans for a in plan.aggregates if a.func in ("sum", "avg")
+              and isinstance(schema.column(a.column), Binned)}
     attrs = []
     for cols in sorted(groups.values(), key=lambda cs: schema.position(cs[0])):
         name = names.get(frozenset(cols), "+".join(cols))
         attrs.append(Attribute(name=name, columns=tuple(cols),
-                               sizes=tuple(schema.column(c).size for c in cols)))
+                               sizes=tuple(schema.column(c).size * (2 if c in summed else 1) for c in cols),
+                               split=tuple(c for c in cols if c in summed)))
     return tuple(attrs)
 
 
@@ -371,7 +375,10 @@ def _label_index(values: np.ndarray, labels: list) -> np.ndarray:
     return out
 
 
-def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute, ...]) -> CompiledBatch:
+def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Attribute, ...]) -> CompiledBatch:
+    # terms are built on each attribute's value cells, then put on its endpoint cells (_split)
+    attributes = tuple(replace(a, sizes=tuple(schema.column(c).size for c in a.columns), split=())
+                       for a in split_attributes)
     grids = [Grid([schema.column(c) for c in a.columns]) for a in attributes]
     attr_of = {c: i for i, a in enumerate(attributes) for c in a.columns}
     terms: list[tuple[float, tuple[Any, ...]]] = []
@@ -437,7 +444,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                                        len(terms) if n_groups else None, 1.0, row + index[j])
                                  for j in range(len(thresholds[agg.name]))]
                     if n_groups:
-                        terms.append((1.0, tuple(factors)))
+                        terms.append((1.0, tuple(_split(f, a, schema) for f, a in zip(factors, split_attributes))))
                         row += nrows
                 blocks.extend(replace(b, aggregate=agg.name) for b in made[sig])
                 continue
@@ -462,18 +469,20 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                 factors = []
                 for a, attr in enumerate(attributes):
                     mask = masks[a]
-                    weights = None
+                    weights = endpoints = None
                     if col is not None and attr_of[col.name] == a:
                         if measure == "count":
                             nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
                             mask = nn if mask is None else (mask & nn)
+                        elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
+                            endpoints = (col.name, col.endpoint_weights(agg.bounds))
                         else:
                             w = col.sum_weights(agg.bounds)
                             w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
-                    factors.append(_factor(attr, grids[a], mask, weights,
-                                           [key_domains[k] for k in hosted[a]],
-                                           [plan.keys[k] for k in hosted[a]], kept[a]))
+                    factor = _factor(attr, grids[a], mask, weights, [key_domains[k] for k in hosted[a]],
+                                     [plan.keys[k] for k in hosted[a]], kept[a])
+                    factors.append(_split(factor, split_attributes[a], schema, endpoints))
                 nrows = math.prod(f.shape[0] for f in factors)
                 blk = Block(s_index, agg.name, measure, column, agg.bounds if measure in ("sum", "sumsq") else None,
                             row, row + nrows, len(terms), scale)
@@ -483,7 +492,28 @@ def _compile(schema: Schema, plans: list[QueryPlan], attributes: tuple[Attribute
                 blocks.append(blk)
         compiled.append(CompiledStatement(index=s_index, plan=plan, groups=tuple(groups), blocks=tuple(blocks),
                                           thresholds=thresholds))
-    return CompiledBatch(schema=schema, attributes=attributes, statements=tuple(compiled), terms=tuple(terms))
+    return CompiledBatch(schema=schema, attributes=split_attributes, statements=tuple(compiled), terms=tuple(terms))
+
+
+def _split(factor: Matrix, attr: Attribute, schema: Schema,
+           endpoints: tuple[str, np.ndarray] | None = None) -> Matrix:
+    """``factor``, a matrix over ``attr``'s value cells, on its endpoint cells (``attr.split``,
+    see :class:`~dpsql.schema.Attribute`): both cells of a value get the value's column. With
+    ``endpoints = (column, weights)``, each cell's column is also multiplied by the weight of
+    its cell of ``column`` (one weight per endpoint cell): a SUM over that binned column."""
+    if not attr.split:
+        return factor
+    if isinstance(factor, Ones) and endpoints is None:
+        return Ones(factor.shape[0], attr.size)
+    cells = np.unravel_index(np.arange(attr.size), attr.sizes)
+    value = [k // 2 if c in attr.split else k for c, k in zip(attr.columns, cells)]
+    source = np.ravel_multi_index(value, [schema.column(c).size for c in attr.columns])
+    M = (factor.matrix if isinstance(factor, Sparse) else sp.identity(factor.shape[1], format="csr")
+         if isinstance(factor, Identity) else sp.csr_matrix(factor.dense()))[:, source]
+    if endpoints is not None:
+        column, weights = endpoints
+        M = M @ sp.diags(weights[cells[attr.columns.index(column)]])
+    return Dense(M.toarray()) if M.shape[0] * M.shape[1] <= _DENSE_ENTRIES else Sparse(sp.csr_matrix(M))
 
 
 def _cdf_term(col: Column, levels: tuple, attributes: tuple[Attribute, ...], grids: list[Grid],
