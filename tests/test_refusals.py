@@ -101,7 +101,7 @@ def test_options_are_validated_before_anything_is_spent(method, kwargs, error, m
     ("SELECT COUNT(*) FROM t", "no marginal to learn"),
     (0, "needs 1 <= k <= 4"),
 ])
-@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem"])
+@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem", "pgm"])
 def test_bad_workloads_are_refused_before_anything_is_spent(method, workload, match):
     _refused(_db(Budget(epsilon=10.0)), WorkloadError, match, method, epsilon=1.0, workload=workload)
 
@@ -117,7 +117,7 @@ def test_a_single_column_name_is_a_one_way_marginal():
     assert workload_marginals([("a", "b"), "d"], schema, attrs) == [(0, 1), (3,)]
 
 
-@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem"])
+@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem", "pgm"])
 def test_spend_refusals_name_the_parameter(method):
     _refused(_db(Budget(rho=1.0)), PrivacyError, r"^rho must be finite, got nan$", method, rho=math.nan)
     _refused(_db(Budget(rho=1.0)), PrivacyError, r"^rho must be > 0, got -0.01$", method, rho=-0.01)
@@ -142,7 +142,7 @@ def test_mwem_refuses_a_delta_it_would_not_charge():
 def test_a_name_that_exists_is_refused_before_anything_is_spent():
     db = _db(Budget(epsilon=10.0))
     db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="taken")
-    for method in ("mwem", "dualquery", "fem"):
+    for method in ("mwem", "dualquery", "fem", "pgm"):
         _refused(db, WorkloadError, "already exists", method, epsilon=1.0, name="taken")
         _refused(db, WorkloadError, "nonempty string", method, epsilon=1.0, name=5)
 
@@ -355,6 +355,7 @@ OPTIONS = {
                   "count_share": st.sampled_from([None, 0.05, 0.5, 0.0, 1.0, 1.5, -0.1, 1e-300, math.nan, math.inf,
                                                   "0.05", True]),
                   "oracle": st.sampled_from(["heuristic", "heuristic", "mip!", 5, True]), "time_limit": _real()},
+    "pgm": {"iterations": _count(), "max_model_size": st.one_of(st.none(), _real(), st.sampled_from([1e-5, 1e-4]))},
 }
 WORKLOADS = st.sampled_from([1, [("a", "b"), ("c", "d")], [("a", "b"), "c"], 2, 0, 5, -1, [], None, [("a", 5)],
                              [("nope",)], "SELECT a, COUNT(*) FROM t GROUP BY a", [5], 1.5, True, {"a": 1}])
@@ -364,7 +365,7 @@ SEEDS = st.sampled_from([None, 0, 7, -1, 2.5, "1", True, 10**30])
 
 #: A valid request of each method under each kind of budget; the property changes random parts of it.
 BASE = {"mwem": {"rounds": 2, "replays": 3}, "fem": {"rounds": 2, "samples": 3, "oracle": "heuristic"},
-        "dualquery": {"rounds": 3, "samples": 3, "oracle": "heuristic"}}
+        "dualquery": {"rounds": 3, "samples": 3, "oracle": "heuristic"}, "pgm": {"iterations": 20}}
 SPEND = {"approx": {"epsilon": 0.5, "delta": 1e-5}, "pure": {"epsilon": 0.5}, "zcdp": {"rho": 0.1}}
 
 
@@ -389,7 +390,7 @@ BUDGETS = {"approx": Budget(epsilon=1e3, delta=1e-3), "pure": Budget(epsilon=1e3
 
 
 @pytest.mark.parametrize("kind", BUDGETS)
-@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem"])
+@pytest.mark.parametrize("method", ["mwem", "dualquery", "fem", "pgm"])
 def test_synthesize_raises_only_dpsql_errors_and_records_nothing_when_it_does(method, kind, monkeypatch):
     monkeypatch.setattr(limits, "MAX_SYNTHETIC_CELLS", 8_000)   # keep every accepted run small
     budget = BUDGETS[kind]

@@ -39,7 +39,7 @@ from dpsql.owner.validate import validate
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.sql.parse import explained
-from dpsql.synth.synthesize import SyntheticTable
+from dpsql.synth.synthesize import METHODS, SyntheticTable
 
 OUT_FORMATS = ("csv", "parquet")
 
@@ -105,10 +105,10 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch", help="answer a file of statements from one joint measurement")
     b.add_argument("file", help="a .sql file of ;-separated statements")
     _add_common(b)
-    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery or FEM)")
+    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery, FEM or PGM)")
     _add_source(y)
-    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM); default 0, pure DP")
-    y.add_argument("--method", choices=("mwem", "dualquery", "fem"), default="mwem")
+    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM, PGM); default 0, pure DP")
+    y.add_argument("--method", choices=METHODS, default="mwem")
     y.add_argument("--workload", default="2",
                    help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
     y.add_argument("--rounds", type=int,

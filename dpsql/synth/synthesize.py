@@ -28,9 +28,11 @@ from tqdm.auto import tqdm
 
 from dpsql import limits
 from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.hdmm.marginals import Marginals
 from dpsql.hdmm.matrix import is_total
+from dpsql.hdmm.strategy import MarginalStrategy
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
-from dpsql.privacy import Laplace
+from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.schema import Attribute
@@ -51,9 +53,10 @@ from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
-from dpsql.synth.mwem import INITS, MWEMResult, check_mwem, marginal_strategy, mwem, mwem_steps
+from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
+from dpsql.synth.pgm import marginal_weights, pgm
 
 if TYPE_CHECKING:
     import duckdb
@@ -62,7 +65,7 @@ if TYPE_CHECKING:
     from dpsql.released import ReleasedData
     from dpsql.schema import Schema
 
-METHODS = ("mwem", "dualquery", "fem")
+METHODS = ("mwem", "dualquery", "fem", "pgm")
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,10 +214,14 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #: * ``fem``: ``eps0`` (float > 0) or ``rounds`` (int >= 1) or both, ``samples`` (int >= 1, 50),
 #:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
 #:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
+#: * ``pgm``: ``iterations`` (int >= 1, 1000) of the model fit, ``max_model_size`` (megabytes of
+#:   float64 cells the graphical model may hold, > 0, 10). Gaussian noise under a zCDP or an
+#:   ``(ε, δ)`` spend, Laplace under a pure ``ε`` one.
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
+    "pgm": ("iterations", "max_model_size"),
 }
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
@@ -286,7 +293,7 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
                             "synthetic table (it never replaces an existing one)")
     marginals = workload_marginals(workload, schema, attributes)
     request = _Request(budget, total, marginals, rows, columns, seed)
-    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem}[method]
+    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm}[method]
     run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
@@ -346,7 +353,8 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         n = request.rows if request.rows is not None else \
             request.default_rows(learned.distribution.total, "noisy row count")
         records = learned.distribution.sample(n, rng)
-        return records, _report(learned, records, attributes, n), {}, cost
+        report = _report(learned.measurements, learned.distribution.total, records, attributes, n)
+        return records, report, {}, cost
 
     return _Run(cost, execute)
 
@@ -522,6 +530,48 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     return _Run(cost, execute)
 
 
+# -- PGM -----------------------------------------------------------------------------------------
+
+def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+    """PGM within the request: one measurement of the workload's marginals, weighted by OPT_M,
+    spending the whole request (:mod:`dpsql.synth.pgm`), with Gaussian noise under a zCDP or an
+    ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. The graphical model's size follows from
+    the workload alone, and is refused above ``max_model_size`` before anything is spent."""
+    total, budget = request.total, request.budget
+    iterations = integer("iterations", option(options, "iterations", 1000))
+    megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
+    if request.zcdp:
+        noise: NoiseModel = Gaussian(rho=total.rho)
+        cost = Cost.gaussian(budget, rho=total.rho)
+    elif total.delta > 0:
+        noise, cost = Gaussian(epsilon=total.epsilon, delta=total.delta), \
+            Cost.gaussian(budget, epsilon=total.epsilon, delta=total.delta)
+    else:
+        noise, cost = Laplace(total.epsilon), Cost.laplace(total.epsilon, budget)
+    domain = [a.size for a in attributes]
+    weights = marginal_weights(domain, request.marginals, noise)
+    max_cells = int(megabytes * 2**20 / 8)
+    if max(math.prod(domain[a] for a in m) for m in request.marginals) > max_cells:
+        raise ResourceLimitError(f"a marginal of this workload has more cells than max_model_size={megabytes:g} MB "
+                                 f"({max_cells:,} float64 cells) holds: choose smaller marginals, or raise it")
+    try:
+        private.plan(MarginalStrategy(Marginals(domain, weights)), noise)
+    except PrivacyError as e:
+        raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        bar.total = iterations
+        learned = pgm(private, attributes, weights, noise, cost, max_cells, iterations=iterations,
+                      progress=_advance(bar))
+        model = learned.model
+        n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
+        records = model.sample(n, rng)
+        report = _report([(o.subset, o.values) for o in learned.observations], model.total, records, attributes, n)
+        return records, report, {}, cost
+
+    return _Run(cost, execute)
+
+
 def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
                  attributes: Sequence[Attribute]) -> "pd.DataFrame":
     """Per workload marginal: how often the private selections picked one of its
@@ -534,14 +584,16 @@ def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
                          "cells": np.diff(cells.offsets), "times_selected": picked})
 
 
-def _report(result: MWEMResult, records: np.ndarray, attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
-    """Synthetic counts against each noisy measurement (released numbers only)."""
+def _report(measurements: Sequence[tuple[tuple[int, ...], np.ndarray]], total: float, records: np.ndarray,
+            attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
+    """Synthetic counts (rescaled from ``rows`` to the learned ``total``) against each noisy
+    measurement ``(subset, counts)`` (released numbers only)."""
     import pandas as pd
 
     domain = [a.size for a in attributes]
-    scale = rows / max(result.distribution.total, 1e-12) if rows else 1.0  # no rows: every count is 0
+    scale = rows / max(total, 1e-12) if rows else 1.0  # no rows: every count is 0
     out = []
-    for subset, measured in result.measurements:
+    for subset, measured in measurements:
         synth = MarginalCells(domain, [subset]).counts(records) / scale
         err = np.abs(synth - measured)
         out.append({"marginal": marginal_name(attributes, subset), "cells": len(measured),

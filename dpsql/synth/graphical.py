@@ -1,0 +1,168 @@
+"""A graphical model on a junction tree: exact marginals by belief propagation, and sampling.
+
+:class:`GraphicalModel` holds one log-potential array per clique of a
+:class:`~dpsql.synth.junction.JunctionTree` (axes in the clique's attribute order)
+and a total. Its distribution is ``p(x) ∝ exp(Σ_C θ_C(x_C))``; its "counts" are the
+total times ``p``. Nothing here touches private data: the potentials are fitted
+to noisy, released measurements by :mod:`dpsql.synth.estimate`.
+
+* :meth:`GraphicalModel.beliefs` calibrates the tree (sum-product, one pass up to the
+  root and one down) and returns every clique's counts;
+  :meth:`GraphicalModel.marginal` sums one down to any attribute set it contains.
+* :meth:`GraphicalModel.sample` draws records clique by clique from the root, each
+  clique's new attributes given its separator with the parent. Counts are allotted by
+  randomized rounding (each cell gets the floor of its expected count, and the
+  remainders are drawn without replacement in proportion to their fractions), so the
+  table's marginals on every clique are within one record of the model's per cell,
+  instead of the ``√n`` of independent draws.
+
+>>> import numpy as np
+>>> from dpsql.synth.junction import junction_tree
+>>> tree = junction_tree((2, 2), [(0, 1)])
+>>> model = GraphicalModel(tree, [np.log(np.array([[1.0, 3.0], [2.0, 4.0]]))], total=10.0)
+>>> model.marginal((1,)).round(12).tolist()
+[3.0, 7.0]
+>>> np.bincount(model.sample(10, np.random.default_rng(0))[:, 0], minlength=2).tolist()
+[4, 6]
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dpsql.synth.junction import JunctionTree
+
+__all__ = ["GraphicalModel", "expand", "project"]
+
+
+def expand(values: np.ndarray, attrs: Sequence[int], target: Sequence[int]) -> np.ndarray:
+    """``values`` over ``attrs`` viewed over ``target`` (a sorted superset): size-1 axes for the
+    attributes it lacks, so it broadcasts against arrays over ``target``."""
+    shape = [values.shape[list(attrs).index(a)] if a in attrs else 1 for a in target]
+    return values.reshape(shape)
+
+
+def project(values: np.ndarray, attrs: Sequence[int], keep: Sequence[int]) -> np.ndarray:
+    """``values`` over ``attrs`` summed down to ``keep`` (sorted)."""
+    axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
+    return values.sum(axis=axes) if axes else values
+
+
+class GraphicalModel:
+    """Log-potentials ``theta`` on the cliques of ``tree`` and a ``total`` (see the module docstring)."""
+
+    def __init__(self, tree: JunctionTree, theta: Sequence[np.ndarray] | None = None, total: float = 1.0) -> None:
+        self.tree = tree
+        self.total = float(total)
+        shapes = [tuple(tree.domain[a] for a in c) for c in tree.cliques]
+        self.theta = [np.zeros(s) for s in shapes] if theta is None else [np.asarray(t, float) for t in theta]
+        if [t.shape for t in self.theta] != shapes:
+            raise ValueError(f"potentials of shapes {[t.shape for t in self.theta]} for cliques of shapes {shapes}")
+        self._beliefs: list[np.ndarray] | None = None
+        self._separators = {e: tree.separator(e) for e in tree.edges}
+
+    def with_potentials(self, theta: Sequence[np.ndarray]) -> "GraphicalModel":
+        """The same tree and total with other potentials."""
+        return GraphicalModel(self.tree, theta, self.total)
+
+    def beliefs(self) -> list[np.ndarray]:
+        """Every clique's counts (total times its marginal), by belief propagation."""
+        if self._beliefs is None:
+            self._beliefs = self._calibrate()
+        return self._beliefs
+
+    def _calibrate(self) -> list[np.ndarray]:
+        # sum-product on exp(θ - max θ), each message rescaled to a largest entry of 1: as exact
+        # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost
+        cliques, edges, separators = self.tree.cliques, self.tree.edges, self._separators
+        factors = [np.exp(t - t.max()) for t in self.theta]
+        up: dict[int, np.ndarray] = {}  # child -> message to its parent, over their separator
+        down: dict[int, np.ndarray] = {}  # child -> message from its parent
+        children: dict[int, list[int]] = {i: [] for i in range(len(cliques))}
+        parent: dict[int, int] = {}
+        for p, c in edges:
+            children[p].append(c)
+            parent[c] = p
+
+        def gathered(i: int, skip: int | None = None) -> np.ndarray:
+            """Clique i's factor times every message into it (but the one from ``skip``)."""
+            out = factors[i]
+            for c in children[i]:
+                if c != skip:
+                    out = out * expand(up[c], separators[(i, c)], cliques[i])
+            if i in parent and parent[i] != skip:
+                out = out * expand(down[i], separators[(parent[i], i)], cliques[i])
+            return out
+
+        def message(values: np.ndarray, i: int, edge: tuple[int, int]) -> np.ndarray:
+            m = project(values, cliques[i], separators[edge])
+            top = m.max()
+            return m / top if top > 0 else m
+
+        for p, c in reversed(edges):  # leaves first
+            up[c] = message(gathered(c, skip=p), c, (p, c))
+        for p, c in edges:  # root first
+            down[c] = message(gathered(p, skip=c), p, (p, c))
+        beliefs = []
+        for i in range(len(cliques)):
+            b = gathered(i)
+            beliefs.append(self.total * b / b.sum())
+        return beliefs
+
+    def marginal(self, subset: Sequence[int]) -> np.ndarray:
+        """The model's counts on ``subset`` (sorted attribute positions within one clique), flat in C order."""
+        home = self.tree.home(subset)
+        if home < 0:
+            raise ValueError(f"no clique of the model contains attributes {tuple(subset)}")
+        return project(self.beliefs()[home], self.tree.cliques[home], tuple(subset)).ravel()
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records (an ``n × d`` array of domain indices) drawn from the model, clique by
+        clique from the root with randomized rounding (see the module docstring)."""
+        tree, beliefs = self.tree, self.beliefs()
+        records = np.zeros((n, len(tree.domain)), dtype=np.int64)
+        if n == 0 or not tree.cliques:
+            return records
+        root = tree.cliques[0]
+        cells = _allot(beliefs[0].ravel(), n, rng)
+        records[:, list(root)] = np.column_stack(np.unravel_index(rng.permutation(cells), beliefs[0].shape))
+        for p, c in tree.edges:
+            sep = tree.separator((p, c))
+            new = [a for a in tree.cliques[c] if a not in sep]
+            if not new:
+                continue
+            # the child's counts as (separator cell, new cells), separator attributes first
+            order = [tree.cliques[c].index(a) for a in sep + tuple(new)]
+            table = np.transpose(beliefs[c], order).reshape(-1, int(np.prod([tree.domain[a] for a in new])))
+            key = (np.ravel_multi_index(records[:, list(sep)].T, [tree.domain[a] for a in sep]) if sep
+                   else np.zeros(n, dtype=np.int64))
+            rows = np.argsort(key, kind="stable")
+            starts = np.searchsorted(key[rows], np.arange(table.shape[0] + 1))
+            drawn = np.empty(n, dtype=np.int64)
+            for s in np.flatnonzero(np.diff(starts)):
+                group = rows[starts[s]:starts[s + 1]]
+                drawn[group] = rng.permutation(_allot(table[s], len(group), rng))
+            records[:, new] = np.column_stack(np.unravel_index(drawn, [tree.domain[a] for a in new]))
+        return records
+
+
+def _allot(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` cell indices in proportion to ``weights`` (non-negative), by randomized rounding: each
+    cell gets the floor of its share ``n w / Σw``, and the remaining records go one each to cells
+    picked by systematic sampling over the fractional parts in random order, so that a cell gets
+    one more with probability exactly its fraction (the expected count is its share). Uniform
+    when every weight is 0."""
+    w = np.maximum(np.asarray(weights, dtype=float), 0.0)
+    if not w.sum() > 0 or not np.isfinite(w.sum()):
+        w = np.ones_like(w)
+    share = n * w / w.sum()
+    counts = np.floor(share).astype(np.int64)
+    short = n - int(counts.sum())
+    if short > 0:
+        order = rng.permutation(w.size)
+        reach = np.cumsum((share - counts)[order])
+        picks = np.searchsorted(reach, rng.random() + np.arange(short), side="right")
+        np.add.at(counts, order[np.minimum(picks, w.size - 1)], 1)
+    return np.repeat(np.arange(w.size), counts)

@@ -1,0 +1,181 @@
+"""PGM synthesis: measure the workload's marginals as HDMM would, fit a graphical model, sample it.
+
+:func:`pgm` takes one measurement of a weighted-marginals strategy for the workload's
+marginals, with the weights of OPT_M (HDMM §8: for marginal workloads, the optimal
+strategy is weighted marginals, at the SVD bound under Gaussian noise), then fits the
+maximum-entropy graphical model to the noisy marginals (:func:`~dpsql.synth.estimate.estimate`,
+each weighted by its noise) and returns it for sampling. The same measurements that give
+HDMM's direct answers their accuracy thus become a table.
+
+Guarantee: the only access to the data is that one measurement, through the private kernel
+(:meth:`~dpsql.private.kernel.PrivateTable.measure`), which charges the ledger before reading:
+Gaussian noise of ``σ = Δ₂/√(2ρ)`` is ``ρ``-zCDP (Bun & Steinke 2016, Proposition 1.6), or
+calibrated to ``(ε, δ)`` by the analytic Gaussian mechanism (Balle & Wang 2018); Laplace
+noise of scale ``Δ₁/ε`` is ``ε``-DP. ``Δ`` is the strategy's sensitivity, ``√Σθ²`` (L2)
+or ``Σθ`` (L1) for weights ``θ``, times the rows a privacy unit may hold. Estimation and
+sampling are post-processing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dpsql.errors import WorkloadError
+from dpsql.hdmm.marginals import MAX_ATTRIBUTES, Marginals
+from dpsql.hdmm.matrix import Identity, Total
+from dpsql.hdmm.optimize.marginal import opt_marginal
+from dpsql.hdmm.strategy import MarginalStrategy
+from dpsql.hdmm.workload import Workload
+from dpsql.privacy import NoiseModel
+from dpsql.private.budget import Cost
+from dpsql.private.kernel import PrivateTable
+from dpsql.schema import Attribute
+from dpsql.synth.estimate import Observation, estimate
+from dpsql.synth.graphical import GraphicalModel
+from dpsql.synth.junction import JunctionTree, junction_tree
+
+__all__ = ["PGMResult", "marginal_weights", "model_structure", "pgm"]
+
+
+@dataclass(frozen=True)
+class PGMResult:
+    """The fitted model and the noisy measurements it was fitted to (released values)."""
+
+    model: GraphicalModel
+    observations: list[Observation]
+
+
+def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]], noise: NoiseModel) -> np.ndarray:
+    """The weight of each marginal (index: the bitmask of its attributes) in the strategy that
+    measures ``marginals``: OPT_M's for ``noise``'s norm when OPT_M is weighted marginals, else
+    (a strategy it realizes otherwise) 1 on each workload marginal. Data-independent. At most
+    :data:`~dpsql.hdmm.marginals.MAX_ATTRIBUTES` attributes (the marginal algebra's ``2^d`` weights).
+
+    >>> from dpsql.privacy import Gaussian
+    >>> w = marginal_weights((2, 2, 2), [(0, 1), (1, 2)], Gaussian(rho=1.0))
+    >>> [int(a) for a in np.flatnonzero(w)]  # {0, 1} and {1, 2} as bitmasks 0b011 and 0b110
+    [3, 6]
+    """
+    if len(domain) > MAX_ATTRIBUTES:
+        raise WorkloadError(f"pgm weighs the marginals of at most {MAX_ATTRIBUTES} attributes, got {len(domain)}")
+    terms = [(1.0, tuple(Identity(n) if a in m else Total(n) for a, n in enumerate(domain))) for m in marginals]
+    strategy = opt_marginal(Workload(tuple(domain), terms), noise).strategy
+    if isinstance(strategy, Marginals):
+        theta = np.abs(strategy.theta)
+        return np.where(theta > 1e-9 * theta.max(), theta, 0.0)
+    theta = np.zeros(2 ** len(domain))
+    theta[[sum(1 << a for a in m) for m in marginals]] = 1.0
+    return theta
+
+
+def model_structure(domain: Sequence[int], observations: Sequence[Observation],
+                    max_cells: int) -> tuple[JunctionTree, list[Observation]]:
+    """A junction tree of at most ``max_cells`` cells for a model of ``observations``, and the
+    observations it can be fitted to. Chosen from the released measurements alone (free).
+
+    When every measured set fits in the model, that is the tree. Otherwise attribute sets
+    are added greedily to a model of single attributes: the measured sets and their subsets
+    of two or more attributes (each with the counts of its most precise measured superset,
+    summed down). A set's gain is how far its noisy counts are, in L1, from the
+    maximum-entropy table with their projections on the attribute sets the model already
+    joins (what the model predicts there, locally), less the distance that noise alone
+    would give (``cells · σ · √(2/π)``): the score AIM selects by (McKenna et al. 2022). Each
+    step adds the set with the most gain per cell it adds to the model, among those that
+    keep it within ``max_cells``. A measured set the model cannot hold is fitted through its
+    projections on the largest parts it can, each with the noise of the cells it sums.
+    """
+    domain = tuple(domain)
+    full = junction_tree(domain, [o.subset for o in observations])
+    if full.size <= max_cells:
+        return full, list(observations)
+    candidates: dict[tuple[int, ...], Observation] = {}
+    for o in observations:
+        for k in range(2, len(o.subset) + 1):
+            for part in itertools.combinations(o.subset, k):
+                projected = _projection(domain, o, part)
+                if part not in candidates or projected.std < candidates[part].std:
+                    candidates[part] = projected
+    tree = junction_tree(domain, [])
+    cache: dict[tuple, float] = {}
+    while True:
+        best: tuple[float, JunctionTree] | None = None
+        for part, o in candidates.items():
+            if tree.home(part) >= 0:
+                continue
+            key = (part, tuple(_parts(part, tree)))
+            if key not in cache:
+                cache[key] = _gain(domain, o, tree)
+            if cache[key] <= 0 or (best is not None and cache[key] / math.prod(domain[a] for a in part) <= best[0]):
+                continue  # a set adds at least its own cells, so its ratio can only be lower
+            trial = junction_tree(domain, list(tree.cliques) + [part])
+            ratio = cache[key] / max(trial.size - tree.size, 1)
+            if trial.size <= max_cells and (best is None or ratio > best[0]):
+                best = (ratio, trial)
+        if best is None:
+            break
+        tree = best[1]
+    fitted = [o for o in observations if tree.home(o.subset) >= 0]
+    for o in observations:
+        if tree.home(o.subset) < 0:
+            fitted.extend(_projection(domain, o, part) for part in _parts(o.subset, tree))
+    return tree, fitted
+
+
+def _projection(domain: tuple[int, ...], o: Observation, part: tuple[int, ...]) -> Observation:
+    """``o`` summed down to the attributes ``part``: each count sums independent noise of ``o``'s cells."""
+    if part == o.subset:
+        return o
+    table = o.values.reshape([domain[a] for a in o.subset])
+    values = table.sum(axis=tuple(i for i, a in enumerate(o.subset) if a not in part)).ravel()
+    return Observation(part, values, o.std * math.sqrt(math.prod(domain[a] for a in o.subset if a not in part)))
+
+
+def _parts(subset: tuple[int, ...], tree: JunctionTree) -> list[tuple[int, ...]]:
+    """The largest parts of ``subset`` that lie in one clique of ``tree`` (each attribute is in one)."""
+    parts = {tuple(a for a in subset if a in c) for c in tree.cliques} - {()}
+    return [p for p in parts if not any(set(p) < set(q) for q in parts)]
+
+
+def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: int = 20) -> float:
+    """How far ``o``'s noisy counts are from the maximum-entropy table that matches their
+    projections on the parts ``tree`` already joins (iterative proportional fitting), less
+    the expected distance of noise alone (see :func:`model_structure`)."""
+    shape = [domain[a] for a in o.subset]
+    y = np.maximum(o.values.reshape(shape), 0.0)
+    total = y.sum()
+    if total <= 0:
+        return -math.inf
+    q = np.full(shape, total / y.size)
+    parts = _parts(o.subset, tree)
+    for _ in range(sweeps if any(len(set(p) & set(r)) for p in parts for r in parts if p != r) else 1):
+        for p in parts:
+            axes = tuple(i for i, a in enumerate(o.subset) if a not in p)
+            want, have = y.sum(axis=axes, keepdims=True), q.sum(axis=axes, keepdims=True)
+            q = q * np.divide(want, have, out=np.zeros_like(want), where=have > 0)
+    return float(np.abs(y - q).sum()) - y.size * o.std * math.sqrt(2.0 / math.pi)
+
+
+def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: np.ndarray, noise: NoiseModel, cost: Cost,
+        max_cells: int, iterations: int = 1000, progress: Callable[[int], None] | None = None) -> PGMResult:
+    """Measure the weighted marginals (``weights`` from :func:`marginal_weights`) once with
+    ``noise`` (spending ``cost``, its price in the ledger's currency), and fit a model of at
+    most ``max_cells`` cells (:func:`model_structure`; see the module docstring for the guarantee)."""
+    domain = tuple(a.size for a in attributes)
+    strategy = MarginalStrategy(Marginals(domain, weights))
+    measured = table.measure(attributes, strategy, noise, cost,
+                             f"PGM: {len(strategy.strategy.subsets)} weighted marginals")
+    observations, start = [], 0
+    for mask in strategy.strategy.subsets:
+        subset = tuple(a for a in range(len(domain)) if mask >> a & 1)
+        size = math.prod(domain[a] for a in subset)
+        w = float(weights[mask])
+        observations.append(Observation(subset, measured.values[start:start + size] / w, measured.noise_std / w))
+        start += size
+    tree, fitted = model_structure(domain, observations, max_cells)
+    model = estimate(domain, fitted, tree=tree, iterations=iterations, progress=progress)
+    return PGMResult(model, observations)

@@ -1,0 +1,241 @@
+"""PGM synthesis: junction trees, belief propagation, estimation and sampling against dense
+oracles on small domains, and the method's privacy accounting (dpsql.synth.pgm)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.errors import BudgetExceededError, ResourceLimitError
+from dpsql.private.budget import Budget
+from dpsql.synth.estimate import Observation, estimate, estimate_total
+from dpsql.synth.graphical import GraphicalModel
+from dpsql.synth.junction import junction_tree
+from dpsql.synth.pgm import marginal_weights
+
+
+def dense_marginal(p: np.ndarray, subset) -> np.ndarray:
+    return p.sum(axis=tuple(a for a in range(p.ndim) if a not in subset)).ravel()
+
+
+def dense_joint(model: GraphicalModel) -> np.ndarray:
+    """The model's counts on the full domain, from its potentials (the oracle for belief propagation)."""
+    domain = model.tree.domain
+    log = np.zeros(domain)
+    for clique, theta in zip(model.tree.cliques, model.theta):
+        log = log + theta.reshape([domain[a] if a in clique else 1 for a in range(len(domain))])
+    p = np.exp(log - log.max())
+    return model.total * p / p.sum()
+
+
+FAMILIES = [
+    ((2, 3, 4, 5), [(0, 1), (1, 2), (2, 3), (0, 3)]),          # a cycle: triangulated with one chord
+    ((3, 2, 4, 2, 3), [(0, 1), (1, 2), (2, 3, 4), (0, 4)]),
+    ((2, 2, 2, 2, 2, 2), [(0, 1, 2), (2, 3), (4,), (3, 4, 5), (0, 5)]),
+    ((4, 3, 2), []),                                             # no interactions: three components
+]
+
+
+@pytest.mark.parametrize("domain,subsets", FAMILIES)
+def test_junction_tree_covers_every_subset_and_has_the_running_intersection_property(domain, subsets):
+    tree = junction_tree(domain, subsets)
+    assert all(tree.home(s) >= 0 for s in subsets) and all(tree.home((a,)) >= 0 for a in range(len(domain)))
+    assert len(tree.edges) == len(tree.cliques) - 1 and sorted(c for _, c in tree.edges) == list(range(1, len(tree.cliques)))
+    # parents come first, and an attribute's cliques form a connected subtree
+    seen = {0}
+    for p, c in tree.edges:
+        assert p in seen
+        seen.add(c)
+    for a in range(len(domain)):
+        holding = {i for i, c in enumerate(tree.cliques) if a in c}
+        linked = [(p, c) for p, c in tree.edges if p in holding and c in holding]
+        assert len(linked) == len(holding) - 1, (a, tree)
+    assert tree.size == sum(math.prod(domain[a] for a in c) for c in tree.cliques)
+
+
+@pytest.mark.parametrize("domain,subsets", FAMILIES)
+def test_belief_propagation_equals_the_dense_distribution(domain, subsets):
+    rng = np.random.default_rng(1)
+    tree = junction_tree(domain, subsets)
+    model = GraphicalModel(tree, [rng.normal(size=[domain[a] for a in c]) * 2 for c in tree.cliques], total=123.0)
+    joint = dense_joint(model)
+    for clique, belief in zip(tree.cliques, model.beliefs()):
+        np.testing.assert_allclose(belief.ravel(), dense_marginal(joint, clique), rtol=1e-10)
+    for s in subsets:
+        np.testing.assert_allclose(model.marginal(s), dense_marginal(joint, s), rtol=1e-10)
+
+
+def test_estimation_without_noise_recovers_the_marginals_and_is_the_maximum_entropy_fit():
+    """Exact marginals of a random (not decomposable) distribution on a decomposable family: the fit
+    matches each one, and its joint is the maximum-entropy one, prod mu_C / prod mu_S (dense oracle)."""
+    rng = np.random.default_rng(2)
+    domain = (3, 2, 4, 3)
+    p = rng.dirichlet(np.full(math.prod(domain), 0.7)).reshape(domain) * 5000
+    subsets = [(0, 1), (1, 2), (2, 3), (1,)]
+    obs = [Observation(s, dense_marginal(p, s), 1.0) for s in subsets]
+    model = estimate(domain, obs, iterations=3000, tolerance=1e-15)
+    for s in subsets:
+        np.testing.assert_allclose(model.marginal(s), dense_marginal(p, s), atol=1e-6)
+    maxent = (dense_marginal(p, (0, 1)).reshape(3, 2, 1, 1) * dense_marginal(p, (1, 2)).reshape(1, 2, 4, 1)
+              * dense_marginal(p, (2, 3)).reshape(1, 1, 4, 3)
+              / dense_marginal(p, (1,)).reshape(1, 2, 1, 1) / dense_marginal(p, (2,)).reshape(1, 1, 4, 1))
+    np.testing.assert_allclose(dense_joint(model), maxent, rtol=1e-6)
+    assert model.total == pytest.approx(5000)
+
+
+def test_estimation_weighs_each_measurement_by_its_noise():
+    """Two inconsistent measurements of one marginal: the fit is their precision-weighted mean."""
+    a, b = np.array([60.0, 40.0]), np.array([30.0, 70.0])
+    model = estimate((2,), [Observation((0,), a, 1.0), Observation((0,), b, 3.0)], total=100.0, iterations=2000,
+                     tolerance=1e-15)
+    np.testing.assert_allclose(model.marginal((0,)), (a * 9 + b) / 10, atol=1e-6)
+    assert estimate_total([Observation((0,), a, 1.0), Observation((0, 1), np.full(4, 30.0), 1.0)]) == \
+        pytest.approx((100 / 2 + 120 / 4) / (1 / 2 + 1 / 4))
+
+
+def test_sampling_rounds_each_clique_to_within_a_record_or_two_and_is_unbiased():
+    rng = np.random.default_rng(3)
+    domain = (3, 4, 2, 3)
+    tree = junction_tree(domain, [(0, 1), (1, 2), (2, 3)])
+    model = GraphicalModel(tree, [rng.normal(size=[domain[a] for a in c]) for c in tree.cliques], total=1.0)
+    n, draws = 997, []
+    for seed in range(200):
+        records = model.sample(n, np.random.default_rng(seed))
+        assert records.shape == (n, 4) and (records >= 0).all() and (records < np.array(domain)).all()
+        counts = [np.bincount(np.ravel_multi_index(records[:, list(c)].T, [domain[a] for a in c]),
+                              minlength=math.prod(domain[a] for a in c)) for c in tree.cliques]
+        expected = [n * b.ravel() for b in model.beliefs()]
+        assert np.abs(counts[0] - expected[0]).max() < 1 + 1e-9   # the root: floor or floor + 1
+        assert all(np.abs(c - e).max() < 2 + 1e-9 for c, e in zip(counts, expected))
+        draws.append(np.concatenate(counts))
+    # unbiased: the mean over draws approaches the model's counts
+    np.testing.assert_allclose(np.mean(draws, axis=0), np.concatenate([n * b.ravel() for b in model.beliefs()]),
+                               atol=0.15)
+
+
+# -- the method: synthesize("pgm") -------------------------------------------------------------
+
+SCHEMA = {"table": "t", "columns": {
+    "a": {"type": "integer", "min": 0, "max": 2},
+    "b": {"type": "integer", "min": 0, "max": 3},
+    "c": {"type": "boolean"},
+    "d": {"type": "categorical", "values": ["x", "y", "z"]}}}
+
+
+@pytest.fixture(scope="module")
+def table():
+    rng = np.random.default_rng(4)
+    n = 5000
+    a = rng.integers(0, 3, n)
+    b = (a + rng.integers(0, 2, n)) % 4
+    c = (b > 1) ^ (rng.random(n) < 0.2)
+    d = np.where(c, "x", np.where(rng.random(n) < 0.5, "y", "z"))
+    con = duckdb.connect()
+    con.register("df", pd.DataFrame({"a": a, "b": b, "c": c, "d": d}))
+    con.execute("CREATE TABLE t AS SELECT * FROM df")
+    con.unregister("df")
+    return con
+
+
+def exact_counts(con, cols):
+    g = ", ".join(cols)
+    return {tuple(r[:-1]): r[-1] for r in con.sql(f"SELECT {g}, COUNT(*) FROM t GROUP BY {g}").fetchall()}
+
+
+def synthetic_counts(df, cols):
+    return {k: v for k, v in df.groupby(list(cols)).size().items()} if len(cols) > 1 else \
+        {(k,): v for k, v in df.groupby(cols[0]).size().items()}
+
+
+def test_at_a_huge_budget_the_table_has_the_measured_marginals(table):
+    """No noise to speak of: the table's workload marginals equal the data's, up to sampling's rounding."""
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e12), cache=False, progress=False)
+    workload = [("a", "b"), ("b", "c"), ("c", "d")]
+    syn = db.synthesize("pgm", workload=workload, rho=1e12, seed=0, name="s")
+    assert len(syn.df) == 5000
+    for cols in workload:
+        want, got = exact_counts(table, cols), synthetic_counts(syn.df, cols)
+        assert max(abs(got.get(k, 0) - want.get(k, 0)) for k in set(want) | set(got)) <= 2, (got, want)
+    assert db.released.sql("SELECT COUNT(*) FROM s").fetchall() == [(5000,)]
+    assert list(syn.report.columns[:2]) == ["marginal", "cells"] and (syn.report.max_abs_error_vs_noisy < 3).all()
+
+
+@pytest.mark.parametrize("budget,spend,kind", [
+    (Budget(rho=0.5), {"rho": 0.2}, "gaussian"),
+    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}, "gaussian"),
+    (Budget(epsilon=2.0), {"epsilon": 0.5}, "laplace"),
+])
+def test_accounting_is_one_measurement_charged_before_reading_with_the_calibrated_noise(table, monkeypatch,
+                                                                                        budget, spend, kind):
+    from dpsql.privacy import Gaussian, Laplace
+    from dpsql.synth import pgm as pgm_module
+
+    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen = {}
+    real = pgm_module.estimate
+
+    def spy(domain, observations, **kw):
+        seen["observations"] = observations
+        seen["ledger"] = db.ledger.spent()  # the charge is in the ledger before the fit (after the read)
+        return real(domain, observations, **kw)
+
+    monkeypatch.setattr(pgm_module, "estimate", spy)
+    workload = [("a", "b"), ("b", "c", "d")]
+    syn = db.synthesize("pgm", workload=workload, seed=1, name="s", **spend)
+    entries = db.ledger.entries()
+    assert len(entries) == 1 and entries[0].mechanism.startswith(kind)
+    assert seen["ledger"] == db.ledger.spent()
+    # hand calculation: the strategy's sensitivity from its weights, each observation's noise from it
+    domain = (3, 4, 2, 3)
+    marginals = [(0, 1), (1, 2, 3)]
+    if kind == "laplace":
+        theta = marginal_weights(domain, marginals, Laplace(spend["epsilon"]))
+        scale = theta.sum() / spend["epsilon"] * math.sqrt(2)
+        assert (syn.epsilon, syn.delta, syn.rho) == (spend["epsilon"], 0.0, 0.0)
+    else:
+        noise = Gaussian(rho=spend["rho"]) if "rho" in spend else Gaussian(epsilon=spend["epsilon"], delta=spend["delta"])
+        theta = marginal_weights(domain, marginals, noise)
+        scale = noise.sigma(math.sqrt((theta ** 2).sum()))
+        if "rho" in spend:
+            assert scale == pytest.approx(math.sqrt((theta ** 2).sum()) / math.sqrt(2 * spend["rho"]))
+            assert syn.rho == spend["rho"]
+        else:
+            assert (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
+    stds = {o.subset: o.std for o in seen["observations"]}
+    assert set(stds) == {tuple(a for a in range(4) if m >> a & 1) for m in np.flatnonzero(theta)}
+    for subset, std in stds.items():  # the release lattice's discrete noise: within 1e-6 of the continuous std
+        assert std == pytest.approx(scale / theta[sum(1 << a for a in subset)], rel=1e-6)
+
+
+def test_refusals_spend_nothing(table):
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.1), cache=False, progress=False)
+    with pytest.raises(ResourceLimitError, match="max_model_size=0.0001 MB"):
+        db.synthesize("pgm", workload=3, rho=0.05, max_model_size=1e-4)
+    with pytest.raises(BudgetExceededError):
+        db.synthesize("pgm", workload=2, rho=0.5)
+    with pytest.raises(dpsql.Error, match="pgm takes no option rounds"):
+        db.synthesize("pgm", workload=2, rho=0.05, rounds=3)
+    assert db.ledger.entries() == [] and db.spent().rho == 0
+
+
+def test_more_attributes_than_the_marginal_algebra_are_refused():
+    with pytest.raises(dpsql.Error, match="at most 24 attributes"):
+        marginal_weights((2,) * 25, [(0, 1)], dpsql.privacy.Gaussian(rho=1.0))
+
+
+def test_weights_are_opt_m_and_cover_the_workload():
+    from dpsql.privacy import Gaussian
+
+    domain = (3, 4, 2, 3)
+    for marginals in ([(0, 1), (1, 2, 3)], [(0,), (1,), (2,), (3,)], list(itertools.combinations(range(4), 2))):
+        theta = marginal_weights(domain, marginals, Gaussian(rho=1.0))
+        assert (theta >= 0).all()
+        kept = [tuple(a for a in range(4) if m >> a & 1) for m in np.flatnonzero(theta)]
+        # every workload marginal can be answered from a measured one that contains it
+        assert all(any(set(m) <= set(k) for k in kept) for m in marginals)
