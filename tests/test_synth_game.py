@@ -256,6 +256,23 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
     assert set(db.released.sql("SELECT DISTINCT d FROM f").df()["d"]) <= {"x", "y"}
 
 
+def test_fem_warns_up_front_of_its_error_floor_and_of_wide_columns_from_public_values_only(tmp_path):
+    from dpsql.synth.synthesize import fem_warnings
+
+    con, _ = make_table(500)
+    db = _db(con, tmp_path, Budget(rho=1.0))
+    with pytest.warns(UserWarning, match=r"only on tables of more than about [\d,]+ rows at eps0=0.05") as caught:
+        syn = db.synthesize("fem", workload=1, rho=0.01, eps0=0.05, samples=5, seed=0)
+    assert caught[0].filename == __file__ and "warning: FEM finds a cell" in repr(syn)  # points at the call
+    assert syn.report.attrs["warnings"] == [str(w.message) for w in caught if "FEM" in str(w.message)]
+    # 2 ln(Q) / (eps0 * 5%), Q = 2 * cells of the workload: the same for any table (n is not used)
+    rows = 2 * math.log(2 * 11) / (0.05 * 0.05)
+    assert f"more than about {rows:,.0f} rows" in syn.report.attrs["warnings"][0]
+    notes = fem_warnings(0.05, 600, [("a", 3), ("wide", 501), ("c", 2)], [(0, 1), (2,)])
+    assert len(notes) == 2 and "wide (501 values) will make its rounds slow" in notes[1]
+    assert len(fem_warnings(0.05, 600, [("a", 3), ("wide", 501), ("c", 2)], [(0, 2)])) == 1  # wide column unused
+
+
 def test_fem_under_zcdp_spends_rho():
     con, _ = make_table(500)
     db = dpsql.connect(con, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
