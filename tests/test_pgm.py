@@ -239,3 +239,41 @@ def test_weights_are_opt_m_and_cover_the_workload():
         kept = [tuple(a for a in range(4) if m >> a & 1) for m in np.flatnonzero(theta)]
         # every workload marginal can be answered from a measured one that contains it
         assert all(any(set(m) <= set(k) for k in kept) for m in marginals)
+
+
+# -- refining sampled records toward measured marginals ------------------------------------------
+
+def _marginal(records, domain, subset):
+    return np.bincount(np.ravel_multi_index(records[:, list(subset)].T, [domain[a] for a in subset]),
+                       minlength=math.prod(domain[a] for a in subset))
+
+
+def test_refining_toward_exact_marginals_reaches_them_and_keeps_the_records_in_the_domain():
+    from dpsql.synth.refine import refine
+
+    rng = np.random.default_rng(5)
+    domain, n = (4, 5, 3, 6), 4000
+    a = rng.integers(0, 4, n)
+    b = (a + rng.integers(0, 2, n)) % 5
+    truth = np.column_stack([a, b, b % 3, (a + b % 3 + rng.integers(0, 2, n)) % 6])
+    subsets = list(itertools.combinations(range(4), 2)) + [(0, 1, 3)]
+    targets = [(s, _marginal(truth, domain, s).astype(float), 0.0) for s in subsets]
+    start = np.column_stack([rng.integers(0, k, n) for k in domain])  # independent attributes
+    worst = [max(np.abs(_marginal(r, domain, s) - t).max() for s, t, _ in targets)
+             for r in (start, refine(start, domain, targets, np.random.default_rng(0), sweeps=30))]
+    assert worst[0] > 400 and worst[1] <= 2
+    out = refine(start, domain, targets, np.random.default_rng(0), sweeps=3)
+    assert out.shape == start.shape and (out >= 0).all() and (out < np.array(domain)).all()
+    assert not np.shares_memory(out, start)
+
+
+def test_refining_leaves_differences_within_the_noise_alone():
+    from dpsql.synth.refine import refine
+
+    rng = np.random.default_rng(6)
+    records = np.column_stack([rng.integers(0, 3, 900), rng.integers(0, 2, 900)])
+    counts = _marginal(records, (3, 2), (0, 1)).astype(float)
+    noisy = counts + rng.uniform(-9.9, 9.9, counts.size)  # within 2 sigma of sigma = 5
+    assert (refine(records, (3, 2), [((0, 1), noisy, 5.0)], rng, sweeps=10) == records).all()
+    moved = refine(records, (3, 2), [((0, 1), counts + np.array([60.0, -60, 0, 0, 0, 0]), 5.0)], rng, sweeps=10)
+    assert 45 <= _marginal(moved, (3, 2), (0, 1))[0] - counts[0] <= 50  # 60 less the 2-sigma slack

@@ -34,7 +34,7 @@ import numpy as np
 
 from dpsql.synth.junction import JunctionTree
 
-__all__ = ["GraphicalModel", "expand", "project"]
+__all__ = ["GraphicalModel", "allot", "expand", "project"]
 
 
 def expand(values: np.ndarray, attrs: Sequence[int], target: Sequence[int]) -> np.ndarray:
@@ -126,7 +126,7 @@ class GraphicalModel:
         if n == 0 or not tree.cliques:
             return records
         root = tree.cliques[0]
-        cells = _allot(beliefs[0].ravel(), n, rng)
+        cells = allot(beliefs[0].ravel(), n, rng)
         records[:, list(root)] = np.column_stack(np.unravel_index(rng.permutation(cells), beliefs[0].shape))
         for p, c in tree.edges:
             sep = tree.separator((p, c))
@@ -143,12 +143,12 @@ class GraphicalModel:
             drawn = np.empty(n, dtype=np.int64)
             for s in np.flatnonzero(np.diff(starts)):
                 group = rows[starts[s]:starts[s + 1]]
-                drawn[group] = rng.permutation(_allot(table[s], len(group), rng))
+                drawn[group] = rng.permutation(allot(table[s], len(group), rng))
             records[:, new] = np.column_stack(np.unravel_index(drawn, [tree.domain[a] for a in new]))
         return records
 
 
-def _allot(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+def allot(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` cell indices in proportion to ``weights`` (non-negative), by randomized rounding: each
     cell gets the floor of its share ``n w / Σw``, and the remaining records go one each to cells
     picked by systematic sampling over the fractional parts in random order, so that a cell gets

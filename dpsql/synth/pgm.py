@@ -4,8 +4,10 @@
 marginals, with the weights of OPT_M (HDMM §8: for marginal workloads, the optimal
 strategy is weighted marginals, at the SVD bound under Gaussian noise), then fits the
 maximum-entropy graphical model to the noisy marginals (:func:`~dpsql.synth.estimate.estimate`,
-each weighted by its noise) and returns it for sampling. The same measurements that give
-HDMM's direct answers their accuracy thus become a table.
+each weighted by its noise) and returns it for sampling; the sampled records are then
+refined toward every measured marginal (:mod:`dpsql.synth.refine`), which matters when the
+model, kept within a size limit, cannot join every measured attribute set. The same
+measurements that give HDMM's direct answers their accuracy thus become a table.
 
 Guarantee: the only access to the data is that one measurement, through the private kernel
 (:meth:`~dpsql.private.kernel.PrivateTable.measure`), which charges the ledger before reading:
@@ -38,6 +40,7 @@ from dpsql.schema import Attribute
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
+from dpsql.synth.refine import refine
 
 __all__ = ["PGMResult", "marginal_weights", "model_structure", "pgm"]
 
@@ -48,6 +51,21 @@ class PGMResult:
 
     model: GraphicalModel
     observations: list[Observation]
+
+    def sample(self, n: int, rng: np.random.Generator, sweeps: int = 30) -> np.ndarray:
+        """``n`` records drawn from the model, then refined (:func:`~dpsql.synth.refine.refine`,
+        ``sweeps`` sweeps) toward every measured marginal: the model's own counts on the sets
+        it holds (which fuse every measurement), the precision-weighted mean of the noisy
+        measurements on the others, which a model of bounded size could not join."""
+        records = self.model.sample(n, rng)
+        pooled: dict[tuple[int, ...], list] = {}
+        for o in self.observations:
+            acc = pooled.setdefault(o.subset, [0.0, 0.0])
+            acc[0], acc[1] = acc[0] + o.std**-2, acc[1] + o.values * o.std**-2
+        held = self.model.tree.home
+        targets = [(t, self.model.marginal(t), 0.0) if held(t) >= 0 else (t, acc[1] / acc[0], acc[0] ** -0.5)
+                   for t, acc in pooled.items()]
+        return refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
 
 
 def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]], noise: NoiseModel) -> np.ndarray:

@@ -216,13 +216,14 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
 #:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
 #: * ``pgm``: ``iterations`` (int >= 1, 1000) of the model fit, ``max_model_size`` (megabytes of
-#:   float64 cells the graphical model may hold, > 0, 10). Gaussian noise under a zCDP or an
-#:   ``(ε, δ)`` spend, Laplace under a pure ``ε`` one.
+#:   float64 cells the graphical model may hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the
+#:   sampled records toward every measured marginal. Gaussian noise under a zCDP or an ``(ε, δ)``
+#:   spend, Laplace under a pure ``ε`` one.
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
-    "pgm": ("iterations", "max_model_size"),
+    "pgm": ("iterations", "max_model_size", "sweeps"),
 }
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
@@ -579,6 +580,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     the workload alone, and is refused above ``max_model_size`` before anything is spent."""
     total, budget = request.total, request.budget
     iterations = integer("iterations", option(options, "iterations", 1000))
+    sweeps = integer("sweeps", option(options, "sweeps", 30), low=0)
     megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
@@ -605,7 +607,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
                       progress=_advance(bar))
         model = learned.model
         n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
-        records = model.sample(n, rng)
+        records = learned.sample(n, rng, sweeps)
         report = _report([(o.subset, o.values) for o in learned.observations], model.total, records, attributes, n)
         return records, report, {}, cost
 
