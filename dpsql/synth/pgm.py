@@ -27,11 +27,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dpsql.errors import WorkloadError
 from dpsql.hdmm.marginals import MAX_ATTRIBUTES, Marginals
 from dpsql.hdmm.matrix import Identity, Total
 from dpsql.hdmm.optimize.marginal import opt_marginal
-from dpsql.hdmm.strategy import MarginalStrategy
+from dpsql.hdmm.strategy import UnionStrategy
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
 from dpsql.private.budget import Cost
@@ -40,9 +39,10 @@ from dpsql.schema import Attribute
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
+from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["PGMResult", "marginal_weights", "model_structure", "pgm"]
+__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "pgm"]
 
 
 @dataclass(frozen=True)
@@ -68,27 +68,33 @@ class PGMResult:
         return refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
 
 
-def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]], noise: NoiseModel) -> np.ndarray:
-    """The weight of each marginal (index: the bitmask of its attributes) in the strategy that
-    measures ``marginals``: OPT_M's for ``noise``'s norm when OPT_M is weighted marginals, else
-    (a strategy it realizes otherwise) 1 on each workload marginal. Data-independent. At most
-    :data:`~dpsql.hdmm.marginals.MAX_ATTRIBUTES` attributes (the marginal algebra's ``2^d`` weights).
+def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]],
+                     noise: NoiseModel) -> dict[tuple[int, ...], float]:
+    """The marginals (sorted attribute positions) that measure ``marginals``, with their weights:
+    OPT_M's for ``noise``'s norm when OPT_M is weighted marginals (at most
+    :data:`~dpsql.hdmm.marginals.MAX_ATTRIBUTES` attributes, the marginal algebra's ``2^d``
+    weights), else 1 on each workload marginal. Data-independent.
 
     >>> from dpsql.privacy import Gaussian
-    >>> w = marginal_weights((2, 2, 2), [(0, 1), (1, 2)], Gaussian(rho=1.0))
-    >>> [int(a) for a in np.flatnonzero(w)]  # {0, 1} and {1, 2} as bitmasks 0b011 and 0b110
-    [3, 6]
+    >>> sorted(marginal_weights((2, 2, 2), [(0, 1), (1, 2)], Gaussian(rho=1.0)))
+    [(0, 1), (1, 2)]
     """
-    if len(domain) > MAX_ATTRIBUTES:
-        raise WorkloadError(f"pgm weighs the marginals of at most {MAX_ATTRIBUTES} attributes, got {len(domain)}")
-    terms = [(1.0, tuple(Identity(n) if a in m else Total(n) for a, n in enumerate(domain))) for m in marginals]
-    strategy = opt_marginal(Workload(tuple(domain), terms), noise).strategy
-    if isinstance(strategy, Marginals):
-        theta = np.abs(strategy.theta)
-        return np.where(theta > 1e-9 * theta.max(), theta, 0.0)
-    theta = np.zeros(2 ** len(domain))
-    theta[[sum(1 << a for a in m) for m in marginals]] = 1.0
-    return theta
+    d = len(domain)
+    if d <= MAX_ATTRIBUTES:
+        terms = [(1.0, tuple(Identity(n) if a in m else Total(n) for a, n in enumerate(domain))) for m in marginals]
+        strategy = opt_marginal(Workload(tuple(domain), terms), noise).strategy
+        if isinstance(strategy, Marginals):
+            theta = np.abs(strategy.theta)
+            return {tuple(a for a in range(d) if mask >> a & 1): float(theta[mask])
+                    for mask in np.flatnonzero(theta > 1e-9 * theta.max())}
+    return {tuple(sorted(m)): 1.0 for m in marginals}
+
+
+def measurement(domain: Sequence[int], weights: dict[tuple[int, ...], float]) -> UnionStrategy:
+    """The strategy measuring each weighted marginal: every row of the table counts once in each
+    marginal, so its sensitivity is ``√Σθ²`` (L2) or ``Σθ`` (L1) for weights ``θ``."""
+    return UnionStrategy([marginal_strategy(domain, s) for s in weights], list(weights.values()),
+                         [[i] for i in range(len(weights))])
 
 
 def model_structure(domain: Sequence[int], observations: Sequence[Observation],
@@ -178,20 +184,18 @@ def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: i
     return float(np.abs(y - q).sum()) - y.size * o.std * math.sqrt(2.0 / math.pi)
 
 
-def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: np.ndarray, noise: NoiseModel, cost: Cost,
-        max_cells: int, iterations: int = 1000, progress: Callable[[int], None] | None = None) -> PGMResult:
+def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
+        noise: NoiseModel, cost: Cost, max_cells: int, iterations: int = 1000,
+        progress: Callable[[int], None] | None = None) -> PGMResult:
     """Measure the weighted marginals (``weights`` from :func:`marginal_weights`) once with
     ``noise`` (spending ``cost``, its price in the ledger's currency), and fit a model of at
     most ``max_cells`` cells (:func:`model_structure`; see the module docstring for the guarantee)."""
     domain = tuple(a.size for a in attributes)
-    strategy = MarginalStrategy(Marginals(domain, weights))
-    measured = table.measure(attributes, strategy, noise, cost,
-                             f"PGM: {len(strategy.strategy.subsets)} weighted marginals")
+    measured = table.measure(attributes, measurement(domain, weights), noise, cost,
+                             f"PGM: {len(weights)} weighted marginals")
     observations, start = [], 0
-    for mask in strategy.strategy.subsets:
-        subset = tuple(a for a in range(len(domain)) if mask >> a & 1)
+    for subset, w in weights.items():
         size = math.prod(domain[a] for a in subset)
-        w = float(weights[mask])
         observations.append(Observation(subset, measured.values[start:start + size] / w, measured.noise_std / w))
         start += size
     tree, fitted = model_structure(domain, observations, max_cells)

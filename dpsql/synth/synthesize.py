@@ -28,9 +28,7 @@ from tqdm.auto import tqdm
 
 from dpsql import limits
 from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
-from dpsql.hdmm.marginals import Marginals
 from dpsql.hdmm.matrix import is_total
-from dpsql.hdmm.strategy import MarginalStrategy
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import ZCDP, Budget, Cost
@@ -56,7 +54,7 @@ from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
-from dpsql.synth.pgm import marginal_weights, pgm
+from dpsql.synth.pgm import marginal_weights, measurement, pgm
 
 if TYPE_CHECKING:
     import duckdb
@@ -597,7 +595,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         raise ResourceLimitError(f"a marginal of this workload has more cells than max_model_size={megabytes:g} MB "
                                  f"({max_cells:,} float64 cells) holds: choose smaller marginals, or raise it")
     try:
-        private.plan(MarginalStrategy(Marginals(domain, weights)), noise)
+        private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
 
