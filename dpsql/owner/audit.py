@@ -288,6 +288,36 @@ def audit_query_sampling(sizes: Sizes, seed: int = 0, epsilon: float = 1.0) -> A
     return audit_outputs("dualquery_fem_query_sampling", outs[0], outs[1], events, epsilon)
 
 
+def audit_pgm_measurement(sizes: Sizes, seed: int = 0, epsilon: float = 1.0) -> AuditRow:
+    """PGM's one private step: the workload's weighted marginals (OPT_M's weights for the
+    marginals on ``(a, b)`` and ``a``) measured together with Laplace noise, claimed ε. What
+    PGM does next (its model's structure, the fit, the sampling, the refinement) reads only
+    this release, so the measurement is all there is to audit.
+
+    The added row ``(x, 0)`` raises the first cell of every measured marginal by its weight;
+    the events are each such cell, and their sum, past the values on ``D`` (each noisy value
+    divided by its weight is a count)."""
+    from dpsql.privacy import Laplace
+    from dpsql.synth.pgm import marginal_weights, measurement
+
+    attributes = schema_attributes(load_schema(SCHEMA))
+    domain = tuple(a.size for a in attributes)
+    weights = marginal_weights(domain, [(0, 1), (0,)], Laplace(epsilon))
+    strategy = measurement(domain, weights)
+    starts = np.cumsum([0] + [math.prod(domain[a] for a in s) for s in weights])[:-1]
+    outs = []
+    for table in _private_tables(seed):
+        values = np.array([table.measure(attributes, strategy, Laplace(epsilon), Cost(epsilon=epsilon)).values
+                           for _ in range(sizes.queries)])
+        outs.append(values[:, starts] / np.array(list(weights.values())))
+    _, _, counts = _tables()
+    exact = np.array([5.0 if s == (0, 1) else counts["x"] for s in weights])  # rows of D in cell (x, 0), and x
+    events = [(f"{s} cell 0 > {t:g}", lambda o, j=j, t=t: o[:, j] > t)
+              for j, s in enumerate(weights) for t in (exact[j] + 0.5, exact[j] + 1.0)]
+    events.append(("sum of the cells > exact + 1", lambda o: o.sum(axis=1) > exact.sum() + 1.0))
+    return audit_outputs("pgm_weighted_marginals", outs[0], outs[1], events, epsilon)
+
+
 #: Every audited mechanism, in report order.
 MECHANISMS: dict[str, Callable[..., AuditRow]] = {
     "query_laplace": audit_query_laplace,
@@ -295,6 +325,7 @@ MECHANISMS: dict[str, Callable[..., AuditRow]] = {
     "batch_laplace": audit_batch_laplace,
     "mwem_exponential_selection": audit_mwem_selection,
     "dualquery_fem_query_sampling": audit_query_sampling,
+    "pgm_weighted_marginals": audit_pgm_measurement,
     "broken_laplace_half_noise": audit_broken_laplace,
 }
 

@@ -52,12 +52,14 @@ def rows():
 def test_every_released_mechanism_passes(rows):
     honest = [r for name, r in rows.items() if "broken" not in name]
     assert {r.mechanism for r in honest} == {"query_laplace", "query_gaussian", "batch_laplace",
-                                             "mwem_exponential_selection", "dualquery_fem_query_sampling"}
+                                             "mwem_exponential_selection", "dualquery_fem_query_sampling",
+                                             "pgm_weighted_marginals"}
     for r in honest:
         assert r.verdict == "ok" and r.audited_epsilon_lower <= r.claimed_epsilon, r
     # the audit has power: the single-count Laplace query's loss is visibly positive
     assert rows["query_laplace"].audited_epsilon_lower > 0.2
     assert rows["dualquery_fem_query_sampling"].audited_epsilon_lower > 0.3
+    assert rows["pgm_weighted_marginals"].audited_epsilon_lower > 0.2
 
 
 def test_the_broken_mechanism_is_caught(rows):
