@@ -214,6 +214,26 @@ def test_accounting_is_one_measurement_charged_before_reading_with_the_calibrate
         assert std == pytest.approx(scale / theta[subset], rel=1e-6)
 
 
+def test_measuring_pairs_measures_the_workloads_two_way_marginals_only(table, monkeypatch):
+    from dpsql.synth import pgm as pgm_module
+
+    seen = {}
+    real = pgm_module.estimate
+
+    def spy(domain, observations, **kw):
+        seen["measured"] = {o.subset for o in observations}
+        return real(domain, observations, **kw)
+
+    monkeypatch.setattr(pgm_module, "estimate", spy)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e12), cache=False, progress=False)
+    syn = db.synthesize("pgm", workload=[("a", "b", "c"), ("d",)], rho=1e12, seed=0, measure="pairs", name="p")
+    assert seen["measured"] == {(0, 1), (0, 2), (1, 2), (3,)}
+    got, want = synthetic_counts(syn.df, ["a", "b"]), exact_counts(table, ["a", "b"])
+    assert max(abs(got.get(k, 0) - want.get(k, 0)) for k in set(got) | set(want)) <= 2
+    with pytest.raises(dpsql.Error, match="measure must be one of"):
+        db.synthesize("pgm", workload=2, rho=1.0, measure="triples")
+
+
 def test_refusals_spend_nothing(table):
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.1), cache=False, progress=False)
     with pytest.raises(ResourceLimitError, match="max_model_size=0.0001 MB"):

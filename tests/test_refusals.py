@@ -355,7 +355,9 @@ OPTIONS = {
                   "count_share": st.sampled_from([None, 0.05, 0.5, 0.0, 1.0, 1.5, -0.1, 1e-300, math.nan, math.inf,
                                                   "0.05", True]),
                   "oracle": st.sampled_from(["heuristic", "heuristic", "mip!", 5, True]), "time_limit": _real()},
-    "pgm": {"iterations": _count(), "max_model_size": st.one_of(st.none(), _real(), st.sampled_from([1e-5, 1e-4]))},
+    "pgm": {"iterations": _count(), "max_model_size": st.one_of(st.none(), _real(), st.sampled_from([1e-5, 1e-4])),
+            "sweeps": st.sampled_from([None, 0, 3, -1, 1.5, "3", True]),
+            "measure": st.sampled_from([None, "workload", "pairs", "PAIRS", "", 2, True])},
 }
 WORKLOADS = st.sampled_from([1, [("a", "b"), ("c", "d")], [("a", "b"), "c"], 2, 0, 5, -1, [], None, [("a", 5)],
                              [("nope",)], "SELECT a, COUNT(*) FROM t GROUP BY a", [5], 1.5, True, {"a": 1}])

@@ -215,14 +215,19 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
 #: * ``pgm``: ``iterations`` (int >= 1, 1000) of the model fit, ``max_model_size`` (megabytes of
 #:   float64 cells the graphical model may hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the
-#:   sampled records toward every measured marginal. Gaussian noise under a zCDP or an ``(ε, δ)``
-#:   spend, Laplace under a pure ``ε`` one.
+#:   sampled records toward every measured marginal, ``measure`` (:data:`PGM_MEASURES`:
+#:   ``"workload"``, the workload's marginals, or ``"pairs"``, their two-way marginals only, which
+#:   spends the budget on fewer cells). Gaussian noise under a zCDP or an ``(ε, δ)`` spend,
+#:   Laplace under a pure ``ε`` one.
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
-    "pgm": ("iterations", "max_model_size", "sweeps"),
+    "pgm": ("iterations", "max_model_size", "sweeps", "measure"),
 }
+
+#: What pgm measures: the workload's marginals, or only their two-way marginals.
+PGM_MEASURES = ("workload", "pairs")
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0
@@ -579,6 +584,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     total, budget = request.total, request.budget
     iterations = integer("iterations", option(options, "iterations", 1000))
     sweeps = integer("sweeps", option(options, "sweeps", 30), low=0)
+    measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
     megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
@@ -589,9 +595,11 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     else:
         noise, cost = Laplace(total.epsilon), Cost.laplace(total.epsilon, budget)
     domain = [a.size for a in attributes]
-    weights = marginal_weights(domain, request.marginals, noise)
+    measured = request.marginals if measure == "workload" else \
+        sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
+    weights = marginal_weights(domain, measured, noise)
     max_cells = int(megabytes * 2**20 / 8)
-    if max(math.prod(domain[a] for a in m) for m in request.marginals) > max_cells:
+    if max(math.prod(domain[a] for a in m) for m in measured) > max_cells:
         raise ResourceLimitError(f"a marginal of this workload has more cells than max_model_size={megabytes:g} MB "
                                  f"({max_cells:,} float64 cells) holds: choose smaller marginals, or raise it")
     try:
