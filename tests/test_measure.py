@@ -441,3 +441,25 @@ def test_a_summed_binned_column_is_measured_by_endpoint_shares(con):
     # the shares times the clamped edges are the clamped SUM: 5+5+7.5+10+12.5+19.999+20+21+25+25
     sums = schema.column("h").endpoint_weights() @ joint.reshape(2, 8).sum(axis=0)
     assert sums == pytest.approx(150.999)
+
+
+def test_the_laplace_lattice_rounds_both_endpoint_cells_a_row_moves(con):
+    """A row of a split binned column moves two cells' answers: the lattice's rounding must cover
+    twice the changed answers of a one-cell row, or the Laplace release would be over its epsilon."""
+    from dpsql.hdmm.matrix import Identity
+    from dpsql.hdmm.strategy import KronStrategy
+    from dpsql.privacy import Laplace
+    from dpsql.private.budget import Budget
+    from dpsql.private.kernel import PrivateTable
+    from dpsql.private.ledger import Ledger
+    from dpsql.private.noise import laplace_lattice
+
+    schema = load_schema({"table": "t", "columns": {"h": {"type": "numeric", "bins": [0, 10, 20]}}})
+    con.execute("CREATE TABLE t (h DOUBLE)")
+    table = PrivateTable(con, "t", schema, Ledger(None, Budget(epsilon=10.0)))
+    strategy = KronStrategy((Identity(4),))
+    split = [Attribute("h", ("h",), (4,), split=("h",))]
+    eps = 1e-9  # where the rounding term 2c/eps dominates the lattice's scale
+    assert table.plan(strategy, Laplace(eps), attributes=split).scale == laplace_lattice(1.0, eps, 2).scale
+    assert table.plan(strategy, Laplace(eps)).scale == laplace_lattice(1.0, eps, 1).scale
+    assert laplace_lattice(1.0, eps, 2).scale > laplace_lattice(1.0, eps, 1).scale

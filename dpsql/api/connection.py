@@ -263,7 +263,7 @@ class Connection:
         W = compiled.workload
         W.check_size()
         model, cost, strategy = self._choose(W, requested, objective)
-        plan = self._private.plan(strategy, model)
+        plan = self._private.plan(strategy, model, attributes=compiled.attributes)
         se = plan.std * np.sqrt(np.concatenate(strategy.query_variances(W)))
         frames = []
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
@@ -412,7 +412,7 @@ class Connection:
         worst = max(float(np.sqrt(variances[b.rows].max())) * b.scale for b in rows)
 
         def error(spend: float) -> float:
-            return self._private.plan(strategy, model(spend)).std * worst
+            return self._private.plan(strategy, model(spend), attributes=compiled.attributes).std * worst
 
         lo, hi = (MIN_RHO, 1e24) if zcdp and noise == "gaussian" else (MIN_EPSILON, 1e12)
         if error(hi) > target:

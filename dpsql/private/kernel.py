@@ -252,9 +252,9 @@ class PrivateTable:
         """Most one privacy unit can move the strategy's answers, in the noise's norm."""
         return self.rows_per_unit * strategy.sensitivity(noise.norm)
 
-    def plan(self, strategy: Strategy, noise: NoiseModel,
-             sensitivity: float | None = None) -> LaplaceLattice | GaussianLattice:
-        """The noise a measurement of ``strategy`` would add, from public values only.
+    def plan(self, strategy: Strategy, noise: NoiseModel, sensitivity: float | None = None,
+             attributes: Sequence[Attribute] = ()) -> LaplaceLattice | GaussianLattice:
+        """The noise a measurement of ``strategy`` over ``attributes`` would add, from public values only.
 
         Refuses (before anything is read or charged) a measurement that counts more
         cells than :data:`~dpsql.limits.MAX_MEASURED_CELLS` (ResourceLimitError) or whose
@@ -262,13 +262,16 @@ class PrivateTable:
         :func:`~dpsql.private.noise.laplace_lattice` and :func:`~dpsql.private.noise.gaussian_lattice`).
         :meth:`measure` calls it first; multi-step mechanisms call it for every step
         before their first spend. ``sensitivity`` is :meth:`sensitivity`, when the
-        caller has it already.
+        caller has it already. The Laplace lattice rounds every answer one unit can move:
+        a row moves those of one cell, or of ``2^k`` cells when ``attributes`` split ``k``
+        binned columns into endpoint cells (:class:`~dpsql.schema.Attribute`).
         """
         counted, _ = on_cells(strategy)
         check_measured_cells(measured_cells(counted), "this measurement needs")
         sens = self.sensitivity(strategy, noise) if sensitivity is None else sensitivity
         if isinstance(noise, Laplace):
-            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * max_column_nonzeros(counted))
+            cells = 2 ** sum(len(a.split) for a in attributes)
+            return laplace_lattice(sens, noise.epsilon, self.rows_per_unit * cells * max_column_nonzeros(counted))
         if isinstance(noise, Gaussian):
             return gaussian_lattice(noise.sigma(sens))
         raise TypeError(f"unknown noise model {noise!r}")  # pragma: no cover - NoiseModel is a closed union
@@ -284,7 +287,7 @@ class PrivateTable:
         """
         self._ledger.check(cost)
         sens = self.sensitivity(strategy, noise)
-        plan = self.plan(strategy, noise, sens)
+        plan = self.plan(strategy, noise, sens, attributes)
         counted, cells = on_cells(strategy, attributes)
         subsets = required_marginals(counted)
         counting = self._counting(cells, subsets)
