@@ -360,7 +360,9 @@ class Attribute:
     lower edge times the first plus the upper edge times the second is the rows' clamped sum,
     exactly: a SUM over a binned column is a linear query of the histogram. Every row still
     adds a non-negative vector of total 1 (a convex combination of two cells), so a
-    strategy's sensitivity is its largest column norm, as for counts."""
+    strategy's sensitivity is its largest column norm, as for counts; but it moves the answers
+    of two cells, which the Laplace release lattice's rounding must cover
+    (:meth:`~dpsql.private.kernel.PrivateTable.plan` is given the attributes)."""
 
     name: str
     columns: tuple[str, ...]
