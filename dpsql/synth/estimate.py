@@ -36,7 +36,7 @@ import numpy as np
 from dpsql.synth.graphical import GraphicalModel, expand, project
 from dpsql.synth.junction import JunctionTree, junction_tree
 
-__all__ = ["Observation", "estimate", "estimate_total"]
+__all__ = ["Observation", "estimate", "estimate_total", "pool"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,22 @@ def estimate_total(observations: Sequence[Observation]) -> float:
     precision = np.array([1.0 / (len(o.values) * o.std**2) for o in observations])
     sums = np.array([float(np.sum(o.values)) for o in observations])
     return max(float(precision @ sums / precision.sum()), 1.0) if observations else 1.0
+
+
+def pool(observations: Sequence[Observation]) -> list[Observation]:
+    """One observation per attribute set: the precision-weighted mean of its measurements, whose
+    noise has the standard deviation ``(Σ 1/σ²)^-½`` (their least-squares combination).
+
+    >>> [(o.values.tolist(), o.std) for o in pool([Observation((0,), np.array([1.0]), 1.0),
+    ...                                             Observation((0,), np.array([4.0]), 1.0)])]
+    [([2.5], 0.7071067811865476)]
+    """
+    sums: dict[tuple[int, ...], list] = {}
+    for o in observations:
+        acc = sums.setdefault(o.subset, [0.0, 0.0])
+        acc[0] += o.std**-2
+        acc[1] = acc[1] + np.asarray(o.values, dtype=float) * o.std**-2
+    return [Observation(t, total / precision, precision**-0.5) for t, (precision, total) in sums.items()]
 
 
 def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree: JunctionTree | None = None,
@@ -109,16 +125,10 @@ class _Lattice:
     and gradients pushed back up them, instead of every set being summed from its clique."""
 
     def __init__(self, domain: tuple[int, ...], tree: JunctionTree, observations: Sequence[Observation]) -> None:
-        pooled: dict[tuple[int, ...], list] = {}
-        for o in observations:
-            p = 1.0 / o.std**2
-            shape = [domain[a] for a in o.subset]
-            acc = pooled.setdefault(o.subset, [0.0, np.zeros(shape)])
-            acc[0] += p
-            acc[1] = acc[1] + p * np.asarray(o.values, dtype=float).reshape(shape)
+        pooled = {o.subset: o for o in pool(observations)}
         self.tree = tree
-        self.precision = {t: acc[0] for t, acc in pooled.items()}
-        self.target = {t: acc[1] / acc[0] for t, acc in pooled.items()}
+        self.precision = {t: o.std**-2 for t, o in pooled.items()}
+        self.target = {t: o.values.reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.home = {t: tree.home(t) for t in pooled}
         if any(h < 0 for h in self.home.values()):
             raise ValueError("every observed attribute set must lie in a clique of the junction tree")

@@ -36,7 +36,7 @@ from dpsql.privacy import NoiseModel
 from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.schema import Attribute
-from dpsql.synth.estimate import Observation, estimate
+from dpsql.synth.estimate import Observation, estimate, pool
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
@@ -58,13 +58,9 @@ class PGMResult:
         it holds (which fuse every measurement), the precision-weighted mean of the noisy
         measurements on the others, which a model of bounded size could not join."""
         records = self.model.sample(n, rng)
-        pooled: dict[tuple[int, ...], list] = {}
-        for o in self.observations:
-            acc = pooled.setdefault(o.subset, [0.0, 0.0])
-            acc[0], acc[1] = acc[0] + o.std**-2, acc[1] + o.values * o.std**-2
         held = self.model.tree.home
-        targets = [(t, self.model.marginal(t), 0.0) if held(t) >= 0 else (t, acc[1] / acc[0], acc[0] ** -0.5)
-                   for t, acc in pooled.items()]
+        targets = [(o.subset, self.model.marginal(o.subset), 0.0) if held(o.subset) >= 0 else
+                   (o.subset, o.values, o.std) for o in pool(self.observations)]
         return refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
 
 
