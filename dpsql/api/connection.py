@@ -129,11 +129,11 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     name = table or schema.table
     if name != schema.table:
         schema = dataclasses.replace(schema, table=name)
-    backend = open_source(source, name, schema)
     if isinstance(public_tables, str) or not all(isinstance(t, str) for t in public_tables):
         raise ArgumentError("public_tables must be a list of table names")
     if any(t.lower() == name.lower() for t in public_tables):
         raise ArgumentError(f"the private table {name!r} cannot be marked public")
+    backend = open_source(source, name, schema)
     if public_tables:
         schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
     conn = Connection(backend, schema, Ledger(ledger, budget), cache=cache,
