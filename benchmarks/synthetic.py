@@ -192,8 +192,10 @@ def main(argv=None) -> int:
                      if (runs := [outcome[(eps, who, r)] for r in range(args.runs) if (eps, who, r) in outcome])}
             for who, (max_err, tv, seconds) in found.items():
                 published = PUBLISHED_FEM.get(eps) if (name, who) == ("adult", "fem") else None
-                ratios = {f"{m}_{p}": (found[who][i] / found[p][i] if p in found else None)
-                          for i, m in ((0, "max"), (1, "tv")) for p in PEERS}
+                ratios = {f"{m}_{p}": (found[who][i] / found[p][i] if p in found and math.isfinite(found[who][i])
+                                       else None) for i, m in ((0, "max"), (1, "tv")) for p in PEERS}
+                tv = tv if math.isfinite(tv) else None  # hdmm's answers are no table: no TV
+                tv_text = f"{tv:.4f}" if tv is not None else "n/a"
                 runs = sum((eps, who, r) in outcome for r in range(args.runs))
                 rows.append({"data": name, "epsilon": eps, "delta": 0.0 if who == "mwem" else 1.0 / data.n ** 2,
                              "method": who, "runs": runs, "max_error": max_err, "mean_tv": tv,
@@ -201,7 +203,7 @@ def main(argv=None) -> int:
                              "aim_model_size_mb": args.aim_model_size if who == "aim" else None})
                 shown = " ".join(f"{ratios[k]:>{w}.3f}" if ratios[k] is not None else " " * w
                                  for k, w in (("max_mst", 8), ("max_aim", 8), ("tv_mst", 7), ("tv_aim", 7)))
-                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv:>8.4f} {seconds:>8.1f} {shown} {published or '':>9}",
+                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {published or '':>9}",
                       flush=True)
             if "pgm" in found and all(p in found for p in PEERS):
                 ok = found["pgm"][0] < found["aim"][0] and found["pgm"][0] <= 0.5 * found["mst"][0]
