@@ -8,20 +8,24 @@ runs. For every method it prints the mean over runs of
 * the mean total-variation distance over the 64 marginals (½ Σ|p − q| each);
 * the seconds a run took;
 
-and each method's ratios to MST and to AIM measured in the same run. The peers are
-dpmm's AIM (McKenna et al. 2022; workload-aware, model size ``--aim-model-size`` MB)
-and MST (McKenna, Miklau & Sheldon 2021), run through ``peers/dpmm.py`` in a virtual
-environment of their own (dpmm pins numpy 1.26), single-core, with no budget spent on
-preprocessing. dpsql's methods: ``pgm`` (HDMM-weighted marginals and a graphical
-model), ``fem``, ``dualquery``, ``mwem`` and ``hdmm`` (the same marginals answered
-directly as one HDMM batch: no table, the accuracy a table could reach). On ADULT,
-FEM's published mean max error is printed beside ours.
+and each method's ratios to MST and to AIM measured in the same run (over the runs both
+have: ``--peer-runs`` runs the peers on fewer workloads, as AIM takes 8 to 34 minutes a
+run on ADULT). The peers are dpmm's AIM (McKenna et al. 2022; workload-aware, model size
+``--aim-model-size`` MB) and MST (McKenna, Miklau & Sheldon 2021), run through
+``peers/dpmm.py`` in a virtual environment of their own (dpmm pins numpy 1.26),
+single-core, with no budget spent on preprocessing; they print as ``dpmm-aim`` and
+``dpmm-mst``. dpsql's methods: ``aim`` (its own AIM on dpsql's graphical model), ``pgm``
+(HDMM-weighted marginals and a graphical model) and ``pgm-pairs`` (the same, measuring only
+the workload's 2-way marginals), ``fem``, ``dualquery``, ``mwem`` and ``hdmm`` (the same
+marginals answered directly as one HDMM batch: no table, the accuracy a table could
+reach). On ADULT, FEM's published mean max error is printed beside ours.
 
 Errors are computed against the exact data by :func:`dpsql.owner.evaluate` (and, for
 HDMM, from exact GROUP BY counts): a NON-PRIVATE, benchmark-only evaluation.
 
     python benchmarks/synthetic.py                                  # ADULT and NLTCS, ε 0.1 and 1, 5 runs, AIM and MST
-    python benchmarks/synthetic.py --datasets nltcs --runs 1 --methods pgm --peers mst
+    python benchmarks/synthetic.py --datasets nltcs --runs 1 --methods aim pgm --peers mst
+    python benchmarks/synthetic.py --methods aim pgm pgm-pairs hdmm --peer-runs 1   # the committed table
     python benchmarks/synthetic.py --datasets adult --epsilons 0.1 0.25 0.5 1 --methods fem --peers   # the FEM table
     python benchmarks/synthetic.py --json results/synthetic.json
 
@@ -53,10 +57,13 @@ from dpsql.synth import random_marginals
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 #: Published FEM mean max error, ADULT, 64 random 3-way marginals (workloads.md).
 PUBLISHED_FEM = {0.1: 0.172, 0.15: 0.133, 0.2: 0.113, 0.25: 0.106, 0.5: 0.078, 1.0: 0.076}
-METHODS = ("pgm", "hdmm", "fem", "dualquery", "mwem")
-PEERS = ("aim", "mst")
-OPTIONS = {"pgm": {}, "fem": {}, "dualquery": {"eta": 0.4, "samples": 35, "oracle": "heuristic"},
-           "mwem": {"rounds": 15, "replays": 10}}
+METHODS = ("aim", "pgm", "pgm-pairs", "hdmm", "fem", "dualquery", "mwem")
+#: dpmm's generators, by the label they are printed with (dpsql has its own "aim").
+PEERS = {"dpmm-aim": "aim", "dpmm-mst": "mst"}
+#: Each method label: dpsql's method and its options.
+OPTIONS = {"aim": ("aim", {}), "pgm": ("pgm", {}), "pgm-pairs": ("pgm", {"measure": "pairs"}),
+           "fem": ("fem", {}), "dualquery": ("dualquery", {"eta": 0.4, "samples": 35, "oracle": "heuristic"}),
+           "mwem": ("mwem", {"rounds": 15, "replays": 10})}
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".dpsql_cache")  # strategies, public
 
 
@@ -93,17 +100,18 @@ class Data:
             float((0.5 * each.cells * each.mean_error).mean())
 
 
-def run(data: Data, method: str, epsilon: float, marginals, seed: int) -> tuple[float, float, float]:
+def run(data: Data, label: str, epsilon: float, marginals, seed: int) -> tuple[float, float, float]:
     """One synthesis at (ε, 1/n²): (max error, mean TV, seconds)."""
-    if method == "hdmm":
+    if label == "hdmm":
         return run_hdmm(data, epsilon, marginals)
+    method, options = OPTIONS[label]
     n, cols = data.n, list(data.schema["columns"])
     db = dpsql.connect(data.con, table=data.name, schema=data.schema,
                        budget=dpsql.Budget(epsilon=epsilon, delta=1.0 / n ** 2), progress=False)
     delta = None if method == "mwem" else 1.0 / n ** 2
     start = time.perf_counter()
     syn = db.synthesize(method, workload=[[cols[a] for a in m] for m in marginals], epsilon=epsilon, delta=delta,
-                        seed=seed, name=f"synth_{method}", **OPTIONS[method])
+                        seed=seed, name=f"synth_{method}", **options)
     seconds = time.perf_counter() - start
     return (*data.errors(syn.records, marginals), seconds)
 
@@ -147,8 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS,
+    ap.add_argument("--peers", nargs="*", default=list(PEERS.values()), choices=list(PEERS.values()),
                     help="dpmm's generators to run side by side (none: --peers alone)")
+    ap.add_argument("--peer-runs", type=int, help="run the peers on the first this many workloads only (default: "
+                                                  "all); ratios compare the means over the runs both have")
     ap.add_argument("--aim-model-size", type=float, default=10.0, help="AIM's max model size in MB (default 10)")
     ap.add_argument("--peer-timeout", type=float, help="seconds a peer run may take before it is reported as such")
     ap.add_argument("--paper-accounting", action="store_true",
@@ -156,7 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     if args.paper_accounting:
-        OPTIONS["fem"] = {"bounded_range": False}
+        OPTIONS["fem"] = ("fem", {"bounded_range": False})
     missing = [d for d in args.datasets if not Data.available(d)]
     if missing:
         print(f"skipped: {', '.join(missing)} absent from {DATA} (the shared data sets are not on this machine)")
@@ -169,18 +179,19 @@ def main(argv=None) -> int:
         print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, 64 random 3-way marginals, delta = 1/n^2, "
               f"{args.runs} run(s) per epsilon")
         print(f"{'eps':>5} {'method':>10} {'max err':>8} {'mean TV':>8} {'seconds':>8} {'max/MST':>8} {'max/AIM':>8} "
-              f"{'TV/MST':>7} {'TV/AIM':>7} {'published':>9}")
+              f"{'TV/MST':>7} {'TV/AIM':>7} {'runs':>4} {'published':>9}")
         workloads = [random_marginals(d, 3, 64, seed=1000 + r) for r in range(args.runs)]
         zeros = np.mean([data.errors(np.zeros((0, d), dtype=np.int64), w)[0] for w in workloads])
         print(f"{'':>5} {'zeros':>10} {zeros:>8.4f} {0.5:>8.4f}   (the all-zeros table: the trivial baseline)")
         # the peers run in a subprocess each, one at a time, while dpsql's methods run here: two cores
+        peers = [label for label, peer in PEERS.items() if peer in args.peers]
+        peer_runs = min(args.peer_runs or args.runs, args.runs)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = {(eps, who, r): pool.submit(run_peer, data, who, eps, w, r, args.aim_model_size,
-                                                  args.peer_timeout)
-                       for eps in args.epsilons for who in args.peers for r, w in enumerate(workloads)}
-            ours = {(eps, who, r): run(data, who, eps, w, seed=r)
-                    for eps in args.epsilons for who in args.methods for r, w in enumerate(workloads)}
-            outcome = {**ours}
+            pending = {(eps, label, r): pool.submit(run_peer, data, PEERS[label], eps, workloads[r], r,
+                                                    args.aim_model_size, args.peer_timeout)
+                       for eps in args.epsilons for label in peers for r in range(peer_runs)}
+            outcome = {(eps, who, r): run(data, who, eps, w, seed=r)
+                       for eps in args.epsilons for who in args.methods for r, w in enumerate(workloads)}
             for key, job in pending.items():
                 try:
                     records, seconds = job.result()
@@ -188,26 +199,38 @@ def main(argv=None) -> int:
                 except TimeoutError:
                     print(f"{key[0]:>5g} {key[1]:>10} did not finish in {args.peer_timeout:g} s (run {key[2] + 1})")
         for eps in args.epsilons:
-            found = {who: tuple(float(np.mean(col)) for col in zip(*runs)) for who in list(args.peers) + list(args.methods)
-                     if (runs := [outcome[(eps, who, r)] for r in range(args.runs) if (eps, who, r) in outcome])}
+            def mean(who: str, runs: range = range(args.runs)) -> tuple[float, ...] | None:
+                """``who``'s mean (max error, mean TV, seconds) over those of ``runs`` it has."""
+                have = [outcome[(eps, who, r)] for r in runs if (eps, who, r) in outcome]
+                return tuple(float(np.mean(col)) for col in zip(*have)) if have else None
+
+            def ratio(who: str, peer: str, i: int) -> float | None:
+                """``who``'s mean over ``peer``'s mean, over the runs both have."""
+                both = range(args.runs) if peer not in peers else \
+                    [r for r in range(args.runs) if (eps, who, r) in outcome and (eps, peer, r) in outcome]
+                a, b = mean(who, both), mean(peer, both)
+                return a[i] / b[i] if a and b and math.isfinite(a[i]) else None
+
+            found = {who: m for who in peers + list(args.methods) if (m := mean(who)) is not None}
             for who, (max_err, tv, seconds) in found.items():
                 published = PUBLISHED_FEM.get(eps) if (name, who) == ("adult", "fem") else None
-                ratios = {f"{m}_{p}": (found[who][i] / found[p][i] if p in found and math.isfinite(found[who][i])
-                                       else None) for i, m in ((0, "max"), (1, "tv")) for p in PEERS}
+                ratios = {f"{m}_{p.split('-')[1]}": ratio(who, p, i) if p in found else None
+                          for i, m in ((0, "max"), (1, "tv")) for p in PEERS}
                 tv = tv if math.isfinite(tv) else None  # hdmm's answers are no table: no TV
                 tv_text = f"{tv:.4f}" if tv is not None else "n/a"
                 runs = sum((eps, who, r) in outcome for r in range(args.runs))
                 rows.append({"data": name, "epsilon": eps, "delta": 0.0 if who == "mwem" else 1.0 / data.n ** 2,
                              "method": who, "runs": runs, "max_error": max_err, "mean_tv": tv,
                              "seconds": seconds, "published_fem": published, **ratios,
-                             "aim_model_size_mb": args.aim_model_size if who == "aim" else None})
+                             "aim_model_size_mb": args.aim_model_size if who in ("dpmm-aim", "aim") else None})
                 shown = " ".join(f"{ratios[k]:>{w}.3f}" if ratios[k] is not None else " " * w
                                  for k, w in (("max_mst", 8), ("max_aim", 8), ("tv_mst", 7), ("tv_aim", 7)))
-                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {published or '':>9}",
-                      flush=True)
-            if "pgm" in found and all(p in found for p in PEERS):
-                ok = found["pgm"][0] < found["aim"][0] and found["pgm"][0] <= 0.5 * found["mst"][0]
-                print(f"      pgm below AIM's max error and at most half of MST's: {'yes' if ok else 'NO'}")
+                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {runs:>4} "
+                      f"{published or '':>9}", flush=True)
+            for who in ("aim", "pgm", "pgm-pairs"):
+                if who in found and all(p in found for p in PEERS):
+                    ok = ratio(who, "dpmm-aim", 0) < 1 and ratio(who, "dpmm-mst", 0) <= 0.5
+                    print(f"      {who} below AIM's max error and at most half of MST's: {'yes' if ok else 'NO'}")
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:

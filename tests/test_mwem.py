@@ -153,6 +153,61 @@ def test_exponential_mechanism_respects_the_unit_bound(counted_once):
     assert picks == pytest.approx(math.exp(1) / (1 + math.exp(1)), abs=0.03)
 
 
+def test_exponential_mechanism_with_weights_and_offsets_scales_by_the_largest_weight(counted_once):
+    """AIM's scores: s_j = w_j·miss_j − b_j, picked with probability ∝ exp(ε s_j / (2 max w))."""
+    con, records = make_table(600)
+    table, attrs, ledger = _private(con, source=np.random.default_rng(5))
+    domain = [a.size for a in attrs]
+    cands = [(0,), (1,), (2,)]
+    est = [truth_marginal(records, domain, c) for c in cands]
+    est[1][0] += 10
+    est[2][0] -= 20
+    weights, offsets, eps = np.array([4.0, 2.0, 1.0]), np.array([3.0, 0.0, 12.0]), 0.5
+    reservation = table.reserve(Cost(epsilon=1e3), "draws", "aim", rho=1e3)   # drawn from: no entry a draw
+    picks = np.bincount([table.select_marginal(attrs, cands, est, eps, reservation, weights=weights,
+                                               offsets=offsets) for _ in range(3000)], minlength=3) / 3000
+    scores = weights * np.array([0.0, 10.0, 20.0]) - offsets            # -3, 20, 8
+    want = np.exp(eps * scores / (2 * weights.max()))
+    assert np.allclose(picks, want / want.sum(), atol=0.03)
+    with pytest.raises(ValueError, match="weights must be finite and > 0"):
+        table.select_marginal(attrs, cands, est, eps, Cost(epsilon=eps), weights=[1.0, 0.0, 1.0])
+
+
+def test_a_reservation_with_a_zcdp_allowance_refuses_steps_beyond_it_before_reading(monkeypatch):
+    from dpsql.privacy import Gaussian, Laplace
+    from dpsql.synth.mwem import marginal_strategy
+
+    con, records = make_table(600)
+    table, attrs, ledger = _private(con, budget=Budget(rho=2.0), source=np.random.default_rng(6))
+    reads = []
+    real = PrivateTable._read
+    monkeypatch.setattr(PrivateTable, "_read", lambda self, counting, entry: reads.append(entry) or
+                        real(self, counting, entry))
+    reservation = table.reserve(Cost(rho=1.0), "AIM test", "aim", rho=1.0)
+    domain = [a.size for a in attrs]
+    m = table.measure(attrs, marginal_strategy(domain, (0, 1)), Gaussian(rho=0.5), reservation, "first")
+    assert m.entry == reservation.entry and m.noise_std == pytest.approx(1.0, rel=1e-6)   # 1/sqrt(2·0.5)
+    table.select_marginal(attrs, [(0,), (0, 1)], [np.zeros(3), np.zeros(12)], 1.2, reservation, "pick")
+    assert reservation.rho_charges[1][1] == pytest.approx(1.2**2 / 8)
+    assert len(reads) == 2   # (0, 1) counted once and kept; (0,) read for the selection
+    for step in (lambda: table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=0.4), reservation),
+                 lambda: table.select_marginal(attrs, [(2,)], [np.zeros(2)], 2.0, reservation)):
+        with pytest.raises(PrivacyError, match="would exceed the reserved rho=1.0"):
+            step()
+    assert len(reads) == 2 and reservation.rho_used == pytest.approx(0.5 + 0.18)
+    with pytest.raises(ValueError, match="Gaussian"):
+        table.measure(attrs, marginal_strategy(domain, (2,)), Laplace(0.1), reservation)
+    table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=1.0 - 0.68), reservation)   # exactly the rest
+    assert reservation.rho_used == pytest.approx(1.0) and len(ledger.entries()) == 1
+    assert ledger.spent().rho == 1.0
+    reservation.close()
+    with pytest.raises(ValueError, match="open reservation"):
+        table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=1e-3), reservation)
+    plain = table.reserve(Cost(rho=0.1), "no allowance", "fem")
+    with pytest.raises(ValueError, match="no zCDP allowance"):
+        table.select_marginal(attrs, [(2,)], [np.zeros(2)], 0.1, plain)
+
+
 # -- MWEM -----------------------------------------------------------------------------------
 
 def test_mwem_accounting_is_recorded_step_by_step():

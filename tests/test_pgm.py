@@ -130,6 +130,11 @@ SCHEMA = {"table": "t", "columns": {
 
 @pytest.fixture(scope="module")
 def table():
+    return make_table()
+
+
+def make_table():
+    """5,000 rows of four dependent columns (a, b, c, d) as DuckDB table t."""
     rng = np.random.default_rng(4)
     n = 5000
     a = rng.integers(0, 3, n)

@@ -22,7 +22,7 @@ events and tables it tries, it cannot prove privacy.
 entry points and the private kernel, with seeded (insecure, reproducible)
 noise sources: ``db.query`` under Laplace and under Gaussian noise,
 ``db.batch``, the exponential mechanism that picks MWEM's marginals
-(:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`), the exponential
+(:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`) and AIM's weighted one, the exponential
 mechanism that samples DualQuery's and FEM's queries
 (:meth:`~dpsql.private.kernel.PrivateTable.sample_cells`), and a deliberately broken
 mechanism (Laplace with half the noise its ε needs) that the audit must flag.
@@ -266,6 +266,30 @@ def audit_mwem_selection(sizes: Sizes, seed: int = 0, epsilon: float = 1.0) -> A
     return audit_outputs("mwem_exponential_selection", outs[0], outs[1], events, epsilon)
 
 
+def audit_aim_selection(sizes: Sizes, seed: int = 0, epsilon: float = 1.0) -> AuditRow:
+    """AIM's exponential-mechanism selection (weighted scores, drawn from a zCDP reservation),
+    claimed ε per selection.
+
+    Candidates: the marginals on ``a`` and ``b`` with weight 3 and on ``(a, b)`` with weight 1,
+    so the scores are scaled by the largest weight, 3. As in :func:`audit_mwem_selection`, the
+    added row raises the miss on ``a`` by one and lowers that on ``b`` by one (scores +3 and −3)
+    and ``(a, b)``'s by one, with ``a`` picked about 7% of the time on ``D``."""
+    _, _, counts = _tables()
+    est_a = np.array([counts[v] for v in ("x", "y", "z")], dtype=float)    # miss on D: 0; on D': 1
+    est_b = np.array([20.0, 15.0, 15.0, 15.0])                             # miss on D: 5; on D': 4
+    est_ab = np.full(12, 5.0)                                              # each (a, b) cell holds 5 rows of D
+    attributes = schema_attributes(load_schema(SCHEMA))
+    outs = []
+    for table in _private_tables(seed):
+        reservation = table.reserve(Cost(epsilon=epsilon * sizes.selections), "audit", "aim", rho=1e12)
+        outs.append(np.array([table.select_marginal(attributes, [(0,), (1,), (0, 1)], [est_a, est_b, est_ab], epsilon,
+                                                    reservation, weights=[3.0, 3.0, 1.0])
+                              for _ in range(sizes.selections)]))
+        reservation.close()
+    events = [(f"picks {name}", lambda o, j=j: o == j) for j, name in enumerate(("a", "b", "(a, b)"))]
+    return audit_outputs("aim_weighted_selection", outs[0], outs[1], events, epsilon)
+
+
 def audit_query_sampling(sizes: Sizes, seed: int = 0, epsilon: float = 1.0) -> AuditRow:
     """DualQuery's and FEM's exponential-mechanism sampling of cell queries, claimed ε per draw.
 
@@ -324,6 +348,7 @@ MECHANISMS: dict[str, Callable[..., AuditRow]] = {
     "query_gaussian": audit_query_gaussian,
     "batch_laplace": audit_batch_laplace,
     "mwem_exponential_selection": audit_mwem_selection,
+    "aim_weighted_selection": audit_aim_selection,
     "dualquery_fem_query_sampling": audit_query_sampling,
     "pgm_weighted_marginals": audit_pgm_measurement,
     "broken_laplace_half_noise": audit_broken_laplace,

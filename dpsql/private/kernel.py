@@ -53,14 +53,14 @@ from typing import Sequence
 import duckdb
 import numpy as np
 
-from dpsql.errors import MeasurementError
+from dpsql.errors import MeasurementError, PrivacyError
 from dpsql.hdmm.matrix import Kronecker, Matrix, Ones, kron_terms
 from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import Strategy
 from dpsql.limits import check_measured_cells
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.backend import Backend, BackendError, backend_for
-from dpsql.private.budget import Cost
+from dpsql.private.budget import RELATIVE_TOLERANCE, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.private.measure import Counting, prepare_counting
 from dpsql.private.noise import (
@@ -276,50 +276,96 @@ class PrivateTable:
             return gaussian_lattice(noise.sigma(sens))
         raise TypeError(f"unknown noise model {noise!r}")  # pragma: no cover - NoiseModel is a closed union
 
-    def measure(self, attributes: Sequence[Attribute], strategy: Strategy, noise: NoiseModel, cost: Cost,
-                description: str = "") -> Measurement:
+    def measure(self, attributes: Sequence[Attribute], strategy: Strategy, noise: NoiseModel,
+                cost: "Cost | Reservation", description: str = "") -> Measurement:
         """Noisy answers to ``strategy.matrix`` on the table's data vector over ``attributes``
         (for a strategy on a reduced domain, its reduced strategy's answers on the reduced
         cells, counted directly: see :func:`on_cells`).
 
         ``cost`` must be what ``noise`` spends in the ledger's currency; the
         caller derives both from the same request (see :mod:`dpsql.api.connection`).
+        Or ``cost`` is a :class:`Reservation` with a zCDP allowance, and ``noise`` a
+        ``Gaussian(rho=...)`` whose ``ρ`` the step draws from it (refused, reading nothing,
+        when the allowance is short); its ``cost`` is then the reservation's.
         """
-        self._ledger.check(cost)
+        if isinstance(cost, Reservation):
+            if not (isinstance(noise, Gaussian) and noise.rho is not None):
+                raise ValueError("a measurement drawn from a reservation needs Gaussian(rho=...) noise")
+            cost.admit(noise.rho, self)
+        else:
+            self._ledger.check(cost)
         sens = self.sensitivity(strategy, noise)
         plan = self.plan(strategy, noise, sens, attributes)
         counted, cells = on_cells(strategy, attributes)
         subsets = required_marginals(counted)
-        counting = self._counting(cells, subsets)
-        entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
-        counts = self._read(counting, entry)
+        if isinstance(cost, Reservation):
+            counts = self._cached(cells, subsets, cost)
+            cost.draw(noise.rho, f"gaussian: {description}")
+            entry, cost = cost.entry, cost.cost
+        else:
+            counting = self._counting(cells, subsets)
+            entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
+            counts = self._read(counting, entry)
         exact = strategy_answers(counted, dict(zip(subsets, counts)))
         return Measurement(values=plan.release(exact, self._source), noise=noise,
                            sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
 
-    def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
-                        estimates: Sequence[np.ndarray], epsilon: float, cost: Cost, description: str = "") -> int:
-        """The exponential mechanism over marginals (McSherry & Talwar 2007; MWEM's selection step).
+    def _cached(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
+                reservation: "Reservation") -> list[np.ndarray]:
+        """Exact marginals on ``subsets`` for a step of ``reservation`` (already charged in the
+        ledger): each read once per reservation and kept in it, never released. Every step of
+        one reservation must count over the same ``attributes``."""
+        key = tuple(a.name for a in attributes)
+        if reservation._attributes is None:
+            reservation._attributes = key
+        elif reservation._attributes != key:
+            raise ValueError("every step of a reservation must count over the same attributes")
+        missing = sorted({tuple(s) for s in subsets} - set(reservation._marginals), key=lambda t: (len(t), t))
+        if missing:
+            counting = self._counting(attributes, missing)
+            reservation._marginals.update(zip(missing, self._read(counting, reservation.entry)))
+        return [reservation._marginals[tuple(s)] for s in subsets]
 
-        Picks candidate ``j`` with probability ∝ ``exp(ε s_j / (2k))`` where
-        ``s_j = ‖m_j − estimates[j]‖₁`` is how badly a public estimate
-        misses the true marginal ``m_j`` on attributes ``candidates[j]``.
+    def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
+                        estimates: Sequence[np.ndarray], epsilon: float, cost: "Cost | Reservation",
+                        description: str = "", weights: Sequence[float] | None = None,
+                        offsets: Sequence[float] | None = None) -> int:
+        """The exponential mechanism over marginals (McSherry & Talwar 2007; MWEM's and AIM's selection).
+
+        Picks candidate ``j`` with probability ∝ ``exp(ε s_j / (2kw))`` where
+        ``s_j = w_j ‖m_j − estimates[j]‖₁ − offsets[j]`` is how badly a public estimate
+        misses the true marginal ``m_j`` on attributes ``candidates[j]``, with public
+        ``weights`` ``w_j > 0`` (default 1) and ``offsets`` (default 0), and ``w = max_j w_j``.
         One privacy unit changes every ``m_j`` by at most ``k`` in L1, so each
-        score moves by at most ``k``: ε-DP. Only the chosen index leaves the
-        kernel; the spend is recorded before it does.
+        score moves by at most ``k w``: ε-DP, and ``ε²/8``-zCDP since the exponential
+        mechanism is ε-bounded-range (Cesar & Rogers 2021). Only the chosen index leaves the
+        kernel; the spend is recorded before it does: ``cost`` in the ledger, or ``ε²/8`` drawn
+        from a :class:`Reservation` with a zCDP allowance.
         """
         if not candidates:
             raise ValueError("the exponential mechanism needs at least one candidate")
-        self._ledger.check(cost)
+        w = np.ones(len(candidates)) if weights is None else np.asarray(weights, dtype=float)
+        b = np.zeros(len(candidates)) if offsets is None else np.asarray(offsets, dtype=float)
+        if w.shape != (len(candidates),) or b.shape != w.shape or not (np.all(w > 0) and np.all(np.isfinite(w))
+                                                                      and np.all(np.isfinite(b))):
+            raise ValueError("weights must be finite and > 0, and offsets finite, one per candidate")
         subsets = [tuple(c) for c in candidates]
         unique = sorted(set(subsets), key=lambda t: (len(t), t))
-        counting = self._counting(attributes, unique)
-        entry = self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
-        counts = dict(zip(unique, self._read(counting, entry)))
-        scores = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
-        return int(categorical(epsilon * scores / (2.0 * self.rows_per_unit), 1, self._source)[0])
+        if isinstance(cost, Reservation):
+            rho = epsilon * epsilon / 8.0
+            cost.admit(rho, self)
+            counts = dict(zip(unique, self._cached(attributes, unique, cost)))
+            cost.draw(rho, f"exponential(eps={epsilon!r}): {description}")
+        else:
+            self._ledger.check(cost)
+            counting = self._counting(attributes, unique)
+            entry = self._ledger.spend(cost, description=description, mechanism=f"exponential(eps={epsilon!r})")
+            counts = dict(zip(unique, self._read(counting, entry)))
+        misses = np.array([np.abs(counts[c] - np.asarray(e, dtype=float)).sum() for c, e in zip(subsets, estimates)])
+        scores = w * misses - b
+        return int(categorical(epsilon * scores / (2.0 * self.rows_per_unit * w.max()), 1, self._source)[0])
 
-    def reserve(self, cost: Cost, description: str, mechanism: str) -> "Reservation":
+    def reserve(self, cost: Cost, description: str, mechanism: str, rho: float | None = None) -> "Reservation":
         """Charge the ledger now for a whole multi-step mechanism, before its first release.
 
         For algorithms whose total privacy loss composes by a formula over all
@@ -328,12 +374,15 @@ class PrivateTable:
         runs. Steps then draw against the returned :class:`Reservation`
         instead of a cost; each records what it used in
         :attr:`Reservation.charges`, so the caller's formula can be checked
-        against the steps actually taken. A refused reservation reads nothing
-        and records nothing.
+        against the steps actually taken. With ``rho``, the reservation is also a
+        zCDP allowance of ``ρ`` (which ``cost`` must stand for: ``ρ`` itself, or an
+        ``(ε, δ)`` that ``ρ``-zCDP implies): :meth:`measure` and :meth:`select_marginal`
+        steps draw their ``ρ`` from it and are refused once it would be exceeded (AIM's
+        adaptive rounds). A refused reservation reads nothing and records nothing.
         """
         self._ledger.check(cost)
         entry = self._ledger.spend(cost, description=description, mechanism=mechanism)
-        return Reservation(cost=cost, entry=entry, _owner=self)
+        return Reservation(cost=cost, entry=entry, _owner=self, rho=rho)
 
     def sample_cells(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
                      estimates: np.ndarray, epsilon: float, size: int, reservation: "Reservation") -> np.ndarray:
@@ -382,9 +431,10 @@ class PrivateTable:
 @dataclass(eq=False)
 class Reservation:
     """Budget already recorded in the ledger for one multi-step mechanism
-    (see :meth:`PrivateTable.reserve`). ``charges`` lists each step drawn
-    against it as ``(mechanism, epsilon per draw, draws)``; the private
-    counts it caches for the steps never leave the kernel."""
+    (see :meth:`PrivateTable.reserve`). ``charges`` lists each exponential draw
+    against it as ``(mechanism, epsilon per draw, draws)``; ``rho_charges`` each step
+    drawn from its zCDP allowance ``rho`` as ``(mechanism, ρ)``. The private counts it
+    caches for the steps never leave the kernel."""
 
     cost: Cost
     entry: int
@@ -392,8 +442,33 @@ class Reservation:
     charges: list[tuple[str, float, int]] = field(default_factory=list)
     closed: bool = False
     _counts: dict = field(default_factory=dict, repr=False)
+    rho: float | None = None
+    rho_charges: list[tuple[str, float]] = field(default_factory=list)
+    _marginals: dict = field(default_factory=dict, repr=False)
+    _attributes: tuple | None = field(default=None, repr=False)
+
+    @property
+    def rho_used(self) -> float:
+        """The ρ its steps have drawn so far."""
+        return math.fsum(r for _, r in self.rho_charges)
+
+    def admit(self, rho: float, owner: "PrivateTable") -> None:
+        """Refuse (before anything is read) a step of ``ρ`` that is not drawn from an open
+        zCDP allowance of ``owner``, or that would exceed it (beyond float rounding)."""
+        if self._owner is not owner or self.closed:
+            raise ValueError("a step needs an open reservation of this table")
+        if self.rho is None:
+            raise ValueError("this reservation has no zCDP allowance (reserve it with rho=...)")
+        if not (rho > 0 and math.isfinite(rho)) or self.rho_used + rho > self.rho * (1.0 + RELATIVE_TOLERANCE):
+            raise PrivacyError(f"a step of rho={rho!r} would exceed the reserved rho={self.rho!r} "
+                               f"({self.rho_used!r} drawn)")
+
+    def draw(self, rho: float, mechanism: str) -> None:
+        """Record a step of ``ρ`` (checked by :meth:`admit`) as drawn."""
+        self.rho_charges.append((mechanism, float(rho)))
 
     def close(self) -> None:
         """End the run: no more steps may draw on it, and its cached counts are dropped."""
         self.closed = True
         self._counts.clear()
+        self._marginals.clear()

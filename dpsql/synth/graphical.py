@@ -112,11 +112,71 @@ class GraphicalModel:
         return beliefs
 
     def marginal(self, subset: Sequence[int]) -> np.ndarray:
-        """The model's counts on ``subset`` (sorted attribute positions within one clique), flat in C order."""
+        """The model's counts on ``subset`` (sorted attribute positions), flat in C order.
+
+        Summed from a clique's beliefs when one holds ``subset``; otherwise by variable
+        elimination on the smallest subtree whose cliques hold its attributes: on a calibrated
+        tree the joint of that subtree's attributes is ``Π μ_C / Π μ_S`` (cliques over
+        separators), so each clique, conditioned on its separator with its parent in the
+        subtree, is multiplied in from the leaves up, summing out every attribute as soon
+        as no factor still to come and not ``subset`` holds it."""
+        subset = tuple(subset)
         home = self.tree.home(subset)
-        if home < 0:
-            raise ValueError(f"no clique of the model contains attributes {tuple(subset)}")
-        return project(self.beliefs()[home], self.tree.cliques[home], tuple(subset)).ravel()
+        if home >= 0:
+            return project(self.beliefs()[home], self.tree.cliques[home], subset).ravel()
+        return self._eliminate(subset).ravel()
+
+    def _eliminate(self, subset: tuple[int, ...]) -> np.ndarray:
+        tree, beliefs = self.tree, self.beliefs()
+        cliques = [set(c) for c in tree.cliques]
+        neighbours: dict[int, set[int]] = {i: set() for i in range(len(cliques))}
+        for p, c in tree.edges:
+            neighbours[p].add(c)
+            neighbours[c].add(p)
+        wanted = set(subset)
+        needed = {min((i for i in range(len(cliques)) if a in cliques[i]),
+                      key=lambda i: (-len(cliques[i] & wanted), i)) for a in subset}
+        nodes = set(neighbours)  # prune leaves no attribute needs, down to the Steiner subtree
+        leaves = [i for i in nodes if len(neighbours[i] & nodes) <= 1 and i not in needed]
+        while leaves:
+            i = leaves.pop()
+            nodes.discard(i)
+            leaves.extend(j for j in neighbours[i] & nodes if len(neighbours[j] & nodes) <= 1 and j not in needed)
+        root = min(needed)
+
+        def upward(i: int, parent: int | None) -> tuple[np.ndarray, tuple[int, ...]]:
+            """Clique i's subtree summed down to ``subset`` and i's separator with its parent."""
+            attrs = tree.cliques[i]
+            sep = tuple(sorted(cliques[i] & cliques[parent])) if parent is not None else ()
+            factor = beliefs[i] / self.total
+            if sep:
+                below = expand(project(beliefs[i], attrs, sep) / self.total, sep, attrs)
+                factor = np.divide(factor, below, out=np.zeros_like(factor), where=below > 0)
+            children = [upward(j, i) for j in sorted(neighbours[i] & nodes) if j != parent]
+            keep = wanted | set(sep) | {a for _, carried in children for a in carried}
+            factor, attrs = project(factor, attrs, tuple(a for a in attrs if a in keep)), \
+                tuple(a for a in attrs if a in keep)
+            for k, (message, carried) in enumerate(children):
+                keep = wanted | set(sep) | {a for _, later in children[k + 1:] for a in later}
+                factor, attrs = _product(factor, attrs, message, carried, keep)
+            return factor, attrs
+
+        factor, attrs = upward(root, None)
+        return self.total * np.transpose(factor, [attrs.index(a) for a in subset])
+
+    def on_tree(self, tree: JunctionTree) -> "GraphicalModel":
+        """A model on ``tree`` (same domain) with this model's marginals on its cliques: potentials
+        ``log μ_C`` less ``log μ_S`` on each separator with the parent, so that its distribution is
+        ``Π μ_C / Π μ_S`` (the maximum-entropy one with those marginals, equal to this model's
+        when it factorizes on ``tree``). A warm start when a model gains measured sets."""
+        floor = 1e-300
+        theta = [np.log(np.maximum(self.marginal(c).reshape([tree.domain[a] for a in c]), floor))
+                 for c in tree.cliques]
+        for p, c in tree.edges:
+            sep = tree.separator((p, c))
+            theta[c] = theta[c] - expand(np.log(np.maximum(self.marginal(sep).reshape(
+                [tree.domain[a] for a in sep]), floor)), sep, tree.cliques[c])
+        return GraphicalModel(tree, theta, self.total)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` records (an ``n × d`` array of domain indices) drawn from the model, clique by
@@ -146,6 +206,15 @@ class GraphicalModel:
                 drawn[group] = rng.permutation(allot(table[s], len(group), rng))
             records[:, new] = np.column_stack(np.unravel_index(drawn, [tree.domain[a] for a in new]))
         return records
+
+
+def _product(a: np.ndarray, a_attrs: Sequence[int], b: np.ndarray, b_attrs: Sequence[int],
+             keep: set[int]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``a × b`` (each over sorted attributes) over the union of their attributes, summed down to
+    those in ``keep``."""
+    union = tuple(sorted(set(a_attrs) | set(b_attrs)))
+    kept = tuple(x for x in union if x in keep)
+    return project(expand(a, a_attrs, union) * expand(b, b_attrs, union), union, kept), kept
 
 
 def allot(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -47,6 +47,8 @@ from dpsql.synth.accounting import (
     zcdp_epsilon,
     zcdp_rho,
 )
+from dpsql.synth.aim import ALPHA, aim
+from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
     from dpsql.released import ReleasedData
     from dpsql.schema import Schema
 
-METHODS = ("mwem", "dualquery", "fem", "pgm")
+METHODS = ("mwem", "dualquery", "fem", "pgm", "aim")
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,15 +221,22 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   ``"workload"``, the workload's marginals, or ``"pairs"``, their two-way marginals only, which
 #:   spends the budget on fewer cells). Gaussian noise under a zCDP or an ``(ε, δ)`` spend,
 #:   Laplace under a pure ``ε`` one.
+#: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in),
+#:   ``iterations``, ``max_model_size`` and ``sweeps`` as for pgm. zCDP: a ``rho``, or an
+#:   ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
     "pgm": ("iterations", "max_model_size", "sweeps", "measure"),
+    "aim": ("rounds", "iterations", "max_model_size", "sweeps"),
 }
 
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
 PGM_MEASURES = ("workload", "pairs")
+
+#: Most shares AIM's budget may start in (each round spends at least one).
+AIM_MAX_ROUNDS = 1_000_000
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0
@@ -298,7 +307,8 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
                             "synthetic table (it never replaces an existing one)")
     marginals = workload_marginals(workload, schema, attributes)
     request = _Request(budget, total, marginals, rows, columns, seed)
-    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm}[method]
+    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
+               "aim": _plan_aim}[method]
     run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
@@ -611,6 +621,50 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         bar.total = iterations
         learned = pgm(private, attributes, weights, noise, cost, max_cells, iterations=iterations,
                       progress=_advance(bar))
+        model = learned.model
+        n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
+        records = learned.sample(n, rng, sweeps)
+        report = _report([(o.subset, o.values) for o in learned.observations], model.total, records, attributes, n)
+        return records, report, {}, cost
+
+    return _Run(cost, execute)
+
+
+def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+    """AIM within the request (:mod:`dpsql.synth.aim`): the whole ``ρ`` (or ``(ε, δ)``) is reserved
+    at once and spent in adaptive rounds. Refused up front: a pure ``ε`` spend (AIM is zCDP), a
+    model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
+    add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares."""
+    total = request.total
+    iterations = integer("iterations", option(options, "iterations", 1000))
+    sweeps = integer("sweeps", option(options, "sweeps", 30), low=0)
+    megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
+    domain = [a.size for a in attributes]
+    rounds = integer("rounds", option(options, "rounds", 16 * len(domain)))
+    if rounds > AIM_MAX_ROUNDS:
+        raise ArgumentError(f"rounds must be at most {AIM_MAX_ROUNDS:,}, got rounds={rounds}")
+    if not (request.zcdp or total.delta > 0):
+        raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
+                           "takes a pure epsilon)")
+    rho = total.rho if request.zcdp else zcdp_rho(total.epsilon, total.delta)
+    max_cells = int(megabytes * 2**20 / 8)
+    if sum(domain) > max_cells:
+        raise ResourceLimitError(f"AIM's first model holds every one-way marginal, {sum(domain):,} cells, more than "
+                                 f"max_model_size={megabytes:g} MB ({max_cells:,} float64 cells) holds")
+    fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= max_cells]
+    _check_cells("AIM", fits, attributes)
+    largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
+    private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
+    cost = Cost(rho=rho) if request.zcdp else Cost(epsilon=total.epsilon, delta=total.delta)
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
+        bar.total, bar.unit = 100, "% of rho"
+        try:
+            learned = aim(private, attributes, request.marginals, rho, reservation, max_cells, rounds=rounds,
+                          iterations=iterations, progress=_advance(bar))
+        finally:
+            reservation.close()
         model = learned.model
         n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
         records = learned.sample(n, rng, sweeps)

@@ -53,7 +53,7 @@ def test_every_released_mechanism_passes(rows):
     honest = [r for name, r in rows.items() if "broken" not in name]
     assert {r.mechanism for r in honest} == {"query_laplace", "query_gaussian", "batch_laplace",
                                              "mwem_exponential_selection", "dualquery_fem_query_sampling",
-                                             "pgm_weighted_marginals"}
+                                             "pgm_weighted_marginals", "aim_weighted_selection"}
     for r in honest:
         assert r.verdict == "ok" and r.audited_epsilon_lower <= r.claimed_epsilon, r
     # the audit has power: the single-count Laplace query's loss is visibly positive

@@ -1,0 +1,129 @@
+"""AIM: adaptive, iterative selection of marginals to measure, on a graphical model.
+
+:func:`aim` follows AIM (McKenna, Mullins, Sheldon & Miklau, "AIM: An Adaptive and Iterative
+Mechanism for Differentially Private Synthetic Data", VLDB 2022). Its candidates are every
+marginal the workload's marginals contain (their downward closure), each weighted by how
+much of the workload it covers: ``w_r = Σ_s |r ∩ s|`` over workload marginals ``s``. After
+measuring every one-way marginal, each round
+
+1. keeps the candidates the model can join within its size limit, which grows with the
+   budget spent: ``(ρ_used / ρ)·max_cells`` cells (a candidate the model already holds
+   always stays);
+2. selects one by the exponential mechanism (:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`)
+   with score ``w_r (‖M_r(D) − M_r(p̂)‖₁ − √(2/π) σ n_r)``: how far the current model
+   ``p̂`` is from the data on ``r``, less what measuring ``r`` with noise ``σ`` on its ``n_r``
+   cells could not resolve;
+3. measures it with Gaussian noise ``σ`` and refits the model to every measurement
+   (:func:`~dpsql.synth.estimate.estimate`, warm-started from the previous model);
+4. anneals: when the refit moved the model on ``r`` by less than the noise's expected L1,
+   ``√(2/π) σ n_r``, the next rounds spend four times as much each (``σ/2``, ``2ε``).
+
+It starts from ``T = 16d`` rounds' shares (``σ = √(T/(2αρ))``, ``ε = √(8(1−α)ρ/T)``,
+``α = 0.9``: 90% of each round's budget measures, 10% selects), and the round that would
+leave less than two rounds' worth spends all that is left.
+
+**Guarantee.** ``ρ``-zCDP with respect to adding or removing one privacy unit (of at most ``k``
+rows). The whole ``ρ`` (or the ``(ε, δ)`` it stands for) is charged to the ledger before the
+first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws on it and is
+refused once it would exceed it. A measurement of one marginal has L2 sensitivity ``k`` and
+noise ``kσ``: ``1/(2σ²)``-zCDP (Bun & Steinke 2016, Prop. 1.6); a selection has scores of
+sensitivity ``k·max w_r`` and is ``ε``-DP, hence ``ε²/8``-zCDP as the exponential mechanism is
+ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
+the steps sum to at most ``ρ``. Which candidates are kept, the noise scales and the annealing
+depend only on released values. Fitting and sampling are post-processing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dpsql.hdmm.strategy import UnionStrategy
+from dpsql.privacy import Gaussian
+from dpsql.private.kernel import PrivateTable, Reservation
+from dpsql.schema import Attribute
+from dpsql.synth.estimate import Observation, estimate
+from dpsql.synth.junction import junction_tree
+from dpsql.synth.mwem import marginal_strategy
+from dpsql.synth.pgm import PGMResult
+
+__all__ = ["ALPHA", "candidates", "aim"]
+
+#: The share of each round's budget that measures (the rest selects).
+ALPHA = 0.9
+
+
+def candidates(workload: Sequence[Sequence[int]]) -> dict[tuple[int, ...], float]:
+    """Every nonempty marginal inside a workload marginal, with its weight ``Σ_s |r ∩ s|``.
+
+    >>> candidates([(0, 1), (1, 2)])
+    {(0,): 1.0, (1,): 2.0, (0, 1): 3.0, (2,): 1.0, (1, 2): 3.0}
+    """
+    out: dict[tuple[int, ...], float] = {}
+    for s in workload:
+        for k in range(1, len(s) + 1):
+            for r in itertools.combinations(sorted(s), k):
+                out.setdefault(r, float(sum(len(set(r) & set(t)) for t in workload)))
+    return out
+
+
+def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
+        reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = 1000,
+        round_iterations: int = 100, progress: Callable[[int], None] | None = None) -> PGMResult:
+    """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
+    guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
+    ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``round_iterations``
+    mirror-descent steps and the last one ``iterations``. ``progress`` gets the percentage of
+    ``rho`` spent."""
+    domain = tuple(a.size for a in attributes)
+    d, k = len(domain), table.rows_per_unit
+    weights = candidates(workload)
+    cells = {r: math.prod(domain[a] for a in r) for r in weights}
+    shares = rounds or 16 * d
+    sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
+
+    one_way = UnionStrategy([marginal_strategy(domain, (a,)) for a in range(d)], [1.0] * d, [[a] for a in range(d)])
+    first = table.measure(attributes, one_way, Gaussian(rho=d / (2 * sigma**2)), reservation,
+                          "AIM: every one-way marginal")
+    observations, start = [], 0
+    for a in range(d):
+        observations.append(Observation((a,), first.values[start:start + domain[a]], first.noise_std))
+        start += domain[a]
+    measured = [(a,) for a in range(d)]
+    tree = junction_tree(domain, measured)
+    model = estimate(domain, observations, tree=tree, iterations=round_iterations)
+
+    def used() -> float:
+        return reservation.rho_used
+
+    while used() < rho * (1 - 1e-9):
+        remaining = rho - used()
+        step = 1 / (2 * sigma**2) + eps**2 / 8
+        if remaining < 2 * step:  # the last round: everything left
+            sigma, eps = math.sqrt(1 / (2 * ALPHA * remaining)), math.sqrt(8 * (1 - ALPHA) * remaining)
+            step = remaining
+        limit = (used() + step) / rho * max_cells
+        kept = [r for r in weights if tree.home(r) >= 0 or junction_tree(domain, measured + [r]).size <= limit]
+        estimates = [model.marginal(r) for r in kept]
+        noise_l1 = {r: math.sqrt(2 / math.pi) * k * sigma * cells[r] for r in kept}
+        j = table.select_marginal(attributes, kept, estimates, eps, reservation, f"AIM round {len(measured) - d + 1}",
+                                  weights=[weights[r] for r in kept], offsets=[weights[r] * noise_l1[r] for r in kept])
+        chosen = kept[j]
+        noisy = table.measure(attributes, marginal_strategy(domain, chosen), Gaussian(rho=1 / (2 * sigma**2)),
+                              reservation, f"AIM round {len(measured) - d + 1}: marginal {chosen}")
+        observations.append(Observation(chosen, noisy.values, noisy.noise_std))
+        measured.append(chosen)
+        if tree.home(chosen) < 0:
+            tree = junction_tree(domain, measured)
+            model = model.on_tree(tree)
+        before = estimates[j]
+        model = estimate(domain, observations, tree=tree, start=model, iterations=round_iterations)
+        if np.abs(model.marginal(chosen) - before).sum() <= noise_l1[chosen]:
+            sigma, eps = sigma / 2, eps * 2
+        if progress is not None:
+            progress(min(int(100 * used() / rho), 100))
+    model = estimate(domain, observations, tree=tree, start=model, iterations=iterations)
+    return PGMResult(model, observations)

@@ -1,0 +1,141 @@
+"""AIM (dpsql.synth.aim): its candidates, the marginals it scores against, its privacy accounting
+by hand, and its table at a huge budget."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from test_pgm import FAMILIES, SCHEMA, dense_joint, dense_marginal, exact_counts, make_table, synthetic_counts
+
+import dpsql
+from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError
+from dpsql.private.budget import Budget
+from dpsql.private.kernel import PrivateTable
+from dpsql.synth import aim as aim_module
+from dpsql.synth.accounting import zcdp_rho
+from dpsql.synth.aim import ALPHA, candidates
+from dpsql.synth.graphical import GraphicalModel
+from dpsql.synth.junction import junction_tree
+
+
+@pytest.fixture(scope="module")
+def table():
+    return make_table()
+
+
+def test_candidates_are_the_downward_closure_weighted_by_overlap_with_the_workload():
+    got = candidates([(0, 1, 2), (2, 3)])
+    assert set(got) == {(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2), (3,), (2, 3)}
+    # w_r = sum over workload marginals s of |r ∩ s|
+    assert (got[(0, 1, 2)], got[(2,)], got[(2, 3)], got[(3,)], got[(0, 1)]) == (4.0, 2.0, 3.0, 1.0, 2.0)
+
+
+@pytest.mark.parametrize("domain,subsets", FAMILIES)
+def test_marginals_across_cliques_equal_the_dense_distribution(domain, subsets):
+    """Every attribute set of up to three attributes, held by a clique or not."""
+    rng = np.random.default_rng(2)
+    tree = junction_tree(domain, subsets)
+    model = GraphicalModel(tree, [rng.normal(size=[domain[a] for a in c]) for c in tree.cliques], total=50.0)
+    joint = dense_joint(model)
+    for k in (1, 2, 3):
+        for s in itertools.combinations(range(len(domain)), k):
+            np.testing.assert_allclose(model.marginal(s), dense_marginal(joint, s), rtol=1e-9, atol=1e-12)
+
+
+def test_a_model_moved_to_a_larger_tree_keeps_its_distribution():
+    rng = np.random.default_rng(3)
+    domain, subsets = (2, 3, 2, 4, 3), [(0, 1), (1, 2), (3, 4)]
+    small = junction_tree(domain, subsets)
+    model = GraphicalModel(small, [rng.normal(size=[domain[a] for a in c]) for c in small.cliques], total=9.0)
+    moved = model.on_tree(junction_tree(domain, subsets + [(0, 2, 4)]))
+    np.testing.assert_allclose(dense_joint(moved), dense_joint(model), rtol=1e-9)
+
+
+def _spy(monkeypatch, db):
+    """Record the ledger when the table is first read, the reservation, and AIM's result."""
+    seen: dict = {"ledger_at_first_read": None}
+    read, reserve, run = PrivateTable._read, PrivateTable.reserve, aim_module.aim
+
+    def spy_read(self, counting, entry):
+        if seen["ledger_at_first_read"] is None:
+            seen["ledger_at_first_read"] = (len(db.ledger.entries()), db.ledger.spent())
+        return read(self, counting, entry)
+
+    def spy_reserve(self, *args, **kwargs):
+        seen["reservation"] = reserve(self, *args, **kwargs)
+        return seen["reservation"]
+
+    def spy_aim(*args, **kwargs):
+        seen["result"] = run(*args, **kwargs)
+        return seen["result"]
+
+    monkeypatch.setattr(PrivateTable, "_read", spy_read)
+    monkeypatch.setattr(PrivateTable, "reserve", spy_reserve)
+    monkeypatch.setattr(aim_module, "aim", spy_aim)
+    monkeypatch.setattr("dpsql.synth.synthesize.aim", spy_aim)
+    return seen
+
+
+@pytest.mark.parametrize("budget,spend", [
+    (Budget(rho=0.5), {"rho": 0.2}),
+    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
+])
+def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch, budget, spend):
+    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen = _spy(monkeypatch, db)
+    syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
+    rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
+    entries = db.ledger.entries()
+    assert len(entries) == 1 and entries[0].mechanism == "aim"
+    assert seen["ledger_at_first_read"] == (1, db.ledger.spent())            # all of it, before any row is read
+    if "rho" in spend:
+        assert db.spent().rho == syn.rho == spend["rho"]
+    else:
+        assert (db.spent().epsilon, db.spent().delta) == (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
+    reservation = seen["reservation"]
+    assert reservation.rho == rho and reservation.closed
+    charges = [r for _, r in reservation.rho_charges]
+    assert math.fsum(charges) == pytest.approx(rho, rel=1e-12)
+    # the schedule by hand: T = 16d shares; the one-way marginals, then a selection and a measurement a round
+    d, shares = 4, 64
+    assert charges[0] == pytest.approx(d * ALPHA * rho / shares, rel=1e-12)
+    assert charges[1] == pytest.approx((1 - ALPHA) * rho / shares, rel=1e-12)
+    assert charges[2] == pytest.approx(ALPHA * rho / shares, rel=1e-12)
+    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.rho_charges]
+    assert kinds == ["gaussian"] + ["exponential", "gaussian"] * ((len(kinds) - 1) // 2)
+    # each measurement's noise is the sigma its charge pays for: 1/(2 sigma^2) = rho_i
+    observations = seen["result"].observations
+    measured = [r for (m, r) in reservation.rho_charges if m.startswith("gaussian")]
+    assert len(observations) == d + len(measured) - 1
+    stds = [observations[0].std] + [o.std for o in observations[d:]]
+    for std, r in zip(stds, measured):
+        assert std == pytest.approx(1 / math.sqrt(2 * (r / d if std is stds[0] else r)), rel=1e-6)
+
+
+def test_at_a_huge_budget_the_table_has_the_workload_marginals(table):
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e10), cache=False, progress=False)
+    workload = [("a", "b"), ("b", "c"), ("c", "d")]
+    syn = db.synthesize("aim", workload=workload, rho=1e10, seed=0, name="s")
+    assert len(syn.df) == 5000
+    for cols in workload:
+        want, got = exact_counts(table, cols), synthetic_counts(syn.df, cols)
+        assert max(abs(got.get(k, 0) - want.get(k, 0)) for k in set(want) | set(got)) <= 3, (cols, got, want)
+    assert db.released.sql("SELECT COUNT(*) FROM s").fetchall() == [(5000,)]
+
+
+def test_refusals_spend_nothing(table):
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=1.0, delta=1e-6), cache=False, progress=False)
+    with pytest.raises(PrivacyError, match="AIM is zCDP"):
+        db.synthesize("aim", workload=2, epsilon=0.5)
+    with pytest.raises(ResourceLimitError, match="every one-way marginal"):
+        db.synthesize("aim", workload=2, epsilon=0.5, delta=1e-7, max_model_size=1e-5)
+    with pytest.raises(ArgumentError, match="rounds must be an integer >= 1"):
+        db.synthesize("aim", workload=2, epsilon=0.5, delta=1e-7, rounds=0)
+    with pytest.raises(dpsql.Error, match="aim takes no option measure"):
+        db.synthesize("aim", workload=2, epsilon=0.5, delta=1e-7, measure="pairs")
+    with pytest.raises(ArgumentError, match="rounds must be at most 1,000,000"):
+        db.synthesize("aim", workload=2, epsilon=0.5, delta=1e-7, rounds=10**310)   # beyond a float, too
+    assert db.ledger.entries() == [] and db.spent().epsilon == 0
