@@ -72,7 +72,7 @@ def candidates(workload: Sequence[Sequence[int]]) -> dict[tuple[int, ...], float
 
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = 1000,
-        round_iterations: int = 100, progress: Callable[[int], None] | None = None) -> PGMResult:
+        round_iterations: int = 300, progress: Callable[[int], None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``round_iterations``
