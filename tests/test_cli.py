@@ -431,6 +431,8 @@ def test_unreadable_input_files_are_usage_errors(data, tmp_path, capsys):
     (["--rounds", "0"], "rounds must be an integer >= 1, got rounds=0"),
     (["--delta", "1e-6"], "MWEM is pure epsilon-DP"),
     (["--method", "fem", "--rounds", "0"], "rounds must be an integer >= 1"),
+    (["--method", "aim"], "AIM is zCDP"),
+    (["--method", "aim", "--delta", "1e-6", "--rounds", "0"], "rounds must be an integer >= 1"),
     (["--method", "dualquery", "--delta", "1e-6", "--rounds", "2", "--seed", "-3"], "seed must be an integer >= 0"),
     (["--seed", "-1"], "seed must be an integer >= 0"),
     (["--workload", "nosuch.sql"], "the --workload file nosuch.sql: cannot be read"),

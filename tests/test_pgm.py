@@ -305,7 +305,8 @@ def test_refining_leaves_differences_within_the_noise_alone():
 
 
 @pytest.mark.slow
-def test_a_35_attribute_table_is_synthesized_within_its_time_budget():
+@pytest.mark.parametrize("method", ["pgm", "aim"])
+def test_a_35_attribute_table_is_synthesized_within_its_time_budget(method):
     """35 attributes (a domain of 2·10^31 cells), 20,000 rows, 64 random 3-way marginals at
     rho = 0.05: within 10 minutes on 2 cores (about 2 here), and far closer to the data than its
     exact one-way marginals taken independently."""
@@ -328,7 +329,7 @@ def test_a_35_attribute_table_is_synthesized_within_its_time_budget():
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=0.05), cache=False, progress=False)
     marginals = random_marginals(d, 3, 64, seed=3)
     start = time.perf_counter()
-    syn = db.synthesize("pgm", workload=[[f"c{a}" for a in m] for m in marginals], rho=0.05, seed=0)
+    syn = db.synthesize(method, workload=[[f"c{a}" for a in m] for m in marginals], rho=0.05, seed=0)
     assert time.perf_counter() - start < 600
     # the baseline: the exact one-way marginals, independent (each column shuffled on its own)
     shuffled = np.column_stack([rng.permutation(data[f"c{i}"]) for i in range(d)])

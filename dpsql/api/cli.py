@@ -105,15 +105,16 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch", help="answer a file of statements from one joint measurement")
     b.add_argument("file", help="a .sql file of ;-separated statements")
     _add_common(b)
-    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery, FEM or PGM)")
+    y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery, FEM, PGM or AIM)")
     _add_source(y)
-    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM, PGM); default 0, pure DP")
+    y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM, PGM, AIM); default 0, pure DP")
     y.add_argument("--method", choices=METHODS, default="mwem")
     y.add_argument("--workload", default="2",
                    help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
     y.add_argument("--rounds", type=int,
                    help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
-                        "given, the spend sets DualQuery's eta and FEM's eps0)")
+                        "given, the spend sets DualQuery's eta and FEM's eps0; AIM: the shares its "
+                        "spend starts in, 16 per column)")
     y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
     y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
     y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")

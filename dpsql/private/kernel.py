@@ -9,10 +9,14 @@ differentially private release charged to the ledger before it is made:
 * :meth:`PrivateTable.measure`: noisy answers to a strategy's queries
   (Laplace or Gaussian noise), with their noise scale;
 * :meth:`PrivateTable.select_marginal`: the index of one candidate marginal
-  (an exponential mechanism; MWEM's selection);
+  (an exponential mechanism; MWEM's and AIM's selection);
 * :meth:`PrivateTable.sample_cells`: exponential-mechanism draws of cell
   queries (DualQuery's and FEM's selections), against a budget charged in
   advance by :meth:`PrivateTable.reserve`.
+
+``measure`` and ``select_marginal`` charge the ledger per call, or draw their
+``ρ`` from a reservation's zCDP allowance (AIM's adaptive rounds: the whole
+spend is charged before the first read, and a step beyond it is refused).
 
 Its other outputs are functions of the public schema, the strategy, the
 ledger and the owner's catalog alone: ``rows_per_unit``, ``sensitivity``,

@@ -96,6 +96,8 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     tree = junction_tree(domain, measured)
     model = estimate(domain, observations, tree=tree, iterations=round_iterations)
 
+    sizes: dict[tuple[frozenset, tuple[int, ...]], int] = {}  # a model's size with one more set: public
+
     def used() -> float:
         return reservation.rho_used
 
@@ -106,7 +108,11 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
             sigma, eps = math.sqrt(1 / (2 * ALPHA * remaining)), math.sqrt(8 * (1 - ALPHA) * remaining)
             step = remaining
         limit = (used() + step) / rho * max_cells
-        kept = [r for r in weights if tree.home(r) >= 0 or junction_tree(domain, measured + [r]).size <= limit]
+        graph = frozenset(measured)
+        for r in weights:
+            if tree.home(r) < 0 and (graph, r) not in sizes:
+                sizes[(graph, r)] = junction_tree(domain, sorted(graph) + [r]).size
+        kept = [r for r in weights if tree.home(r) >= 0 or sizes[(graph, r)] <= limit]
         estimates = [model.marginal(r) for r in kept]
         noise_l1 = {r: math.sqrt(2 / math.pi) * k * sigma * cells[r] for r in kept}
         j = table.select_marginal(attributes, kept, estimates, eps, reservation, f"AIM round {len(measured) - d + 1}",

@@ -75,8 +75,10 @@ class GraphicalModel:
 
     def _calibrate(self) -> list[np.ndarray]:
         # sum-product on exp(θ - max θ), each message rescaled to a largest entry of 1: as exact
-        # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost
-        cliques, edges, separators = self.tree.cliques, self.tree.edges, self._separators
+        # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost.
+        # Edges with an empty separator (between independent parts) carry the message 1: skipped
+        cliques, separators = self.tree.cliques, self._separators
+        edges = [e for e in self.tree.edges if separators[e]]
         factors = [np.exp(t - t.max()) for t in self.theta]
         up: dict[int, np.ndarray] = {}  # child -> message to its parent, over their separator
         down: dict[int, np.ndarray] = {}  # child -> message from its parent

@@ -56,7 +56,7 @@ from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
-from dpsql.synth.pgm import marginal_weights, measurement, pgm
+from dpsql.synth.pgm import PGMResult, marginal_weights, measurement, pgm
 
 if TYPE_CHECKING:
     import duckdb
@@ -270,7 +270,7 @@ class _Request:
     def zcdp(self) -> bool:
         return self.budget.currency == ZCDP
 
-    def default_rows(self, count: float, what: str) -> int:
+    def default_rows(self, count: float, what: str, stacklevel: int = 5) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
         allows, with a warning: after the spend a too-large default is capped, never refused."""
         cap = synthetic_rows_cap(self.columns)
@@ -278,7 +278,7 @@ class _Request:
         if n > cap:
             warnings.warn(f"the {what} is {n:,} rows, more than a synthetic table of {self.columns} columns may "
                           f"hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); sampling {cap:,} rows (pass rows= to choose)",
-                          stacklevel=5)
+                          stacklevel=stacklevel)
             return cap
         return n
 
@@ -584,7 +584,39 @@ def fem_warnings(eps0: float, cells: int, attributes: Sequence[tuple[str, int]],
     return notes
 
 
-# -- PGM -----------------------------------------------------------------------------------------
+# -- PGM and AIM ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _ModelOptions:
+    """The graphical model's options, shared by pgm and aim: fit ``iterations``, refinement
+    ``sweeps`` and the model's size limit, ``megabytes`` of float64 cells."""
+
+    iterations: int
+    sweeps: int
+    megabytes: float
+
+    @classmethod
+    def of(cls, options: dict) -> "_ModelOptions":
+        return cls(integer("iterations", option(options, "iterations", 1000)),
+                   integer("sweeps", option(options, "sweeps", 30), low=0),
+                   real("max_model_size", option(options, "max_model_size", 10.0)))
+
+    @property
+    def max_cells(self) -> int:
+        return int(self.megabytes * 2**20 / 8)
+
+    @property
+    def limit(self) -> str:
+        return f"max_model_size={self.megabytes:g} MB ({self.max_cells:,} float64 cells)"
+
+    def table(self, learned: PGMResult, request: _Request, attributes: Sequence[Attribute],
+              rng: np.random.Generator) -> tuple[np.ndarray, "pd.DataFrame"]:
+        """The records sampled from a fitted model (``request.rows``, or its noisy total) and their report."""
+        total = learned.model.total
+        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6)
+        records = learned.sample(n, rng, self.sweeps)
+        return records, _report([(o.subset, o.values) for o in learned.observations], total, records, attributes, n)
+
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
     """PGM within the request: one measurement of the workload's marginals, weighted by OPT_M,
@@ -592,10 +624,8 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. The graphical model's size follows from
     the workload alone, and is refused above ``max_model_size`` before anything is spent."""
     total, budget = request.total, request.budget
-    iterations = integer("iterations", option(options, "iterations", 1000))
-    sweeps = integer("sweeps", option(options, "sweeps", 30), low=0)
+    model = _ModelOptions.of(options)
     measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
-    megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
         cost = Cost.gaussian(budget, rho=total.rho)
@@ -608,24 +638,19 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
     weights = marginal_weights(domain, measured, noise)
-    max_cells = int(megabytes * 2**20 / 8)
-    if max(math.prod(domain[a] for a in m) for m in measured) > max_cells:
-        raise ResourceLimitError(f"a marginal of this workload has more cells than max_model_size={megabytes:g} MB "
-                                 f"({max_cells:,} float64 cells) holds: choose smaller marginals, or raise it")
+    if max(math.prod(domain[a] for a in m) for m in measured) > model.max_cells:
+        raise ResourceLimitError(f"a marginal of this workload has more cells than {model.limit} holds: choose "
+                                 "smaller marginals, or raise it")
     try:
         private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        bar.total = iterations
-        learned = pgm(private, attributes, weights, noise, cost, max_cells, iterations=iterations,
+        bar.total = model.iterations
+        learned = pgm(private, attributes, weights, noise, cost, model.max_cells, iterations=model.iterations,
                       progress=_advance(bar))
-        model = learned.model
-        n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
-        records = learned.sample(n, rng, sweeps)
-        report = _report([(o.subset, o.values) for o in learned.observations], model.total, records, attributes, n)
-        return records, report, {}, cost
+        return (*model.table(learned, request, attributes, rng), {}, cost)
 
     return _Run(cost, execute)
 
@@ -636,9 +661,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
     add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares."""
     total = request.total
-    iterations = integer("iterations", option(options, "iterations", 1000))
-    sweeps = integer("sweeps", option(options, "sweeps", 30), low=0)
-    megabytes = real("max_model_size", option(options, "max_model_size", 10.0))
+    model = _ModelOptions.of(options)
     domain = [a.size for a in attributes]
     rounds = integer("rounds", option(options, "rounds", 16 * len(domain)))
     if rounds > AIM_MAX_ROUNDS:
@@ -647,11 +670,10 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
                            "takes a pure epsilon)")
     rho = total.rho if request.zcdp else zcdp_rho(total.epsilon, total.delta)
-    max_cells = int(megabytes * 2**20 / 8)
-    if sum(domain) > max_cells:
+    if sum(domain) > model.max_cells:
         raise ResourceLimitError(f"AIM's first model holds every one-way marginal, {sum(domain):,} cells, more than "
-                                 f"max_model_size={megabytes:g} MB ({max_cells:,} float64 cells) holds")
-    fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= max_cells]
+                                 f"{model.limit} holds")
+    fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= model.max_cells]
     _check_cells("AIM", fits, attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
@@ -661,15 +683,11 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
         bar.total, bar.unit = 100, "% of rho"
         try:
-            learned = aim(private, attributes, request.marginals, rho, reservation, max_cells, rounds=rounds,
-                          iterations=iterations, progress=_advance(bar))
+            learned = aim(private, attributes, request.marginals, rho, reservation, model.max_cells, rounds=rounds,
+                          iterations=model.iterations, progress=_advance(bar))
         finally:
             reservation.close()
-        model = learned.model
-        n = request.rows if request.rows is not None else request.default_rows(model.total, "noisy row count")
-        records = learned.sample(n, rng, sweeps)
-        report = _report([(o.subset, o.values) for o in learned.observations], model.total, records, attributes, n)
-        return records, report, {}, cost
+        return (*model.table(learned, request, attributes, rng), {}, cost)
 
     return _Run(cost, execute)
 
