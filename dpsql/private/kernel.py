@@ -303,8 +303,8 @@ class PrivateTable:
         counted, cells = on_cells(strategy, attributes)
         subsets = required_marginals(counted)
         if isinstance(cost, Reservation):
+            cost.draw(noise.rho, f"gaussian: {description}")  # before the read: a failing read still spends
             counts = self._cached(cells, subsets, cost)
-            cost.draw(noise.rho, f"gaussian: {description}")
             entry, cost = cost.entry, cost.cost
         else:
             counting = self._counting(cells, subsets)
@@ -358,8 +358,8 @@ class PrivateTable:
         if isinstance(cost, Reservation):
             rho = epsilon * epsilon / 8.0
             cost.admit(rho, self)
-            counts = dict(zip(unique, self._cached(attributes, unique, cost)))
             cost.draw(rho, f"exponential(eps={epsilon!r}): {description}")
+            counts = dict(zip(unique, self._cached(attributes, unique, cost)))
         else:
             self._ledger.check(cost)
             counting = self._counting(attributes, unique)
