@@ -8,7 +8,8 @@ to noisy, released measurements by :mod:`dpsql.synth.estimate`.
 
 * :meth:`GraphicalModel.beliefs` calibrates the tree (sum-product, one pass up to the
   root and one down) and returns every clique's counts;
-  :meth:`GraphicalModel.marginal` sums one down to any attribute set it contains.
+  :meth:`GraphicalModel.marginal` sums one down to any attribute set it contains, and
+  eliminates variables across cliques for a set no clique holds (AIM scores such sets).
 * :meth:`GraphicalModel.sample` draws records clique by clique from the root, each
   clique's new attributes given its separator with the parent. Counts are allotted by
   randomized rounding (each cell gets the floor of its expected count, and the
@@ -156,8 +157,8 @@ class GraphicalModel:
                 factor = np.divide(factor, below, out=np.zeros_like(factor), where=below > 0)
             children = [upward(j, i) for j in sorted(neighbours[i] & nodes) if j != parent]
             keep = wanted | set(sep) | {a for _, carried in children for a in carried}
-            factor, attrs = project(factor, attrs, tuple(a for a in attrs if a in keep)), \
-                tuple(a for a in attrs if a in keep)
+            kept = tuple(a for a in attrs if a in keep)
+            factor, attrs = project(factor, attrs, kept), kept
             for k, (message, carried) in enumerate(children):
                 keep = wanted | set(sep) | {a for _, later in children[k + 1:] for a in later}
                 factor, attrs = _product(factor, attrs, message, carried, keep)
