@@ -301,7 +301,15 @@ class Connection:
           ``time_limit``);
         * ``"fem"``: zCDP-accounted FEM, converted to (ε, δ) with ``delta``
           (:mod:`dpsql.synth.fem`; options ``eps0``, ``rounds``, ``samples``,
-          ``noise``, ``oracle``, ``time_limit``, ``processes``).
+          ``noise``, ``oracle``, ``time_limit``, ``processes``);
+        * ``"pgm"``: the workload's marginals measured once with OPT_M's weights
+          (Gaussian under ``rho`` or ``delta``, Laplace under a pure ``epsilon``) and a
+          graphical model fitted to them (:mod:`dpsql.synth.pgm`; options ``iterations``,
+          ``max_model_size``, ``sweeps``, ``measure``);
+        * ``"aim"``: zCDP AIM, adaptive selection of the marginals to measure on the
+          same model, its whole spend charged before the first read
+          (:mod:`dpsql.synth.aim`; options ``rounds``, ``iterations``,
+          ``max_model_size``, ``sweeps``).
 
         ``workload``: the marginals to preserve, as ``k`` (all k-way
         marginals), a list of tuples of column names (e.g. from
@@ -309,7 +317,7 @@ class Connection:
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is
         checked against the budget before any data is read, and what the run
         actually spends (never more) is in the result and the ledger. ``rows``
-        defaults to the noisy row count (MWEM, DualQuery) or the records FEM
+        defaults to the noisy row count (MWEM, DualQuery, PGM, AIM) or the records FEM
         made, capped by :data:`dpsql.limits.MAX_SYNTHETIC_CELLS`. ``seed``
         drives only public randomness. Any SQL over the synthetic table is
         free post-processing. Every option, size and name is checked before

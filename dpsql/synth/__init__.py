@@ -1,4 +1,4 @@
-"""Private synthetic data (MWEM, DualQuery, FEM).
+"""Private synthetic data (MWEM, DualQuery, FEM, PGM, AIM).
 
 :func:`dpsql.Connection.synthesize` is the entry point: it runs one of the
 methods through the private kernel, samples a table and registers it in
@@ -10,6 +10,10 @@ DuckDB (:mod:`dpsql.synth.synthesize`). The pieces:
   query-release game with a best-response oracle, an integer program in
   CVXPY/HiGHS or local search (:mod:`~dpsql.synth.oracle`), over the cells of
   the workload marginals (:mod:`~dpsql.synth.cells`);
+* :mod:`~dpsql.synth.pgm` and :mod:`~dpsql.synth.aim`: measured marginals (all at once,
+  or selected adaptively) and a graphical model fitted to them (:mod:`~dpsql.synth.junction`,
+  :mod:`~dpsql.synth.graphical`, :mod:`~dpsql.synth.estimate`), sampled and refined
+  (:mod:`~dpsql.synth.refine`);
 * :mod:`~dpsql.synth.accounting`: their privacy formulas and inverses.
 
 The data owner's NON-PRIVATE error report is :func:`dpsql.owner.evaluate.evaluate`.
