@@ -39,11 +39,13 @@ Skips with a message when ``../shared/data`` is absent.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
 import re
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,6 +67,9 @@ OPTIONS = {"aim": ("aim", {}), "pgm": ("pgm", {}), "pgm-pairs": ("pgm", {"measur
            "fem": ("fem", {}), "dualquery": ("dualquery", {"eta": 0.4, "samples": 35, "oracle": "heuristic"}),
            "mwem": ("mwem", {"rounds": 15, "replays": 10})}
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".dpsql_cache")  # strategies, public
+#: Finished peer runs (records and seconds), so that 5 runs of dpmm's AIM (hours) can be
+#: gathered over several invocations; keyed by everything the run depends on. Git-ignored.
+PEER_CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".peer_cache")
 
 
 class Data:
@@ -137,16 +142,31 @@ def run_hdmm(data: Data, epsilon: float, marginals) -> tuple[float, float, float
 
 
 def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_size: float,
-             timeout: float | None) -> tuple[np.ndarray, float]:
+             timeout: float | None, cache: bool = True) -> tuple[np.ndarray, float]:
     """dpmm's AIM or MST at (ε, 1/n²) in its own venv: (records, seconds of fit and sampling). It
-    reads the data set's files, not its DuckDB connection, so it can run beside the other methods."""
-    from peers.dpmm import run_dpmm
+    reads the data set's files, not its DuckDB connection, so it can run beside the other methods.
+    With ``cache``, a run already finished with the same data, peer, ε, seed, workload, model
+    size and dpmm version is read from :data:`PEER_CACHE` instead of rerun."""
+    from peers.dpmm import python_for_dpmm, run_dpmm
 
     workload = [[data.columns[a] for a in m] for m in marginals]
+    with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
+        version = fh.read().strip()
+    key = json.dumps([data.name, data.n, peer, epsilon, seed, workload if peer == "aim" else None,
+                      model_size if peer == "aim" else None, version])
+    path = os.path.join(PEER_CACHE, f"{data.name}-{peer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz")
+    if cache and os.path.exists(path):
+        with np.load(path) as saved:
+            return saved["records"].astype(np.int64), float(saved["seconds"])
     table, info = run_dpmm(peer, data.csv, data.domain_file, epsilon, 1.0 / data.n ** 2, seed,
                            workload=workload if peer == "aim" else None, timeout=timeout,
                            max_model_size=model_size if peer == "aim" else None)
-    return table[data.columns].to_numpy(dtype=np.int64), float(info["seconds"])
+    records, seconds = table[data.columns].to_numpy(dtype=np.int64), float(info["seconds"])
+    os.makedirs(PEER_CACHE, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=PEER_CACHE, suffix=".npz", delete=False) as fh:
+        np.savez_compressed(fh, records=records, seconds=seconds, key=key)
+    os.replace(fh.name, path)
+    return records, seconds
 
 
 def main(argv=None) -> int:
@@ -160,6 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-runs", type=int, help="run the peers on the first this many workloads only (default: "
                                                   "all); ratios compare the means over the runs both have")
     ap.add_argument("--aim-model-size", type=float, default=10.0, help="AIM's max model size in MB (default 10)")
+    ap.add_argument("--fresh-peers", action="store_true", help=f"rerun peer runs found in {PEER_CACHE}")
     ap.add_argument("--peer-timeout", type=float, help="seconds a peer run may take before it is reported as such")
     ap.add_argument("--paper-accounting", action="store_true",
                     help="account FEM's selections as eps0^2/2-zCDP, as the FEM paper did")
@@ -188,7 +209,7 @@ def main(argv=None) -> int:
         peer_runs = min(args.peer_runs or args.runs, args.runs)
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = {(eps, label, r): pool.submit(run_peer, data, PEERS[label], eps, workloads[r], r,
-                                                    args.aim_model_size, args.peer_timeout)
+                                                    args.aim_model_size, args.peer_timeout, not args.fresh_peers)
                        for eps in args.epsilons for label in peers for r in range(peer_runs)}
             outcome = {(eps, who, r): run(data, who, eps, w, seed=r)
                        for eps in args.epsilons for who in args.methods for r, w in enumerate(workloads)}

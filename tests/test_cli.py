@@ -428,8 +428,9 @@ def test_unreadable_input_files_are_usage_errors(data, tmp_path, capsys):
 @pytest.mark.parametrize("extra, match", [
     (["--rows", "-1"], "rows must be an integer >= 0, got rows=-1"),
     (["--rows", str(10**12)], "rows=1000000000000 means"),
-    (["--rounds", "0"], "rounds must be an integer >= 1, got rounds=0"),
-    (["--delta", "1e-6"], "MWEM is pure epsilon-DP"),
+    (["--method", "mwem", "--rounds", "0"], "rounds must be an integer >= 1, got rounds=0"),
+    (["--method", "mwem", "--delta", "1e-6"], "MWEM is pure epsilon-DP"),
+    (["--rounds", "3"], "pgm takes no option rounds"),
     (["--method", "fem", "--rounds", "0"], "rounds must be an integer >= 1"),
     (["--method", "aim"], "AIM is zCDP"),
     (["--method", "aim", "--delta", "1e-6", "--rounds", "0"], "rounds must be an integer >= 1"),
@@ -449,6 +450,18 @@ def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra
     (line,) = error_lines(err)
     assert match in line
     assert entries(ledger) == [] and not (tmp_path / "syn.csv").exists()
+
+
+def test_synth_defaults_to_pgm(data, tmp_path, capsys):
+    """Without --method the table comes from PGM: under a pure epsilon, one Laplace measurement."""
+    ledger, out = tmp_path / "l.ledger", tmp_path / "syn.csv"
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--budget-epsilon", "2", "--epsilon", "1", "--workload", "region,sex", "--out", str(out))
+    assert rc == 0, err
+    (entry,) = entries(ledger)
+    assert entry.description.startswith("PGM: ") and entry.mechanism.startswith("laplace")
+    assert entry.cost.epsilon == pytest.approx(1.0) and entry.cost.delta == 0
+    assert len(pd.read_csv(out)) > 0
 
 
 def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, capsys):

@@ -362,7 +362,7 @@ def test_cli_synth_writes_the_table_atomically(tmp_path, capsys):
     data, schema = cli_files(tmp_path, 1000)
     out = tmp_path / "syn.csv"
     code = main(["synth", "--data", str(data), "--schema", str(schema), "--ledger", str(tmp_path / "l"),
-                 "--budget-epsilon", "2", "--epsilon", "1", "--workload", "a,b;c", "--rounds", "3",
+                 "--budget-epsilon", "2", "--epsilon", "1", "--method", "mwem", "--workload", "a,b;c", "--rounds", "3",
                  "--rows", "500", "--seed", "1", "--out", str(out)])
     assert code == 0
     df = pd.read_csv(out)

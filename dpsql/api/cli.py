@@ -108,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
     y = sub.add_parser("synth", help="make a private synthetic table (MWEM, DualQuery, FEM, PGM or AIM)")
     _add_source(y)
     y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM, PGM, AIM); default 0, pure DP")
-    y.add_argument("--method", choices=METHODS, default="mwem")
+    y.add_argument("--method", choices=METHODS, default="pgm", help="default pgm")
     y.add_argument("--workload", default="2",
                    help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
     y.add_argument("--rounds", type=int,

@@ -1,0 +1,169 @@
+"""How low can a graphical-model synthetic table's max error go at a budget? A NON-PRIVATE ceiling.
+
+The synthetic benchmark (``synthetic.py``) asks for a table whose max error on 64 random
+3-way marginals is below AIM's and at most half of MST's. This script asks how far the
+recipe that AIM, MST and dpsql's ``aim`` and ``pgm`` share (measure marginals with Gaussian
+noise, fit a graphical model, sample it) can go at a given (ε, δ = 1/n²) when the choice of
+what to measure costs nothing and is made **with the exact data**, which no private
+mechanism can do:
+
+1. Picks, greedily and without noise, marginals from the workload's downward closure (two or
+   more attributes): each step, the one whose exact counts are farthest, in their worst cell,
+   from the model fitted to the exact counts picked so far (and every one-way marginal),
+   among those that keep the model within ``--max-model-size`` MB.
+2. For each ``K``: measures every one-way marginal and the first ``K`` picks with Gaussian
+   noise of one ``σ = √((d + K)/(2ρ))``, spending the budget's whole ``ρ`` on measurement,
+   fits dpsql's graphical model (:func:`dpsql.synth.estimate.estimate`), samples ``n`` records
+   and reports their max error and mean total-variation distance, beside the max error of the
+   same sets measured without noise (the structure's own error: what noise adds to).
+
+The best ``K`` (lowest mean max error over the runs) is found by evaluating against the
+exact data too, so the figures are a ceiling for this recipe, not a mechanism. The peers'
+figures from a ``synthetic.py --json`` file (``--peers``) are printed beside it, with the
+number of runs they are means of.
+
+    python benchmarks/synthetic_ceiling.py --datasets adult --epsilons 0.1 1 --runs 3 \\
+        --peers benchmarks/results/synthetic.json --json benchmarks/results/synthetic_ceiling.json
+
+Everything here reads the data exactly: a benchmark-only analysis, never a release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from dpsql.synth import random_marginals
+from dpsql.synth.accounting import zcdp_rho
+from dpsql.synth.aim import candidates
+from dpsql.synth.estimate import Observation, estimate
+from dpsql.synth.graphical import GraphicalModel
+from dpsql.synth.junction import junction_tree
+from dpsql.synth.pgm import PGMResult
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synthetic import Data  # noqa: E402  (the benchmark's data sets and error measures)
+
+KS = (0, 4, 8, 12, 16, 20, 24, 32, 40)
+
+
+class Exact:
+    """The data set's exact marginal counts (NON-PRIVATE), memoized."""
+
+    def __init__(self, data: Data) -> None:
+        cols = list(data.schema["columns"])
+        arrays = data.con.sql(f"SELECT * FROM {data.name}").fetchnumpy()
+        self.records = np.column_stack([arrays[c] for c in cols]).astype(np.int64)
+        self.domain = tuple(data.schema["columns"][c]["max"] + 1 for c in cols)
+        self._memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def marginal(self, subset: tuple[int, ...]) -> np.ndarray:
+        if subset not in self._memo:
+            shape = [self.domain[a] for a in subset]
+            flat = np.ravel_multi_index(self.records[:, list(subset)].T, shape)
+            self._memo[subset] = np.bincount(flat, minlength=math.prod(shape)).astype(float)
+        return self._memo[subset]
+
+
+def fit(exact: Exact, sets: list[tuple[int, ...]], sigma: float, rng: np.random.Generator | None,
+        iterations: int) -> PGMResult:
+    """The model of ``sets`` measured with Gaussian noise ``sigma`` (none when ``rng`` is None)."""
+    observations = [Observation(s, exact.marginal(s) + (0.0 if rng is None else rng.normal(0, sigma, math.prod(
+        exact.domain[a] for a in s))), sigma) for s in sets]
+    tree = junction_tree(exact.domain, sets)
+    return PGMResult(estimate(exact.domain, observations, tree=tree, iterations=iterations), observations)
+
+
+def picks(exact: Exact, workload, steps: int, max_cells: int, iterations: int) -> list[tuple[int, ...]]:
+    """The greedy, noise-free choice of step 1 (see the module docstring)."""
+    d = len(exact.domain)
+    ones = [(a,) for a in range(d)]
+    pool = [r for r in candidates(workload) if len(r) >= 2]
+    chosen: list[tuple[int, ...]] = []
+    model: GraphicalModel = fit(exact, ones, 1.0, None, iterations).model
+    for _ in range(steps):
+        scored = sorted(((float(np.abs(exact.marginal(r) - model.marginal(r)).max()), r) for r in pool
+                         if r not in chosen), reverse=True)
+        pick = next((r for _, r in scored if junction_tree(exact.domain, ones + chosen + [r]).size <= max_cells), None)
+        if pick is None:
+            break
+        chosen.append(pick)
+        model = fit(exact, ones + chosen, 1.0, None, iterations).model
+    return chosen
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=["adult"], choices=["adult", "nltcs"])
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--ks", type=int, nargs="+", default=list(KS), help="numbers of picks to measure")
+    ap.add_argument("--max-model-size", type=float, default=10.0, help="the model's size limit in MB (default 10)")
+    ap.add_argument("--iterations", type=int, default=500, help="mirror-descent steps of each fit")
+    ap.add_argument("--peers", help="a synthetic.py --json file, for its dpmm-aim and dpmm-mst rows")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    missing = [d for d in args.datasets if not Data.available(d)]
+    if missing:
+        print(f"skipped: {', '.join(missing)} absent (the shared data sets are not on this machine)")
+        return 0
+    peers = {}
+    if args.peers:
+        with open(args.peers, encoding="utf-8") as fh:
+            peers = {(r["data"], r["epsilon"], r["method"]): r for r in json.load(fh) if r["method"].startswith("dpmm")}
+    rows = []
+    for name in args.datasets:
+        data = Data(name)
+        exact, n, d = Exact(data), data.n, len(data.columns)
+        print(f"\n{name.upper()}: {n:,} rows, {d} attributes, 64 random 3-way marginals, delta = 1/n^2; "
+              f"picks made with the EXACT data (a ceiling, not a mechanism)")
+        print(f"{'eps':>5} {'run':>3} {'K':>3} {'sigma':>7} {'exact max':>9} {'max err':>8} {'mean TV':>8}  last picks")
+        for run in range(args.runs):
+            workload = random_marginals(d, 3, 64, seed=1000 + run)
+            start = time.perf_counter()
+            chosen = picks(exact, workload, max(args.ks), int(args.max_model_size * 2**20 / 8), args.iterations)
+            ones = [(a,) for a in range(d)]
+            structure = {k: data.errors(fit(exact, ones + chosen[:k], 1.0, None, args.iterations)
+                                        .sample(n, np.random.default_rng(run)), workload)[0]
+                         for k in args.ks if k <= len(chosen)}
+            for eps in args.epsilons:
+                rho = zcdp_rho(eps, 1.0 / n**2)
+                for k, exact_max in structure.items():
+                    sigma = math.sqrt((d + k) / (2 * rho))
+                    rng = np.random.default_rng([run, k, int(eps * 1000)])
+                    learned = fit(exact, ones + chosen[:k], sigma, rng, args.iterations)
+                    max_err, tv = data.errors(learned.sample(n, rng), workload)
+                    rows.append({"data": name, "epsilon": eps, "run": run, "k": k, "sigma": sigma,
+                                 "exact_max_error": exact_max, "max_error": max_err, "mean_tv": tv})
+                    names = ", ".join("x".join(data.columns[a] for a in r) for r in chosen[max(k - 2, 0):k])
+                    print(f"{eps:>5g} {run:>3} {k:>3} {sigma:>7.0f} {exact_max:>9.4f} {max_err:>8.4f} {tv:>8.4f}  "
+                          f"{names}", flush=True)
+            print(f"      run {run}: {time.perf_counter() - start:.0f} s")
+        print(f"\n{'eps':>5} {'best K':>6} {'ceiling':>8} {'dpmm AIM':>9} {'dpmm MST':>9} {'MST / 2':>8} {'peer runs':>9}"
+              f"  (ceiling: mean over {args.runs} run(s))")
+        for eps in args.epsilons:
+            mine = [r for r in rows if r["data"] == name and r["epsilon"] == eps]
+            by_k = {k: float(np.mean([r["max_error"] for r in mine if r["k"] == k])) for k in {r["k"] for r in mine}}
+            best = min(by_k, key=by_k.get)
+            aim, mst = (peers.get((name, eps, who), {}) for who in ("dpmm-aim", "dpmm-mst"))
+            shown = [f"{p['max_error']:>9.4f}" if p else f"{'':>9}" for p in (aim, mst)]
+            half = f"{mst['max_error'] / 2:>8.4f}" if mst else f"{'':>8}"
+            runs = "/".join(str(p["runs"]) for p in (aim, mst) if p)
+            print(f"{eps:>5g} {best:>6} {by_k[best]:>8.4f} {shown[0]} {shown[1]} {half} {runs:>9}")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=2)
+        os.replace(tmp, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
