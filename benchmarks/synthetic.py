@@ -141,30 +141,36 @@ def run_hdmm(data: Data, epsilon: float, marginals) -> tuple[float, float, float
     return worst, math.nan, seconds  # noisy answers are no distribution: a total variation means nothing
 
 
+def peer_cache(data: Data, peer: str, epsilon: float, marginals, seed: int, model_size: float) -> str:
+    """Where a finished peer run with these inputs (and the installed dpmm version) is cached."""
+    from peers.dpmm import python_for_dpmm
+
+    workload = [[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None
+    with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
+        version = fh.read().strip()
+    key = json.dumps([data.name, data.n, peer, epsilon, seed, workload, model_size if peer == "aim" else None, version])
+    return os.path.join(PEER_CACHE, f"{data.name}-{peer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz")
+
+
 def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_size: float,
              timeout: float | None, cache: bool = True) -> tuple[np.ndarray, float]:
     """dpmm's AIM or MST at (ε, 1/n²) in its own venv: (records, seconds of fit and sampling). It
     reads the data set's files, not its DuckDB connection, so it can run beside the other methods.
-    With ``cache``, a run already finished with the same data, peer, ε, seed, workload, model
-    size and dpmm version is read from :data:`PEER_CACHE` instead of rerun."""
-    from peers.dpmm import python_for_dpmm, run_dpmm
+    With ``cache``, a run already finished with the same inputs is read from :func:`peer_cache`
+    instead of rerun; every finished run is stored there."""
+    from peers.dpmm import run_dpmm
 
-    workload = [[data.columns[a] for a in m] for m in marginals]
-    with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
-        version = fh.read().strip()
-    key = json.dumps([data.name, data.n, peer, epsilon, seed, workload if peer == "aim" else None,
-                      model_size if peer == "aim" else None, version])
-    path = os.path.join(PEER_CACHE, f"{data.name}-{peer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz")
+    path = peer_cache(data, peer, epsilon, marginals, seed, model_size)
     if cache and os.path.exists(path):
         with np.load(path) as saved:
             return saved["records"].astype(np.int64), float(saved["seconds"])
     table, info = run_dpmm(peer, data.csv, data.domain_file, epsilon, 1.0 / data.n ** 2, seed,
-                           workload=workload if peer == "aim" else None, timeout=timeout,
-                           max_model_size=model_size if peer == "aim" else None)
+                           workload=[[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None,
+                           timeout=timeout, max_model_size=model_size if peer == "aim" else None)
     records, seconds = table[data.columns].to_numpy(dtype=np.int64), float(info["seconds"])
     os.makedirs(PEER_CACHE, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=PEER_CACHE, suffix=".npz", delete=False) as fh:
-        np.savez_compressed(fh, records=records, seconds=seconds, key=key)
+        np.savez_compressed(fh, records=records, seconds=seconds)
     os.replace(fh.name, path)
     return records, seconds
 
@@ -207,6 +213,11 @@ def main(argv=None) -> int:
         # the peers run in a subprocess each, one at a time, while dpsql's methods run here: two cores
         peers = [label for label, peer in PEERS.items() if peer in args.peers]
         peer_runs = min(args.peer_runs or args.runs, args.runs)
+        if peers and not args.fresh_peers:
+            cached = sum(os.path.exists(peer_cache(data, PEERS[label], eps, workloads[r], r, args.aim_model_size))
+                         for eps in args.epsilons for label in peers for r in range(peer_runs))
+            print(f"      {cached} of {len(args.epsilons) * len(peers) * peer_runs} peer runs read from {PEER_CACHE}, "
+                  "finished by an earlier invocation (their seconds as measured then)")
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = {(eps, label, r): pool.submit(run_peer, data, PEERS[label], eps, workloads[r], r,
                                                     args.aim_model_size, args.peer_timeout, not args.fresh_peers)
