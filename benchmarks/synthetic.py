@@ -175,6 +175,14 @@ def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_
     return records, seconds
 
 
+def write_rows(path: str, rows: list[dict]) -> None:
+    """``rows`` as JSON at ``path``, written whole or not at all."""
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(rows, fh, indent=2)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["adult", "nltcs"], choices=["adult", "nltcs"])
@@ -264,11 +272,7 @@ def main(argv=None) -> int:
                     ok = ratio(who, "dpmm-aim", 0) < 1 and ratio(who, "dpmm-mst", 0) <= 0.5
                     print(f"      {who} below AIM's max error and at most half of MST's: {'yes' if ok else 'NO'}")
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
-        os.replace(tmp, args.json)
-        print(f"wrote {args.json}")
+        write_rows(args.json, rows)
     return 0
 
 

@@ -50,7 +50,7 @@ from dpsql.synth.junction import junction_tree
 from dpsql.synth.pgm import PGMResult
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import Data  # noqa: E402  (the benchmark's data sets and error measures)
+from synthetic import Data, write_rows  # noqa: E402  (the benchmark's data sets and error measures)
 
 KS = (0, 4, 8, 12, 16, 20, 24, 32)
 
@@ -164,11 +164,7 @@ def main(argv=None) -> int:
             runs = "/".join(str(p["runs"]) for p in (aim, mst) if p)
             print(f"{eps:>5g} {best:>6} {by_k[best]:>8.4f} {shown[0]} {shown[1]} {half} {runs:>9}")
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
-        os.replace(tmp, args.json)
-        print(f"wrote {args.json}")
+        write_rows(args.json, rows)
     return 0
 
 
