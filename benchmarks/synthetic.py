@@ -10,8 +10,10 @@ runs. For every method it prints the mean over runs of
 
 and each method's ratios to MST and to AIM measured in the same run (over the runs both
 have: ``--peer-runs`` runs the peers on fewer workloads, as AIM takes 8 to 34 minutes a
-run on ADULT). The peers are dpmm's AIM (McKenna et al. 2022; workload-aware, model size
-``--aim-model-size`` MB) and MST (McKenna, Miklau & Sheldon 2021), run through
+run on ADULT; finished peer runs are cached in ``benchmarks/.peer_cache``, keyed by
+everything they depend on, so that their runs can be gathered over several invocations,
+and ``--fresh-peers`` reruns them). The peers are dpmm's AIM (McKenna et al. 2022;
+workload-aware, model size ``--aim-model-size`` MB) and MST (McKenna, Miklau & Sheldon 2021), run through
 ``peers/dpmm.py`` in a virtual environment of their own (dpmm pins numpy 1.26),
 single-core, with no budget spent on preprocessing; they print as ``dpmm-aim`` and
 ``dpmm-mst``. dpsql's methods: ``aim`` (its own AIM on dpsql's graphical model), ``pgm``
@@ -141,14 +143,19 @@ def run_hdmm(data: Data, epsilon: float, marginals) -> tuple[float, float, float
     return worst, math.nan, seconds  # noisy answers are no distribution: a total variation means nothing
 
 
+def _peer_workload(data: Data, peer: str, marginals) -> list[list[str]] | None:
+    """The workload as dpmm takes it (column names): AIM's input; MST takes none."""
+    return [[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None
+
+
 def peer_cache(data: Data, peer: str, epsilon: float, marginals, seed: int, model_size: float) -> str:
     """Where a finished peer run with these inputs (and the installed dpmm version) is cached."""
     from peers.dpmm import python_for_dpmm
 
-    workload = [[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None
     with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
         version = fh.read().strip()
-    key = json.dumps([data.name, data.n, peer, epsilon, seed, workload, model_size if peer == "aim" else None, version])
+    key = json.dumps([data.name, data.n, peer, epsilon, seed, _peer_workload(data, peer, marginals),
+                      model_size if peer == "aim" else None, version])
     return os.path.join(PEER_CACHE, f"{data.name}-{peer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz")
 
 
@@ -165,8 +172,7 @@ def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_
         with np.load(path) as saved:
             return saved["records"].astype(np.int64), float(saved["seconds"])
     table, info = run_dpmm(peer, data.csv, data.domain_file, epsilon, 1.0 / data.n ** 2, seed,
-                           workload=[[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None,
-                           timeout=timeout, max_model_size=model_size if peer == "aim" else None)
+                           workload=_peer_workload(data, peer, marginals), timeout=timeout, max_model_size=model_size if peer == "aim" else None)
     records, seconds = table[data.columns].to_numpy(dtype=np.int64), float(info["seconds"])
     os.makedirs(PEER_CACHE, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=PEER_CACHE, suffix=".npz", delete=False) as fh:
