@@ -27,7 +27,7 @@ HDMM, from exact GROUP BY counts): a NON-PRIVATE, benchmark-only evaluation.
 
     python benchmarks/synthetic.py                                  # ADULT and NLTCS, ε 0.1 and 1, 5 runs, AIM and MST
     python benchmarks/synthetic.py --datasets nltcs --runs 1 --methods aim pgm --peers mst
-    python benchmarks/synthetic.py --methods aim pgm pgm-pairs hdmm --peer-runs 1   # the committed table
+    python benchmarks/synthetic.py --methods aim pgm pgm-pairs hdmm --peer-runs 2   # the committed table
     python benchmarks/synthetic.py --datasets adult --epsilons 0.1 0.25 0.5 1 --methods fem --peers   # the FEM table
     python benchmarks/synthetic.py --json results/synthetic.json
 
