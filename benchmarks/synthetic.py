@@ -41,6 +41,7 @@ Skips with a message when ``../shared/data`` is absent.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -143,19 +144,26 @@ def run_hdmm(data: Data, epsilon: float, marginals) -> tuple[float, float, float
     return worst, math.nan, seconds  # noisy answers are no distribution: a total variation means nothing
 
 
-def _peer_workload(data: Data, peer: str, marginals) -> list[list[str]] | None:
-    """The workload as dpmm takes it (column names): AIM's input; MST takes none."""
-    return [[data.columns[a] for a in m] for m in marginals] if peer == "aim" else None
+def _peer_inputs(data: Data, peer: str, marginals, model_size: float) -> tuple[list[list[str]] | None, float | None]:
+    """What dpmm's ``peer`` takes of the workload (column names) and the model size: AIM both, MST neither."""
+    if peer != "aim":
+        return None, None
+    return [[data.columns[a] for a in m] for m in marginals], model_size
+
+
+@functools.cache
+def _dpmm_version() -> str:
+    """The dpmm version installed in the peers' venv (creating it on first use)."""
+    from peers.dpmm import python_for_dpmm
+
+    with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
+        return fh.read().strip()
 
 
 def peer_cache(data: Data, peer: str, epsilon: float, marginals, seed: int, model_size: float) -> str:
     """Where a finished peer run with these inputs (and the installed dpmm version) is cached."""
-    from peers.dpmm import python_for_dpmm
-
-    with open(os.path.join(os.path.dirname(python_for_dpmm()), "..", ".installed"), encoding="utf-8") as fh:
-        version = fh.read().strip()
-    key = json.dumps([data.name, data.n, peer, epsilon, seed, _peer_workload(data, peer, marginals),
-                      model_size if peer == "aim" else None, version])
+    key = json.dumps([data.name, data.n, peer, epsilon, seed, *_peer_inputs(data, peer, marginals, model_size),
+                      _dpmm_version()])
     return os.path.join(PEER_CACHE, f"{data.name}-{peer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz")
 
 
@@ -171,8 +179,9 @@ def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_
     if cache and os.path.exists(path):
         with np.load(path) as saved:
             return saved["records"].astype(np.int64), float(saved["seconds"])
+    workload, size = _peer_inputs(data, peer, marginals, model_size)
     table, info = run_dpmm(peer, data.csv, data.domain_file, epsilon, 1.0 / data.n ** 2, seed,
-                           workload=_peer_workload(data, peer, marginals), timeout=timeout, max_model_size=model_size if peer == "aim" else None)
+                           workload=workload, timeout=timeout, max_model_size=size)
     records, seconds = table[data.columns].to_numpy(dtype=np.int64), float(info["seconds"])
     os.makedirs(PEER_CACHE, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=PEER_CACHE, suffix=".npz", delete=False) as fh:

@@ -41,6 +41,9 @@ import time
 
 import numpy as np
 
+from dpsql.private.measure import measure_marginals
+from dpsql.schema import load_schema
+from dpsql.sql.compile import schema_attributes
 from dpsql.synth import random_marginals
 from dpsql.synth.accounting import zcdp_rho
 from dpsql.synth.aim import candidates
@@ -56,20 +59,18 @@ KS = (0, 4, 8, 12, 16, 20, 24, 32)
 
 
 class Exact:
-    """The data set's exact marginal counts (NON-PRIVATE), memoized."""
+    """The data set's exact marginal counts (NON-PRIVATE), read through DuckDB once each."""
 
     def __init__(self, data: Data) -> None:
-        cols = list(data.schema["columns"])
-        arrays = data.con.sql(f"SELECT * FROM {data.name}").fetchnumpy()
-        self.records = np.column_stack([arrays[c] for c in cols]).astype(np.int64)
-        self.domain = tuple(data.schema["columns"][c]["max"] + 1 for c in cols)
+        self.data, self.schema = data, load_schema(data.schema)
+        self.attributes = schema_attributes(self.schema)
+        self.domain = tuple(a.size for a in self.attributes)
         self._memo: dict[tuple[int, ...], np.ndarray] = {}
 
     def marginal(self, subset: tuple[int, ...]) -> np.ndarray:
         if subset not in self._memo:
-            shape = [self.domain[a] for a in subset]
-            flat = np.ravel_multi_index(self.records[:, list(subset)].T, shape)
-            self._memo[subset] = np.bincount(flat, minlength=math.prod(shape)).astype(float)
+            self._memo[subset], = measure_marginals(self.data.con, self.data.name, self.schema, self.attributes,
+                                                    [subset])
         return self._memo[subset]
 
 
