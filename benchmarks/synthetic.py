@@ -9,7 +9,7 @@ runs. For every method it prints the mean over runs of
 * the seconds a run took;
 
 and each method's ratios to MST and to AIM measured in the same run (over the runs both
-have: ``--peer-runs`` runs the peers on fewer workloads, as AIM takes 8 to 34 minutes a
+have: ``--peer-runs`` runs the peers on fewer workloads, as AIM takes 4 to 47 minutes a
 run on ADULT; finished peer runs are cached in ``benchmarks/.peer_cache``, keyed by
 everything they depend on, so that their runs can be gathered over several invocations,
 and ``--fresh-peers`` reruns them). The peers are dpmm's AIM (McKenna et al. 2022;
@@ -27,7 +27,7 @@ HDMM, from exact GROUP BY counts): a NON-PRIVATE, benchmark-only evaluation.
 
     python benchmarks/synthetic.py                                  # ADULT and NLTCS, ε 0.1 and 1, 5 runs, AIM and MST
     python benchmarks/synthetic.py --datasets nltcs --runs 1 --methods aim pgm --peers mst
-    python benchmarks/synthetic.py --methods aim pgm pgm-pairs hdmm --peer-runs 2   # the committed table
+    python benchmarks/synthetic.py --methods aim pgm pgm-pairs hdmm   # the committed table (peers read from the cache)
     python benchmarks/synthetic.py --datasets adult --epsilons 0.1 0.25 0.5 1 --methods fem --peers   # the FEM table
     python benchmarks/synthetic.py --json results/synthetic.json
 
