@@ -83,10 +83,15 @@ def _spy(monkeypatch, db):
     (Budget(rho=0.5), {"rho": 0.2}),
     (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
 ])
-def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch, budget, spend):
+@pytest.mark.parametrize("compressed", [False, True])
+def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch, budget, spend,
+                                                                                compressed):
+    """The paper's schedule, or by default (a, b and d have more than two values: 3 of 4) the one-way
+    marginals at 0.3 * 3/4 of rho, deciding the compression, and then the paper's rounds."""
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
     seen = _spy(monkeypatch, db)
-    syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
+    syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend,
+                        **({} if compressed else {"compress": False}))
     rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
     entries = db.ledger.entries()
     assert len(entries) == 1 and entries[0].mechanism == "aim"
@@ -101,18 +106,24 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     assert math.fsum(charges) == pytest.approx(rho, rel=1e-12)
     # the schedule by hand: T = 16d shares; the one-way marginals, then a selection and a measurement a round
     d, shares = 4, 64
-    assert charges[0] == pytest.approx(d * ALPHA * rho / shares, rel=1e-12)
+    assert charges[0] == pytest.approx((0.3 * 3 / 4 if compressed else d * ALPHA / shares) * rho, rel=1e-12)
     assert charges[1] == pytest.approx((1 - ALPHA) * rho / shares, rel=1e-12)
     assert charges[2] == pytest.approx(ALPHA * rho / shares, rel=1e-12)
     kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.rho_charges]
     assert kinds == ["gaussian"] + ["exponential", "gaussian"] * ((len(kinds) - 1) // 2)
-    # each measurement's noise is the sigma its charge pays for: 1/(2 sigma^2) = rho_i
-    observations = seen["result"].observations
+    # each measurement's noise is the sigma its charge pays for: 1/(2 sigma^2) = rho_i, for every
+    # one-way count (sqrt(d) sensitivity), those merged into one value adding their variances
+    result = seen["result"]
+    assert (result.compression is not None) == compressed
+    observations = result.observations
     measured = [r for (m, r) in reservation.rho_charges if m.startswith("gaussian")]
     assert len(observations) == d + len(measured) - 1
-    stds = [observations[0].std] + [o.std for o in observations[d:]]
-    for std, r in zip(stds, measured):
-        assert std == pytest.approx(1 / math.sqrt(2 * (r / d if std is stds[0] else r)), rel=1e-6)
+    for o in observations[:d]:
+        merged = np.bincount(result.compression.labels[o.subset[0]]) if compressed else np.ones(len(o.values))
+        np.testing.assert_allclose(np.broadcast_to(o.std, merged.shape),
+                                   np.sqrt(merged * d / (2 * measured[0])), rtol=1e-6)
+    for o, r in zip(observations[d:], measured[1:]):
+        assert o.std == pytest.approx(1 / math.sqrt(2 * r), rel=1e-6)
 
 
 def test_at_a_huge_budget_the_table_has_the_workload_marginals(table):

@@ -181,7 +181,7 @@ def test_at_a_huge_budget_the_table_has_the_measured_marginals(table):
     (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}, "gaussian"),
     (Budget(epsilon=2.0), {"epsilon": 0.5}, "laplace"),
 ])
-def test_accounting_is_one_measurement_charged_before_reading_with_the_calibrated_noise(table, monkeypatch,
+def test_uncompressed_accounting_is_one_measurement_charged_before_reading_with_the_calibrated_noise(table, monkeypatch,
                                                                                         budget, spend, kind):
     from dpsql.privacy import Gaussian, Laplace
     from dpsql.synth import pgm as pgm_module
@@ -197,7 +197,7 @@ def test_accounting_is_one_measurement_charged_before_reading_with_the_calibrate
 
     monkeypatch.setattr(pgm_module, "estimate", spy)
     workload = [("a", "b"), ("b", "c", "d")]
-    syn = db.synthesize("pgm", workload=workload, seed=1, name="s", **spend)
+    syn = db.synthesize("pgm", workload=workload, seed=1, name="s", compress=False, **spend)
     entries = db.ledger.entries()
     assert len(entries) == 1 and entries[0].mechanism.startswith(kind)
     assert seen["ledger"] == db.ledger.spent()
@@ -224,6 +224,67 @@ def test_accounting_is_one_measurement_charged_before_reading_with_the_calibrate
         assert std == pytest.approx(scale / theta[subset], rel=1e-6)
 
 
+@pytest.mark.parametrize("budget,spend", [
+    (Budget(rho=0.5), {"rho": 0.2}),
+    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
+])
+def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch,
+                                                                                           budget, spend):
+    """The default under Gaussian noise: the one-way marginals of the attributes with more than two
+    values (a, b, d: 3 of 4) take 0.3 * 3/4 of rho, the weighted marginals, at L2 sensitivity 1,
+    the rest; both drawn from one reservation charged before any row is read."""
+    from dpsql.private.kernel import PrivateTable
+    from dpsql.synth import pgm as pgm_module
+    from dpsql.synth.accounting import zcdp_rho
+    from dpsql.synth.pgm import unit_weights
+
+    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen: dict = {"ledger_at_first_read": None}
+    read, reserve, fit = PrivateTable._read, PrivateTable.reserve, pgm_module._fit
+
+    def spy_read(self, counting, entry):
+        if seen["ledger_at_first_read"] is None:
+            seen["ledger_at_first_read"] = (len(db.ledger.entries()), db.ledger.spent())
+        return read(self, counting, entry)
+
+    def spy_reserve(self, *args, **kwargs):
+        seen["reservation"] = reserve(self, *args, **kwargs)
+        return seen["reservation"]
+
+    def spy_fit(domain, observations, *args):
+        seen["domain"], seen["observations"], seen["compression"] = domain, observations, args[-1]
+        return fit(domain, observations, *args)
+
+    monkeypatch.setattr(PrivateTable, "_read", spy_read)
+    monkeypatch.setattr(PrivateTable, "reserve", spy_reserve)
+    monkeypatch.setattr(pgm_module, "_fit", spy_fit)
+    syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
+    rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
+    entries = db.ledger.entries()
+    assert len(entries) == 1 and entries[0].mechanism == "pgm"
+    assert seen["ledger_at_first_read"] == (1, db.ledger.spent())            # all of it, before any row is read
+    if "rho" in spend:
+        assert db.spent().rho == syn.rho == spend["rho"]
+    else:
+        assert (db.spent().epsilon, db.spent().delta) == (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
+    reservation = seen["reservation"]
+    assert reservation.rho == rho and reservation.closed
+    first, second = [r for _, r in reservation.rho_charges]
+    assert first == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-12) and first + second == pytest.approx(rho, rel=1e-12)
+    # the one-way noise: sigma = sqrt(3) / sqrt(2 rho_1) per value, variances adding where values were merged
+    observations, domain = seen["observations"], seen["domain"]
+    sigma1 = math.sqrt(3) / math.sqrt(2 * first)
+    assert [o.subset for o in observations[:3]] == [(0,), (1,), (3,)]
+    for o in observations[:3]:
+        merged = np.bincount(seen["compression"].labels[o.subset[0]], minlength=domain[o.subset[0]])
+        np.testing.assert_allclose(np.broadcast_to(o.std, merged.shape), sigma1 * np.sqrt(merged), rtol=1e-6)
+    # the weighted marginals: OPT_M's weights on the compressed domain at L2 norm 1, noise 1/sqrt(2 rho_2)
+    theta = unit_weights(marginal_weights(domain, [(0, 1), (1, 2, 3)], dpsql.privacy.Gaussian(rho=second)))
+    assert {o.subset for o in observations[3:]} == set(theta)
+    for o in observations[3:]:
+        assert o.std == pytest.approx(1 / math.sqrt(2 * second) / theta[o.subset], rel=1e-6)
+
+
 def test_measuring_pairs_measures_the_workloads_two_way_marginals_only(table, monkeypatch):
     from dpsql.synth import pgm as pgm_module
 
@@ -236,7 +297,8 @@ def test_measuring_pairs_measures_the_workloads_two_way_marginals_only(table, mo
 
     monkeypatch.setattr(pgm_module, "estimate", spy)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e12), cache=False, progress=False)
-    syn = db.synthesize("pgm", workload=[("a", "b", "c"), ("d",)], rho=1e12, seed=0, measure="pairs", name="p")
+    syn = db.synthesize("pgm", workload=[("a", "b", "c"), ("d",)], rho=1e12, seed=0, measure="pairs", name="p",
+                        compress=False)
     assert seen["measured"] == {(0, 1), (0, 2), (1, 2), (3,)}
     assert largest_count_difference(table, syn.df, ["a", "b"]) <= 2
     with pytest.raises(dpsql.Error, match="measure must be one of"):
@@ -251,7 +313,29 @@ def test_refusals_spend_nothing(table):
         db.synthesize("pgm", workload=2, rho=0.5)
     with pytest.raises(dpsql.Error, match="pgm takes no option rounds"):
         db.synthesize("pgm", workload=2, rho=0.05, rounds=3)
+    with pytest.raises(dpsql.Error, match="compress must be a finite number > 0"):
+        db.synthesize("pgm", workload=2, rho=0.05, compress=0)
+    with pytest.raises(dpsql.Error, match="one_way_share must be in"):
+        db.synthesize("pgm", workload=2, rho=0.05, one_way_share=1.0)
+    with pytest.raises(dpsql.Error, match="one_way_share .* needs compress"):
+        db.synthesize("pgm", workload=2, rho=0.05, compress=False, one_way_share=0.2)
     assert db.ledger.entries() == [] and db.spent().rho == 0
+    pure = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=1.0), cache=False, progress=False)
+    with pytest.raises(dpsql.Error, match="compress needs Gaussian noise"):
+        pure.synthesize("pgm", workload=2, epsilon=0.5, compress=3.0)
+    assert pure.ledger.entries() == []
+
+
+def test_a_domain_of_binary_attributes_is_not_compressed(monkeypatch):
+    """Merging the two values of a binary attribute gains nothing: no one-way step, one measurement."""
+    rng = np.random.default_rng(2)
+    con = duckdb.connect()
+    con.register("frame", pd.DataFrame(rng.integers(0, 2, (500, 3)), columns=["x", "y", "z"]))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 1} for c in "xyz"}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db.synthesize("pgm", workload=[("x", "y"), ("y", "z")], rho=0.5, seed=0, name="s")
+    assert [e.mechanism for e in db.ledger.entries()] == ["gaussian(rho=0.5)"]
 
 
 def test_beyond_the_marginal_algebra_each_workload_marginal_is_measured_with_weight_one():

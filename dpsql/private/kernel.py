@@ -316,19 +316,16 @@ class PrivateTable:
 
     def _cached(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
                 reservation: "Reservation") -> list[np.ndarray]:
-        """Exact marginals on ``subsets`` for a step of ``reservation`` (already charged in the
-        ledger): each read once per reservation and kept in it, never released. Every step of
-        one reservation must count over the same ``attributes``."""
-        key = tuple(a.name for a in attributes)
-        if reservation._attributes is None:
-            reservation._attributes = key
-        elif reservation._attributes != key:
-            raise ValueError("every step of a reservation must count over the same attributes")
-        missing = sorted({tuple(s) for s in subsets} - set(reservation._marginals), key=lambda t: (len(t), t))
+        """Exact marginals on ``subsets`` of ``attributes`` for a step of ``reservation`` (already
+        charged in the ledger): each read once per reservation and kept in it, never released.
+        Kept per attribute list, groups included, so steps may count over coarser groupings."""
+        key = tuple((a.name, a.groups) for a in attributes)
+        missing = sorted({tuple(s) for s in subsets} - {s for k, s in reservation._marginals if k == key},
+                         key=lambda t: (len(t), t))
         if missing:
             counting = self._counting(attributes, missing)
-            reservation._marginals.update(zip(missing, self._read(counting, reservation.entry)))
-        return [reservation._marginals[tuple(s)] for s in subsets]
+            reservation._marginals.update(((key, s), m) for s, m in zip(missing, self._read(counting, reservation.entry)))
+        return [reservation._marginals[(key, tuple(s))] for s in subsets]
 
     def select_marginal(self, attributes: Sequence[Attribute], candidates: Sequence[tuple[int, ...]],
                         estimates: Sequence[np.ndarray], epsilon: float, cost: "Cost | Reservation",
@@ -449,7 +446,6 @@ class Reservation:
     rho: float | None = None
     rho_charges: list[tuple[str, float]] = field(default_factory=list)
     _marginals: dict = field(default_factory=dict, repr=False)
-    _attributes: tuple | None = field(default=None, repr=False)
 
     @property
     def rho_used(self) -> float:

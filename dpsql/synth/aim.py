@@ -41,14 +41,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dpsql.hdmm.strategy import UnionStrategy
 from dpsql.privacy import Gaussian
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
+from dpsql.synth.compress import compress
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.junction import junction_tree
 from dpsql.synth.mwem import marginal_strategy
-from dpsql.synth.pgm import PGMResult
+from dpsql.synth.pgm import PGMResult, one_way_observations
 
 __all__ = ["ALPHA", "candidates", "aim"]
 
@@ -72,26 +72,29 @@ def candidates(workload: Sequence[Sequence[int]]) -> dict[tuple[int, ...], float
 
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = 1000,
-        round_iterations: int = 300, progress: Callable[[int], None] | None = None) -> PGMResult:
+        round_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
+        progress: Callable[[int], None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``round_iterations``
-    mirror-descent steps and the last one ``iterations``. ``progress`` gets the percentage of
-    ``rho`` spent."""
+    mirror-descent steps and the last one ``iterations``. ``one_way_share``: the share of ``rho``
+    the one-way marginals take (default: ``d`` rounds' measurement shares, as in the paper).
+    ``threshold``: compress the domain (:func:`~dpsql.synth.compress.compress`) at this many
+    standard deviations of the one-way noise (default: no compression). ``progress`` gets the
+    percentage of ``rho`` spent."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
-    weights = candidates(workload)
-    cells = {r: math.prod(domain[a] for a in r) for r in weights}
     shares = rounds or 16 * d
     sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
 
-    one_way = UnionStrategy([marginal_strategy(domain, (a,)) for a in range(d)], [1.0] * d, [[a] for a in range(d)])
-    first = table.measure(attributes, one_way, Gaussian(rho=d / (2 * sigma**2)), reservation,
-                          "AIM: every one-way marginal")
-    observations, start = [], 0
-    for a in range(d):
-        observations.append(Observation((a,), first.values[start:start + domain[a]], first.noise_std))
-        start += domain[a]
+    observations = one_way_observations(table, attributes, range(d), d / (2 * sigma**2) if one_way_share is None
+                                        else one_way_share * rho, reservation, "AIM: every one-way marginal")
+    compression = None if threshold is None else compress(domain, observations, threshold)
+    if compression is not None:
+        observations = [compression.observe(o) for o in observations]
+        attributes, domain = compression.attributes(attributes), compression.domain
+    weights = candidates(workload)
+    cells = {r: math.prod(domain[a] for a in r) for r in weights}
     measured = [(a,) for a in range(d)]
     tree = junction_tree(domain, measured)
     model = estimate(domain, observations, tree=tree, iterations=round_iterations)
@@ -132,4 +135,4 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         if progress is not None:
             progress(min(int(100 * used() / rho), 100))
     model = estimate(domain, observations, tree=tree, start=model, iterations=iterations)
-    return PGMResult(model, observations)
+    return PGMResult(model, observations, compression)

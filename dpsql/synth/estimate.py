@@ -36,30 +36,37 @@ import numpy as np
 from dpsql.synth.graphical import GraphicalModel, expand, project
 from dpsql.synth.junction import JunctionTree, junction_tree
 
-__all__ = ["Observation", "estimate", "estimate_total", "pool"]
+__all__ = ["Observation", "estimate", "estimate_total", "pool", "uniform_std"]
 
 
 @dataclass(frozen=True)
 class Observation:
     """Noisy counts on the attribute set ``subset`` (sorted positions): ``values`` flat in C order,
-    each with noise of standard deviation ``std``."""
+    with independent noise of standard deviation ``std``: one for every cell, or one per cell
+    (a cell that sums several noisy counts, as a merged value of a compressed domain does,
+    is less precise than the others)."""
 
     subset: tuple[int, ...]
     values: np.ndarray
-    std: float
+    std: float | np.ndarray
+
+    @property
+    def variances(self) -> np.ndarray:
+        """Every cell's noise variance, flat in C order."""
+        return np.broadcast_to(np.square(np.asarray(self.std, dtype=float)), np.shape(self.values))
 
 
 def estimate_total(observations: Sequence[Observation]) -> float:
     """The records' number from the observations: each one's sum is a noisy total of variance
-    ``cells · σ²``; their precision-weighted mean, at least 1."""
-    precision = np.array([1.0 / (len(o.values) * o.std**2) for o in observations])
+    ``Σ σ²`` over its cells; their precision-weighted mean, at least 1."""
+    precision = np.array([1.0 / float(o.variances.sum()) for o in observations])
     sums = np.array([float(np.sum(o.values)) for o in observations])
     return max(float(precision @ sums / precision.sum()), 1.0) if observations else 1.0
 
 
 def pool(observations: Sequence[Observation]) -> list[Observation]:
     """One observation per attribute set: the precision-weighted mean of its measurements, whose
-    noise has the standard deviation ``(Σ 1/σ²)^-½`` (their least-squares combination).
+    noise has the standard deviation ``(Σ 1/σ²)^-½`` (their least-squares combination), per cell.
 
     >>> [(o.values.tolist(), o.std) for o in pool([Observation((0,), np.array([1.0]), 1.0),
     ...                                             Observation((0,), np.array([4.0]), 1.0)])]
@@ -68,9 +75,14 @@ def pool(observations: Sequence[Observation]) -> list[Observation]:
     sums: dict[tuple[int, ...], list] = {}
     for o in observations:
         acc = sums.setdefault(o.subset, [0.0, 0.0])
-        acc[0] += o.std**-2
-        acc[1] = acc[1] + np.asarray(o.values, dtype=float) * o.std**-2
-    return [Observation(t, total / precision, precision**-0.5) for t, (precision, total) in sums.items()]
+        acc[0] = acc[0] + 1.0 / o.variances
+        acc[1] = acc[1] + np.asarray(o.values, dtype=float) / o.variances
+    return [Observation(t, total / precision, uniform_std(precision**-0.5)) for t, (precision, total) in sums.items()]
+
+
+def uniform_std(std: np.ndarray) -> float | np.ndarray:
+    """One standard deviation when every cell has the same, else the array."""
+    return float(std.flat[0]) if np.all(std == std.flat[0]) else std
 
 
 def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree: JunctionTree | None = None,
@@ -85,7 +97,7 @@ def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree
     ``tolerance`` times it.
     """
     domain = tuple(int(n) for n in domain)
-    observations = [o for o in observations if o.std > 0 and np.isfinite(o.std)]
+    observations = [o for o in observations if np.all(o.variances > 0) and np.all(np.isfinite(o.variances))]
     if tree is None:
         tree = junction_tree(domain, [o.subset for o in observations])
     fit = _Lattice(domain, tree, observations)
@@ -98,7 +110,7 @@ def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree
     if not observations:
         return model
     loss, grads = loss_and_gradient(model)
-    alpha = 1.0 / (total * sum(1.0 / o.std**2 for o in observations))
+    alpha = 1.0 / (total * sum(float(np.max(1.0 / o.variances)) for o in observations))
     for step in range(iterations):
         mu = model.beliefs()
         while True:
@@ -127,7 +139,7 @@ class _Lattice:
     def __init__(self, domain: tuple[int, ...], tree: JunctionTree, observations: Sequence[Observation]) -> None:
         pooled = {o.subset: o for o in pool(observations)}
         self.tree = tree
-        self.precision = {t: o.std**-2 for t, o in pooled.items()}
+        self.precision = {t: (1.0 / o.variances).reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.target = {t: o.values.reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.home = {t: tree.home(t) for t in pooled}
         if any(h < 0 for h in self.home.values()):

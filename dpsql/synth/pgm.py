@@ -9,7 +9,15 @@ refined toward every measured marginal (:mod:`dpsql.synth.refine`), which matter
 model, kept within a size limit, cannot join every measured attribute set. The same
 measurements that give HDMM's direct answers their accuracy thus become a table.
 
-Guarantee: the only access to the data is that one measurement, through the private kernel
+:func:`pgm_compressed` first measures the one-way marginals of the attributes with more than
+two values, merges each one's rarely seen values (:mod:`dpsql.synth.compress`, as MST does)
+and measures the weighted marginals on the smaller domain: on sparse data a marginal of
+thousands of mostly empty cells otherwise loses much of its mass to their noise. Under
+Gaussian noise it is the default (on ADULT at ε = 0.1 it takes the max error from 0.17 to
+0.04; see the README).
+
+Guarantee: the only access to the data is that one measurement (two for
+:func:`pgm_compressed`, whose guarantee is in its docstring), through the private kernel
 (:meth:`~dpsql.private.kernel.PrivateTable.measure`), which charges the ledger before reading:
 Gaussian noise of ``σ = Δ₂/√(2ρ)`` is ``ρ``-zCDP (Bun & Steinke 2016, Proposition 1.6), or
 calibrated to ``(ε, δ)`` by the analytic Gaussian mechanism (Balle & Wang 2018); Laplace
@@ -32,36 +40,42 @@ from dpsql.hdmm.matrix import Identity, Total
 from dpsql.hdmm.optimize.marginal import opt_marginal
 from dpsql.hdmm.strategy import UnionStrategy
 from dpsql.hdmm.workload import Workload
-from dpsql.privacy import NoiseModel
+from dpsql.privacy import Gaussian, NoiseModel
 from dpsql.private.budget import Cost
-from dpsql.private.kernel import PrivateTable
+from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
-from dpsql.synth.estimate import Observation, estimate, pool
+from dpsql.synth.compress import Compression, compress
+from dpsql.synth.estimate import Observation, estimate, pool, uniform_std
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "pgm"]
+__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "pgm",
+           "pgm_compressed", "unit_weights"]
 
 
 @dataclass(frozen=True)
 class PGMResult:
-    """The fitted model and the noisy measurements it was fitted to (released values)."""
+    """The fitted model and the noisy measurements it was fitted to (released values), on the
+    domain that ``compression`` made (:mod:`dpsql.synth.compress`), if any."""
 
     model: GraphicalModel
     observations: list[Observation]
+    compression: Compression | None = None
 
     def sample(self, n: int, rng: np.random.Generator, sweeps: int = 30) -> np.ndarray:
         """``n`` records drawn from the model, then refined (:func:`~dpsql.synth.refine.refine`,
         ``sweeps`` sweeps) toward every measured marginal: the model's own counts on the sets
         it holds (which fuse every measurement), the precision-weighted mean of the noisy
-        measurements on the others, which a model of bounded size could not join."""
+        measurements on the others, which a model of bounded size could not join. Over the
+        full domain: a compressed domain's merged values are expanded."""
         records = self.model.sample(n, rng)
         held = self.model.tree.home
         targets = [(o.subset, self.model.marginal(o.subset), 0.0) if held(o.subset) >= 0 else
                    (o.subset, o.values, o.std) for o in pool(self.observations)]
-        return refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
+        records = refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
+        return records if self.compression is None else self.compression.expand(records, rng)
 
 
 def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]],
@@ -84,6 +98,17 @@ def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]]
             return {tuple(a for a in range(d) if mask >> a & 1): float(theta[mask])
                     for mask in np.flatnonzero(theta > 1e-9 * theta.max())}
     return {tuple(sorted(m)): 1.0 for m in marginals}
+
+
+def unit_weights(weights: dict[tuple[int, ...], float]) -> dict[tuple[int, ...], float]:
+    """``weights`` scaled to L2 norm 1, so that their :func:`measurement` has L2 sensitivity 1
+    (each row counts once in every marginal) and its noise does not depend on them.
+
+    >>> unit_weights({(0,): 3.0, (1,): 4.0})
+    {(0,): 0.6, (1,): 0.8}
+    """
+    norm = math.sqrt(sum(w * w for w in weights.values()))
+    return {s: w / norm for s, w in weights.items()}
 
 
 def measurement(domain: Sequence[int], weights: dict[tuple[int, ...], float]) -> UnionStrategy:
@@ -118,7 +143,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
         for k in range(2, len(o.subset) + 1):
             for part in itertools.combinations(o.subset, k):
                 projected = _projection(domain, o, part)
-                if part not in candidates or projected.std < candidates[part].std:
+                if part not in candidates or projected.variances.sum() < candidates[part].variances.sum():
                     candidates[part] = projected
     tree = junction_tree(domain, [])
     cache: dict[tuple, float] = {}
@@ -150,9 +175,10 @@ def _projection(domain: tuple[int, ...], o: Observation, part: tuple[int, ...]) 
     """``o`` summed down to the attributes ``part``: each count sums independent noise of ``o``'s cells."""
     if part == o.subset:
         return o
-    table = o.values.reshape([domain[a] for a in o.subset])
-    values = table.sum(axis=tuple(i for i, a in enumerate(o.subset) if a not in part)).ravel()
-    return Observation(part, values, o.std * math.sqrt(math.prod(domain[a] for a in o.subset if a not in part)))
+    shape = [domain[a] for a in o.subset]
+    axes = tuple(i for i, a in enumerate(o.subset) if a not in part)
+    values = o.values.reshape(shape).sum(axis=axes).ravel()
+    return Observation(part, values, uniform_std(np.sqrt(o.variances.reshape(shape).sum(axis=axes).ravel())))
 
 
 def _parts(subset: tuple[int, ...], tree: JunctionTree) -> list[tuple[int, ...]]:
@@ -177,7 +203,7 @@ def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: i
             axes = tuple(i for i, a in enumerate(o.subset) if a not in p)
             want, have = y.sum(axis=axes, keepdims=True), q.sum(axis=axes, keepdims=True)
             q = q * np.divide(want, have, out=np.zeros_like(want), where=have > 0)
-    return float(np.abs(y - q).sum()) - y.size * o.std * math.sqrt(2.0 / math.pi)
+    return float(np.abs(y - q).sum()) - float(np.sqrt(o.variances).sum()) * math.sqrt(2.0 / math.pi)
 
 
 def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
@@ -189,11 +215,60 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
     domain = tuple(a.size for a in attributes)
     measured = table.measure(attributes, measurement(domain, weights), noise, cost,
                              f"PGM: {len(weights)} weighted marginals")
+    return _fit(domain, _weighted(domain, weights, measured.values, measured.noise_std), max_cells, iterations,
+                progress)
+
+
+def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
+                   rho: float, reservation: Reservation, max_cells: int, one_way_share: float, threshold: float,
+                   compressible: Sequence[int], iterations: int = 1000,
+                   progress: Callable[[int], None] | None = None) -> PGMResult:
+    """PGM on a compressed domain, in two measurements drawn from ``reservation``: the one-way
+    marginals of the ``compressible`` attributes with ``one_way_share · rho``
+    (:func:`one_way_observations`), which decide the compression
+    (:func:`~dpsql.synth.compress.compress` at ``threshold``), then the weighted marginals for
+    ``marginals`` on the compressed domain (OPT_M's weights there, scaled to L2 sensitivity 1)
+    with the rest of ``rho``; the model is fitted to both. ``ρ``-zCDP: the two Gaussian
+    measurements' ``ρ`` add up (Bun & Steinke 2016, Lemma 2.3), and the compression, the
+    weights and the fit depend on released values only."""
+    first = one_way_observations(table, attributes, compressible, one_way_share * rho, reservation,
+                                 "PGM: one-way marginals for the compression")
+    compression = compress([a.size for a in attributes], first, threshold)
+    domain = compression.domain
+    rest = Gaussian(rho=rho - reservation.rho_used)
+    weights = unit_weights(marginal_weights(domain, marginals, rest))
+    measured = table.measure(compression.attributes(attributes), measurement(domain, weights), rest, reservation,
+                             f"PGM: {len(weights)} weighted marginals on the compressed domain")
+    observations = [compression.observe(o) for o in first] + \
+        _weighted(domain, weights, measured.values, measured.noise_std)
+    return _fit(domain, observations, max_cells, iterations, progress, compression)
+
+
+def one_way_observations(table: PrivateTable, attributes: Sequence[Attribute], which: Sequence[int], rho: float,
+                         reservation: Reservation, description: str) -> list[Observation]:
+    """The one-way marginals of the attributes ``which``, measured at once with Gaussian noise
+    drawing ``rho`` from ``reservation`` (each row counts once in each: L2 sensitivity ``√|which|``)."""
+    domain = tuple(a.size for a in attributes)
+    weights = {(a,): 1.0 for a in which}
+    measured = table.measure(attributes, measurement(domain, weights), Gaussian(rho=rho), reservation, description)
+    return _weighted(domain, weights, measured.values, measured.noise_std)
+
+
+def _weighted(domain: Sequence[int], weights: dict[tuple[int, ...], float], values: np.ndarray,
+              std: float) -> list[Observation]:
+    """The observations in one measurement of weighted marginals (``values`` in the order of
+    ``weights``, noise ``std`` on each): each marginal's counts, divided by its weight."""
     observations, start = [], 0
     for subset, w in weights.items():
         size = math.prod(domain[a] for a in subset)
-        observations.append(Observation(subset, measured.values[start:start + size] / w, measured.noise_std / w))
+        observations.append(Observation(subset, values[start:start + size] / w, std / w))
         start += size
+    return observations
+
+
+def _fit(domain: tuple[int, ...], observations: list[Observation], max_cells: int, iterations: int,
+         progress: Callable[[int], None] | None, compression: Compression | None = None) -> PGMResult:
+    """The model of at most ``max_cells`` cells fitted to ``observations`` (:func:`model_structure`)."""
     tree, fitted = model_structure(domain, observations, max_cells)
     model = estimate(domain, fitted, tree=tree, iterations=iterations, progress=progress)
-    return PGMResult(model, observations)
+    return PGMResult(model, observations, compression)

@@ -34,18 +34,19 @@ from dpsql.synth.graphical import allot
 __all__ = ["refine"]
 
 
-def refine(records: np.ndarray, domain: Sequence[int], targets: Sequence[tuple[tuple[int, ...], np.ndarray, float]],
+def refine(records: np.ndarray, domain: Sequence[int], targets: Sequence[tuple[tuple[int, ...], np.ndarray, "float | np.ndarray"]],
            rng: np.random.Generator, sweeps: int = 30, start: float = 1.0, decay: float = 0.9,
            tolerance: float = 2.0) -> np.ndarray:
     """``records`` (an ``n × d`` array of domain indices, not modified) moved toward the marginal
-    ``targets`` (``(attributes, counts flat in C order, their noise's standard deviation σ)``) in
+    ``targets`` (``(attributes, counts flat in C order, their noise's standard deviation σ: one,
+    or one per cell)``) in
     ``sweeps`` sweeps, the share moved starting at ``start`` and multiplied by ``decay`` after
     each (see the module docstring). A cell is off only by what exceeds ``tolerance · σ``: a
     difference noise alone could make is left alone, so the records do not learn the noise."""
     records = np.array(records, dtype=np.int64, copy=True)
     if len(records) == 0 or not targets:
         return records
-    goals = [(tuple(s), np.asarray(t, dtype=float), tolerance * float(sd)) for s, t, sd in targets if s]
+    goals = [(tuple(s), np.asarray(t, dtype=float), tolerance * np.asarray(sd, dtype=float)) for s, t, sd in targets if s]
     alpha = start
     for _ in range(sweeps):
         for k in rng.permutation(len(goals)):

@@ -50,13 +50,14 @@ from dpsql.synth.accounting import (
 from dpsql.synth.aim import ALPHA, aim
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
+from dpsql.synth.compress import THRESHOLD
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
-from dpsql.synth.pgm import PGMResult, marginal_weights, measurement, pgm
+from dpsql.synth.pgm import PGMResult, marginal_weights, measurement, pgm, pgm_compressed, unit_weights
 
 if TYPE_CHECKING:
     import duckdb
@@ -219,21 +220,30 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   float64 cells the graphical model may hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the
 #:   sampled records toward every measured marginal, ``measure`` (:data:`PGM_MEASURES`:
 #:   ``"workload"``, the workload's marginals, or ``"pairs"``, their two-way marginals only, which
-#:   spends the budget on fewer cells). Gaussian noise under a zCDP or an ``(ε, δ)`` spend,
-#:   Laplace under a pure ``ε`` one.
+#:   spends the budget on fewer cells), ``compress`` (float > 0, :data:`~dpsql.synth.compress.THRESHOLD`,
+#:   or False: merge each attribute's values whose noisy one-way count is below this many noise
+#:   standard deviations, :func:`~dpsql.synth.pgm.pgm_compressed`; only with Gaussian noise, and
+#:   only attributes of more than two values), ``one_way_share`` (in (0, 1): the share of the
+#:   budget those one-way counts take, :data:`ONE_WAY_SHARE` times the attributes' fraction that
+#:   has more than two values). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
+#:   ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
 #: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in),
-#:   ``iterations``, ``max_model_size`` and ``sweeps`` as for pgm. zCDP: a ``rho``, or an
-#:   ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
+#:   ``iterations``, ``max_model_size``, ``sweeps``, ``compress`` and ``one_way_share`` as for pgm.
+#:   zCDP: a ``rho``, or an ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
     "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
-    "pgm": ("iterations", "max_model_size", "sweeps", "measure"),
-    "aim": ("rounds", "iterations", "max_model_size", "sweeps"),
+    "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress"),
+    "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress"),
 }
 
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
 PGM_MEASURES = ("workload", "pairs")
+
+#: pgm's default share of the budget for the one-way marginals that decide a compressed domain,
+#: when every attribute has more than two values (else in proportion to the attributes that do).
+ONE_WAY_SHARE = 0.3
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
@@ -615,7 +625,29 @@ class _ModelOptions:
         total = learned.model.total
         n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6)
         records = learned.sample(n, rng, self.sweeps)
+        compression = learned.compression
+        if compression is not None:  # the report compares on the domain the measurements counted
+            return records, _report([(o.subset, o.values) for o in learned.observations], total,
+                                    compression.apply(records), compression.attributes(attributes), n)
         return records, _report([(o.subset, o.values) for o in learned.observations], total, records, attributes, n)
+
+
+def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[float | None, float | None]:
+    """The options ``one_way_share`` (in (0, 1)) and ``compress`` (a threshold in standard deviations,
+    or False), with their defaults: under Gaussian noise, compression at :data:`THRESHOLD` with the
+    one-way marginals taking :data:`ONE_WAY_SHARE` times the attributes' fraction that has more
+    than two values. None for no compression: when it is off, or no attribute has more than two
+    values (merging both values of a binary one gains nothing)."""
+    share = option(options, "one_way_share", None)
+    share = None if share is None else real("one_way_share", share, below_one=True)
+    threshold = option(options, "compress", THRESHOLD if gaussian else False)
+    threshold = None if threshold is False else real("compress", threshold)
+    if threshold is not None and not gaussian:
+        raise ArgumentError("compress needs Gaussian noise: give rho on a zCDP budget, or epsilon with a delta > 0")
+    compressible = sum(n > 2 for n in domain)
+    if threshold is None or not compressible:
+        return share, None
+    return (ONE_WAY_SHARE * compressible / len(domain) if share is None else share), threshold
 
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
@@ -646,10 +678,51 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     except PrivacyError as e:
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
 
+    share, threshold = _compression(options, domain, isinstance(noise, Gaussian))
+    if threshold is not None:
+        return _plan_pgm_compressed(private, attributes, request, model, measured, weights,
+                                    [a for a, n in enumerate(domain) if n > 2], share or ONE_WAY_SHARE, threshold)
+    if share is not None:
+        raise ArgumentError("one_way_share is the one-way marginals' share of a compressed domain's budget: "
+                            "it needs compress")
+
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         bar.total = model.iterations
         learned = pgm(private, attributes, weights, noise, cost, model.max_cells, iterations=model.iterations,
                       progress=_advance(bar))
+        return (*model.table(learned, request, attributes, rng), {}, cost)
+
+    return _Run(cost, execute)
+
+
+def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                         model: _ModelOptions, measured: Sequence[tuple[int, ...]],
+                         weights: dict[tuple[int, ...], float], compressible: Sequence[int], share: float,
+                         threshold: float) -> _Run:
+    """PGM on a compressed domain (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ`` (or
+    the ``(ε, δ)`` it stands for) reserved at once, ``share`` of it for the one-way marginals of
+    the ``compressible`` attributes and the rest for the weighted marginals. Both measurements'
+    noise is planned before the spend: the second's, scaled to L2 sensitivity 1, does not
+    depend on the compression."""
+    total = request.total
+    rho = total.rho if request.zcdp else zcdp_rho(total.epsilon, total.delta)
+    cost = Cost(rho=rho) if request.zcdp else Cost(epsilon=total.epsilon, delta=total.delta)
+    domain = [a.size for a in attributes]
+    one_way = {(a,): 1.0 for a in compressible}
+    for what, weighted, part in (("one-way", one_way, share), ("weighted", unit_weights(weights), 1 - share)):
+        try:
+            private.plan(measurement(domain, weighted), Gaussian(rho=part * rho))
+        except PrivacyError as e:
+            raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        bar.total = model.iterations
+        reservation = private.reserve(cost, f"PGM: rho={rho!r}, compressed domain", "pgm", rho=rho)
+        try:
+            learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
+                                     threshold, compressible, iterations=model.iterations, progress=_advance(bar))
+        finally:
+            reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
 
     return _Run(cost, execute)
@@ -664,6 +737,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = _ModelOptions.of(options)
     domain = [a.size for a in attributes]
     rounds = integer("rounds", option(options, "rounds", 16 * len(domain)))
+    share, threshold = _compression(options, domain, True)
     if rounds > AIM_MAX_ROUNDS:
         raise ArgumentError(f"rounds must be at most {AIM_MAX_ROUNDS:,}, got rounds={rounds}")
     if not (request.zcdp or total.delta > 0):
@@ -677,6 +751,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     _check_cells("AIM", fits, attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
+    if share is not None:
+        private.plan(measurement(domain, {(a,): 1.0 for a in range(len(domain))}), Gaussian(rho=share * rho))
     cost = Cost(rho=rho) if request.zcdp else Cost(epsilon=total.epsilon, delta=total.delta)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
@@ -684,7 +760,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         bar.total, bar.unit = 100, "% of rho"
         try:
             learned = aim(private, attributes, request.marginals, rho, reservation, model.max_cells, rounds=rounds,
-                          iterations=model.iterations, progress=_advance(bar))
+                          iterations=model.iterations, one_way_share=share, threshold=threshold,
+                          progress=_advance(bar))
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
@@ -710,7 +787,7 @@ def _report(measurements: Sequence[tuple[tuple[int, ...], np.ndarray]], total: f
     measurement ``(subset, counts)`` (released numbers only)."""
     import pandas as pd
 
-    domain = [a.size for a in attributes]
+    domain = [a.cells for a in attributes]
     scale = rows / max(total, 1e-12) if rows else 1.0  # no rows: every count is 0
     out = []
     for subset, measured in measurements:

@@ -1,0 +1,112 @@
+"""Domain compression: merge the values whose noisy one-way counts say they are rare.
+
+A marginal over attributes with many rare values has many cells that are empty, or nearly,
+in the data. Measured with noise, each such cell still shows a count of about ``σ``, and a
+model fitted to the measurements cannot go below zero, so it puts the positive half of that
+noise into the empty cells: with thousands of them, a good part of the rows. Those rows come
+out of the large cells, where the workload's error is largest. MST (McKenna, Miklau &
+Sheldon, "Winning the NIST Contest", 2021) avoids this by compressing each attribute's
+domain first: the values whose noisy one-way count is below ``threshold · σ`` are merged
+into one value (when there are at least two of them), and every later measurement counts
+the merged values together. :func:`compress` makes that choice from the released one-way
+counts alone, so it costs nothing; :class:`Compression` carries it through measurement
+(:meth:`~Compression.attributes`, grouped attributes the private kernel counts by group),
+estimation (:meth:`~Compression.observe`) and back to the full domain
+(:meth:`~Compression.expand`: a record with a merged value gets one of the values merged,
+drawn in proportion to their noisy one-way counts).
+
+>>> import numpy as np
+>>> from dpsql.synth.estimate import Observation
+>>> c = compress((5,), [Observation((0,), np.array([500.0, 2.0, -2.0, 400.0, 1.0]), 1.0)], threshold=3.0)
+>>> c.labels[0].tolist(), c.domain
+([0, 2, 2, 1, 2], (3,))
+>>> o = c.observe(Observation((0,), np.array([500.0, 2.0, -2.0, 400.0, 1.0]), 1.0))
+>>> o.values.tolist(), np.round(o.std, 3).tolist()
+([500.0, 400.0, 1.0], [1.0, 1.0, 1.732])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpsql.schema import Attribute
+from dpsql.synth.estimate import Observation, uniform_std
+
+__all__ = ["THRESHOLD", "Compression", "compress"]
+
+#: Values whose noisy one-way count is below this many noise standard deviations are merged (MST's choice).
+THRESHOLD = 3.0
+
+
+@dataclass(frozen=True)
+class Compression:
+    """Per attribute, ``labels`` maps each value to its value in the compressed domain (the
+    values kept first, in order, then the merged one), and ``shares`` gives each value's share
+    of the records with its compressed value (1 for a value kept alone)."""
+
+    labels: tuple[np.ndarray, ...]
+    shares: tuple[np.ndarray, ...]
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        """The compressed domain's sizes."""
+        return tuple(int(g.max()) + 1 for g in self.labels)
+
+    def attributes(self, attributes: Sequence[Attribute]) -> list[Attribute]:
+        """``attributes`` with their values grouped as compressed, for the private kernel to count."""
+        return [a.grouped(g) for a, g in zip(attributes, self.labels)]
+
+    def observe(self, o: Observation) -> Observation:
+        """An observation on the full domain as one on the compressed domain: the counts of merged
+        values added up, with their noise's variances."""
+        full = [self.labels[a].size for a in o.subset]
+        cells = np.ravel_multi_index(np.meshgrid(*[self.labels[a] for a in o.subset], indexing="ij"),
+                                     [self.domain[a] for a in o.subset]).ravel() if o.subset else np.zeros(1, int)
+        size = int(np.prod([self.domain[a] for a in o.subset]))
+        values = np.bincount(cells, weights=np.asarray(o.values, dtype=float).reshape(full).ravel(), minlength=size)
+        variances = np.bincount(cells, weights=o.variances.ravel(), minlength=size)
+        return Observation(o.subset, values, uniform_std(np.sqrt(variances)))
+
+    def apply(self, records: np.ndarray) -> np.ndarray:
+        """Records over the full domain as records over the compressed one."""
+        return np.column_stack([g[records[:, a]] for a, g in enumerate(self.labels)]) if len(self.labels) else records
+
+    def expand(self, records: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Records over the compressed domain as records over the full one: each merged value
+        becomes one of the values merged into it, drawn by their ``shares``."""
+        out = np.array(records, dtype=np.int64, copy=True)
+        for a, (labels, shares) in enumerate(zip(self.labels, self.shares)):
+            for g in range(int(labels.max()) + 1):
+                members = np.flatnonzero(labels == g)
+                if members.size > 1:
+                    rows = np.flatnonzero(records[:, a] == g)
+                    out[rows, a] = rng.choice(members, size=rows.size, p=shares[members])
+                else:
+                    out[records[:, a] == g, a] = members[0]
+        return out
+
+
+def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: float = THRESHOLD) -> Compression:
+    """The compression of the domain ``domain`` given noisy one-way counts (``one_way``, each on
+    one attribute; an attribute without is left as it is): the values counted below ``threshold``
+    standard deviations of their noise are merged into one when there are two or more.
+    Post-processing of released counts."""
+    labels = [np.arange(n) for n in domain]
+    shares = [np.ones(n) for n in domain]
+    for o in one_way:
+        if len(o.subset) != 1 or len(o.values) != domain[o.subset[0]]:
+            raise ValueError(f"compress needs one-way counts, got {len(o.values)} counts on attributes {o.subset}")
+        a = o.subset[0]
+        y = np.asarray(o.values, dtype=float)
+        rare = y < threshold * np.sqrt(o.variances)
+        if rare.sum() < 2:
+            continue
+        kept = np.flatnonzero(~rare)
+        labels[a] = np.full(y.size, kept.size, dtype=np.int64)
+        labels[a][kept] = np.arange(kept.size)
+        weight = np.maximum(y[rare], 0.0)
+        shares[a][rare] = weight / weight.sum() if weight.sum() > 0 else 1.0 / rare.sum()
+    return Compression(tuple(labels), tuple(shares))
