@@ -11,7 +11,8 @@ DuckDB (:mod:`dpsql.synth.synthesize`). The pieces:
   CVXPY/HiGHS or local search (:mod:`~dpsql.synth.oracle`), over the cells of
   the workload marginals (:mod:`~dpsql.synth.cells`);
 * :mod:`~dpsql.synth.pgm` and :mod:`~dpsql.synth.aim`: measured marginals (all at once,
-  or selected adaptively) and a graphical model fitted to them (:mod:`~dpsql.synth.junction`,
+  or selected adaptively) on a domain whose rare values are merged (:mod:`~dpsql.synth.compress`),
+  and a graphical model fitted to them (:mod:`~dpsql.synth.junction`,
   :mod:`~dpsql.synth.graphical`, :mod:`~dpsql.synth.estimate`), sampled and refined
   (:mod:`~dpsql.synth.refine`);
 * :mod:`~dpsql.synth.accounting`: their privacy formulas and inverses.

@@ -35,7 +35,7 @@ import numpy as np
 from dpsql.schema import Attribute
 from dpsql.synth.estimate import Observation, uniform_std
 
-__all__ = ["THRESHOLD", "Compression", "compress"]
+__all__ = ["THRESHOLD", "Compression", "compress", "compressible"]
 
 #: Values whose noisy one-way count is below this many noise standard deviations are merged (MST's choice).
 THRESHOLD = 3.0
@@ -87,6 +87,16 @@ class Compression:
                 else:
                     out[records[:, a] == g, a] = members[0]
         return out
+
+
+def compressible(domain: Sequence[int]) -> list[int]:
+    """The attributes compression may shrink: those of more than two values (merging both values of
+    a binary one would leave a constant, which the model learns as well from its counts).
+
+    >>> compressible((2, 5, 3, 1))
+    [1, 2]
+    """
+    return [a for a, n in enumerate(domain) if n > 2]
 
 
 def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: float = THRESHOLD) -> Compression:

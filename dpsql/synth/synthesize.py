@@ -50,7 +50,7 @@ from dpsql.synth.accounting import (
 from dpsql.synth.aim import ALPHA, aim
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
-from dpsql.synth.compress import THRESHOLD
+from dpsql.synth.compress import THRESHOLD, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
@@ -241,8 +241,9 @@ OPTIONS = {
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
 PGM_MEASURES = ("workload", "pairs")
 
-#: pgm's default share of the budget for the one-way marginals that decide a compressed domain,
-#: when every attribute has more than two values (else in proportion to the attributes that do).
+#: The default share of the budget (pgm's and aim's) for the one-way marginals that decide a
+#: compressed domain, when every attribute has more than two values (else in proportion to the
+#: attributes that do).
 ONE_WAY_SHARE = 0.3
 
 #: Most shares AIM's budget may start in (each round spends at least one).
@@ -625,29 +626,27 @@ class _ModelOptions:
         total = learned.model.total
         n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6)
         records = learned.sample(n, rng, self.sweeps)
-        compression = learned.compression
-        if compression is not None:  # the report compares on the domain the measurements counted
-            return records, _report([(o.subset, o.values) for o in learned.observations], total,
-                                    compression.apply(records), compression.attributes(attributes), n)
-        return records, _report([(o.subset, o.values) for o in learned.observations], total, records, attributes, n)
+        c = learned.compression  # the report compares on the domain the measurements counted
+        counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
+        return records, _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
 
 
 def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[float | None, float | None]:
     """The options ``one_way_share`` (in (0, 1)) and ``compress`` (a threshold in standard deviations,
     or False), with their defaults: under Gaussian noise, compression at :data:`THRESHOLD` with the
     one-way marginals taking :data:`ONE_WAY_SHARE` times the attributes' fraction that has more
-    than two values. None for no compression: when it is off, or no attribute has more than two
-    values (merging both values of a binary one gains nothing)."""
+    than two values. None for no compression: when it is off, or no attribute is
+    :func:`~dpsql.synth.compress.compressible`."""
     share = option(options, "one_way_share", None)
     share = None if share is None else real("one_way_share", share, below_one=True)
     threshold = option(options, "compress", THRESHOLD if gaussian else False)
     threshold = None if threshold is False else real("compress", threshold)
     if threshold is not None and not gaussian:
         raise ArgumentError("compress needs Gaussian noise: give rho on a zCDP budget, or epsilon with a delta > 0")
-    compressible = sum(n > 2 for n in domain)
-    if threshold is None or not compressible:
+    merged = compressible(domain)
+    if threshold is None or not merged:
         return share, None
-    return (ONE_WAY_SHARE * compressible / len(domain) if share is None else share), threshold
+    return (ONE_WAY_SHARE * len(merged) / len(domain) if share is None else share), threshold
 
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
@@ -680,8 +679,8 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
 
     share, threshold = _compression(options, domain, isinstance(noise, Gaussian))
     if threshold is not None:
-        return _plan_pgm_compressed(private, attributes, request, model, measured, weights,
-                                    [a for a, n in enumerate(domain) if n > 2], share or ONE_WAY_SHARE, threshold)
+        return _plan_pgm_compressed(private, attributes, request, model, measured, weights, compressible(domain),
+                                    share, threshold)
     if share is not None:
         raise ArgumentError("one_way_share is the one-way marginals' share of a compressed domain's budget: "
                             "it needs compress")
