@@ -8,14 +8,21 @@ import math
 
 import numpy as np
 import pytest
-from test_pgm import FAMILIES, SCHEMA, dense_joint, dense_marginal, largest_count_difference, make_table
+from test_pgm import (
+    FAMILIES,
+    SCHEMA,
+    assert_reserved_up_front,
+    dense_joint,
+    dense_marginal,
+    largest_count_difference,
+    make_table,
+    spy_kernel,
+)
 
 import dpsql
 from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError
 from dpsql.private.budget import Budget
-from dpsql.private.kernel import PrivateTable
 from dpsql.synth import aim as aim_module
-from dpsql.synth.accounting import zcdp_rho
 from dpsql.synth.aim import ALPHA, candidates
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import junction_tree
@@ -56,24 +63,13 @@ def test_a_model_moved_to_a_larger_tree_keeps_its_distribution():
 
 def _spy(monkeypatch, db):
     """Record the ledger when the table is first read, the reservation, and AIM's result."""
-    seen: dict = {"ledger_at_first_read": None}
-    read, reserve, run = PrivateTable._read, PrivateTable.reserve, aim_module.aim
-
-    def spy_read(self, counting, entry):
-        if seen["ledger_at_first_read"] is None:
-            seen["ledger_at_first_read"] = (len(db.ledger.entries()), db.ledger.spent())
-        return read(self, counting, entry)
-
-    def spy_reserve(self, *args, **kwargs):
-        seen["reservation"] = reserve(self, *args, **kwargs)
-        return seen["reservation"]
+    seen = spy_kernel(monkeypatch, db)
+    run = aim_module.aim
 
     def spy_aim(*args, **kwargs):
         seen["result"] = run(*args, **kwargs)
         return seen["result"]
 
-    monkeypatch.setattr(PrivateTable, "_read", spy_read)
-    monkeypatch.setattr(PrivateTable, "reserve", spy_reserve)
     monkeypatch.setattr(aim_module, "aim", spy_aim)
     monkeypatch.setattr("dpsql.synth.synthesize.aim", spy_aim)
     return seen
@@ -92,16 +88,8 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     seen = _spy(monkeypatch, db)
     syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend,
                         **({} if compressed else {"compress": False}))
-    rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
-    entries = db.ledger.entries()
-    assert len(entries) == 1 and entries[0].mechanism == "aim"
-    assert seen["ledger_at_first_read"] == (1, db.ledger.spent())            # all of it, before any row is read
-    if "rho" in spend:
-        assert db.spent().rho == syn.rho == spend["rho"]
-    else:
-        assert (db.spent().epsilon, db.spent().delta) == (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
-    reservation = seen["reservation"]
-    assert reservation.rho == rho and reservation.closed
+    reservation = assert_reserved_up_front(db, syn, seen, spend, "aim")
+    rho = reservation.rho
     charges = [r for _, r in reservation.rho_charges]
     assert math.fsum(charges) == pytest.approx(rho, rel=1e-12)
     # the schedule by hand: T = 16d shares; the one-way marginals, then a selection and a measurement a round

@@ -224,23 +224,12 @@ def test_uncompressed_accounting_is_one_measurement_charged_before_reading_with_
         assert std == pytest.approx(scale / theta[subset], rel=1e-6)
 
 
-@pytest.mark.parametrize("budget,spend", [
-    (Budget(rho=0.5), {"rho": 0.2}),
-    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
-])
-def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch,
-                                                                                           budget, spend):
-    """The default under Gaussian noise: the one-way marginals of the attributes with more than two
-    values (a, b, d: 3 of 4) take 0.3 * 3/4 of rho, the weighted marginals, at L2 sensitivity 1,
-    the rest; both drawn from one reservation charged before any row is read."""
+def spy_kernel(monkeypatch, db) -> dict:
+    """Record the ledger when the table is first read, and the reservation a run makes."""
     from dpsql.private.kernel import PrivateTable
-    from dpsql.synth import pgm as pgm_module
-    from dpsql.synth.accounting import zcdp_rho
-    from dpsql.synth.pgm import unit_weights
 
-    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
     seen: dict = {"ledger_at_first_read": None}
-    read, reserve, fit = PrivateTable._read, PrivateTable.reserve, pgm_module._fit
+    read, reserve = PrivateTable._read, PrivateTable.reserve
 
     def spy_read(self, counting, entry):
         if seen["ledger_at_first_read"] is None:
@@ -251,17 +240,19 @@ def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_
         seen["reservation"] = reserve(self, *args, **kwargs)
         return seen["reservation"]
 
-    def spy_fit(domain, observations, *args):
-        seen["domain"], seen["observations"], seen["compression"] = domain, observations, args[-1]
-        return fit(domain, observations, *args)
-
     monkeypatch.setattr(PrivateTable, "_read", spy_read)
     monkeypatch.setattr(PrivateTable, "reserve", spy_reserve)
-    monkeypatch.setattr(pgm_module, "_fit", spy_fit)
-    syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
+    return seen
+
+
+def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str):
+    """The run's whole spend (``spend``: rho, or epsilon and delta through the rho implying them)
+    is one ledger entry of ``mechanism``, there before the first read; returns the closed reservation."""
+    from dpsql.synth.accounting import zcdp_rho
+
     rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
     entries = db.ledger.entries()
-    assert len(entries) == 1 and entries[0].mechanism == "pgm"
+    assert len(entries) == 1 and entries[0].mechanism == mechanism
     assert seen["ledger_at_first_read"] == (1, db.ledger.spent())            # all of it, before any row is read
     if "rho" in spend:
         assert db.spent().rho == syn.rho == spend["rho"]
@@ -269,6 +260,33 @@ def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_
         assert (db.spent().epsilon, db.spent().delta) == (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
     reservation = seen["reservation"]
     assert reservation.rho == rho and reservation.closed
+    return reservation
+
+
+@pytest.mark.parametrize("budget,spend", [
+    (Budget(rho=0.5), {"rho": 0.2}),
+    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
+])
+def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch,
+                                                                                           budget, spend):
+    """The default under Gaussian noise: the one-way marginals of the attributes with more than two
+    values (a, b, d: 3 of 4) take 0.3 * 3/4 of rho, the weighted marginals, at L2 sensitivity 1,
+    the rest; both drawn from one reservation charged before any row is read."""
+    from dpsql.synth import pgm as pgm_module
+    from dpsql.synth.pgm import unit_weights
+
+    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    fit = pgm_module._fit
+
+    def spy_fit(domain, observations, *args):
+        seen["domain"], seen["observations"], seen["compression"] = domain, observations, args[-1]
+        return fit(domain, observations, *args)
+
+    monkeypatch.setattr(pgm_module, "_fit", spy_fit)
+    syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
+    reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm")
+    rho = reservation.rho
     first, second = [r for _, r in reservation.rho_charges]
     assert first == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-12) and first + second == pytest.approx(rho, rel=1e-12)
     # the one-way noise: sigma = sqrt(3) / sqrt(2 rho_1) per value, variances adding where values were merged
