@@ -22,6 +22,12 @@ It starts from ``T = 16d`` rounds' shares (``σ = √(T/(2αρ))``, ``ε = √(8
 ``α = 0.9``: 90% of each round's budget measures, 10% selects), and the round that would
 leave less than two rounds' worth spends all that is left.
 
+Unlike the paper, it may compress the domain first (:mod:`dpsql.synth.compress`, as MST does):
+the one-way marginals then take a given share of ``ρ`` (``one_way_share``), each attribute's
+values they count below ``threshold`` noise standard deviations are merged, and every later
+candidate is a marginal of the merged values (fewer, fuller cells). dpsql's synthesize does so
+by default when an attribute has more than two values.
+
 **Guarantee.** ``ρ``-zCDP with respect to adding or removing one privacy unit (of at most ``k``
 rows). The whole ``ρ`` (or the ``(ε, δ)`` it stands for) is charged to the ledger before the
 first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws on it and is
@@ -29,8 +35,9 @@ refused once it would exceed it. A measurement of one marginal has L2 sensitivit
 noise ``kσ``: ``1/(2σ²)``-zCDP (Bun & Steinke 2016, Prop. 1.6); a selection has scores of
 sensitivity ``k·max w_r`` and is ``ε``-DP, hence ``ε²/8``-zCDP as the exponential mechanism is
 ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
-the steps sum to at most ``ρ``. Which candidates are kept, the noise scales and the annealing
-depend only on released values. Fitting and sampling are post-processing.
+the steps sum to at most ``ρ`` (the one-way marginals, ``d`` of sensitivity ``k`` each, are one
+measurement of L2 sensitivity ``k√d``). Which candidates are kept, the compression, the noise
+scales and the annealing depend only on released values. Fitting and sampling are post-processing.
 """
 
 from __future__ import annotations
