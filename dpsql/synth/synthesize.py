@@ -281,6 +281,14 @@ class _Request:
     def zcdp(self) -> bool:
         return self.budget.currency == ZCDP
 
+    def reservation(self) -> tuple[float, Cost]:
+        """The ``ρ`` a zCDP mechanism may spend (the request's, or the one implying its ``(ε, δ)``)
+        and the cost to reserve for it in the ledger's currency."""
+        total = self.total
+        if self.zcdp:
+            return total.rho, Cost(rho=total.rho)
+        return zcdp_rho(total.epsilon, total.delta), Cost(epsilon=total.epsilon, delta=total.delta)
+
     def default_rows(self, count: float, what: str, stacklevel: int = 5) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
         allows, with a warning: after the spend a too-large default is capped, never refused."""
@@ -703,9 +711,7 @@ def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute],
     the ``compressible`` attributes and the rest for the weighted marginals. Both measurements'
     noise is planned before the spend: the second's, scaled to L2 sensitivity 1, does not
     depend on the compression."""
-    total = request.total
-    rho = total.rho if request.zcdp else zcdp_rho(total.epsilon, total.delta)
-    cost = Cost(rho=rho) if request.zcdp else Cost(epsilon=total.epsilon, delta=total.delta)
+    rho, cost = request.reservation()
     domain = [a.size for a in attributes]
     one_way = {(a,): 1.0 for a in compressible}
     for what, weighted, part in (("one-way", one_way, share), ("weighted", unit_weights(weights), 1 - share)):
@@ -742,7 +748,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     if not (request.zcdp or total.delta > 0):
         raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
                            "takes a pure epsilon)")
-    rho = total.rho if request.zcdp else zcdp_rho(total.epsilon, total.delta)
+    rho, cost = request.reservation()
     if sum(domain) > model.max_cells:
         raise ResourceLimitError(f"AIM's first model holds every one-way marginal, {sum(domain):,} cells, more than "
                                  f"{model.limit} holds")
@@ -752,7 +758,6 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement(domain, {(a,): 1.0 for a in range(len(domain))}), Gaussian(rho=share * rho))
-    cost = Cost(rho=rho) if request.zcdp else Cost(epsilon=total.epsilon, delta=total.delta)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
