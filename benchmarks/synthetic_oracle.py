@@ -37,7 +37,7 @@ them, and a table measured with that noise meets them with errors of the same or
 
     python benchmarks/synthetic_oracle.py --datasets adult --epsilons 0.1 1 --runs 3 \\
         --peers benchmarks/results/synthetic.json --json benchmarks/results/synthetic_oracle.json
-    python benchmarks/synthetic_oracle.py --compress --runs 3 --peers benchmarks/results/synthetic.json \
+    python benchmarks/synthetic_oracle.py --compress --runs 3 --peers benchmarks/results/synthetic.json \\
         --json benchmarks/results/synthetic_oracle_compressed.json
 
 Everything here reads the data exactly: a benchmark-only analysis, never a release.
