@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -51,8 +51,8 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "pgm",
-           "pgm_compressed", "unit_weights"]
+__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "one_way_weights",
+           "pgm", "pgm_compressed", "unit_weights"]
 
 
 @dataclass(frozen=True)
@@ -244,12 +244,23 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     return _fit(domain, observations, max_cells, iterations, progress, compression)
 
 
+def one_way_weights(which: Iterable[int]) -> dict[tuple[int, ...], float]:
+    """The one-way marginals of the attributes ``which``, each with weight 1: as a
+    :func:`measurement`, each row counts once in each (L2 sensitivity ``√|which|``). What
+    :func:`one_way_observations` measures, for planners to check before the spend.
+
+    >>> one_way_weights([0, 2])
+    {(0,): 1.0, (2,): 1.0}
+    """
+    return {(a,): 1.0 for a in which}
+
+
 def one_way_observations(table: PrivateTable, attributes: Sequence[Attribute], which: Sequence[int], rho: float,
                          reservation: Reservation, description: str) -> list[Observation]:
-    """The one-way marginals of the attributes ``which``, measured at once with Gaussian noise
-    drawing ``rho`` from ``reservation`` (each row counts once in each: L2 sensitivity ``√|which|``)."""
+    """The one-way marginals of the attributes ``which`` (:func:`one_way_weights`), measured at
+    once with Gaussian noise drawing ``rho`` from ``reservation``."""
     domain = tuple(a.size for a in attributes)
-    weights = {(a,): 1.0 for a in which}
+    weights = one_way_weights(which)
     measured = table.measure(attributes, measurement(domain, weights), Gaussian(rho=rho), reservation, description)
     return _weighted(domain, weights, measured.values, measured.noise_std)
 

@@ -57,7 +57,15 @@ from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
-from dpsql.synth.pgm import PGMResult, marginal_weights, measurement, pgm, pgm_compressed, unit_weights
+from dpsql.synth.pgm import (
+    PGMResult,
+    marginal_weights,
+    measurement,
+    one_way_weights,
+    pgm,
+    pgm_compressed,
+    unit_weights,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -713,8 +721,7 @@ def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute],
     depend on the compression."""
     rho, cost = request.reservation()
     domain = [a.size for a in attributes]
-    one_way = {(a,): 1.0 for a in compressible}
-    for what, weighted, part in (("one-way", one_way, share), ("weighted", unit_weights(weights), 1 - share)):
+    for what, weighted, part in (("one-way", one_way_weights(compressible), share), ("weighted", unit_weights(weights), 1 - share)):
         try:
             private.plan(measurement(domain, weighted), Gaussian(rho=part * rho))
         except PrivacyError as e:
@@ -757,7 +764,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
-        private.plan(measurement(domain, {(a,): 1.0 for a in range(len(domain))}), Gaussian(rho=share * rho))
+        private.plan(measurement(domain, one_way_weights(range(len(domain)))), Gaussian(rho=share * rho))
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
