@@ -181,8 +181,8 @@ def test_at_a_huge_budget_the_table_has_the_measured_marginals(table):
     (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}, "gaussian"),
     (Budget(epsilon=2.0), {"epsilon": 0.5}, "laplace"),
 ])
-def test_uncompressed_accounting_is_one_measurement_charged_before_reading_with_the_calibrated_noise(table, monkeypatch,
-                                                                                        budget, spend, kind):
+def test_uncompressed_accounting_is_one_measurement_charged_before_reading_with_the_calibrated_noise(
+        table, monkeypatch, budget, spend, kind):
     from dpsql.privacy import Gaussian, Laplace
     from dpsql.synth import pgm as pgm_module
 
