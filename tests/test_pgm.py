@@ -245,12 +245,41 @@ def spy_kernel(monkeypatch, db) -> dict:
     return seen
 
 
-def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str):
-    """The run's whole spend (``spend``: rho, or epsilon and delta through the rho implying them)
-    is one ledger entry of ``mechanism``, there before the first read; returns the closed reservation."""
-    from dpsql.synth.accounting import zcdp_rho
+def gaussian_rho_by_hand(epsilon: float, delta: float) -> float:
+    """The rho of Gaussian noise alone that is exactly (epsilon, delta)-DP, from the GDP curve:
+    mu-GDP has delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth & Su 2022,
+    Corollary 2.13); Gaussian measurements of total rho are sqrt(2 rho)-GDP."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
 
-    rho = spend.get("rho") or zcdp_rho(spend["epsilon"], spend["delta"])
+    def excess(mu):
+        return norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2) - delta
+
+    mu = brentq(excess, 1e-6, 100.0, xtol=1e-14, rtol=1e-14)
+    return mu * mu / 2
+
+
+def zcdp_epsilon_by_hand(rho: float, delta: float) -> float:
+    """The epsilon of (epsilon, delta)-DP that rho-zCDP implies by Canonne, Kamath & Steinke (2020,
+    Corollary 13), minimized over a dense grid of alpha."""
+    alpha = 1 + np.exp(np.linspace(-20, 25, 400_001))
+    return float(np.min(alpha * rho + (math.log(1 / delta) - np.log(alpha)) / (alpha - 1) + np.log1p(-1 / alpha)))
+
+
+def zcdp_rho_by_hand(epsilon: float, delta: float) -> float:
+    """The largest rho whose :func:`zcdp_epsilon_by_hand` is within epsilon."""
+    from scipy.optimize import brentq
+
+    return brentq(lambda rho: zcdp_epsilon_by_hand(rho, delta) - epsilon, 1e-12, 10 * epsilon, xtol=1e-16,
+                  rtol=1e-12)
+
+
+def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str, gaussian: bool = False):
+    """The run's whole spend (``spend``: rho, or epsilon and delta through the rho implying them: the
+    exact Gaussian one for a mechanism of ``gaussian`` measurements alone, else the zCDP one) is one
+    ledger entry of ``mechanism``, there before the first read; returns the closed reservation."""
+    rho = spend.get("rho") or (gaussian_rho_by_hand if gaussian else zcdp_rho_by_hand)(spend["epsilon"],
+                                                                                        spend["delta"])
     entries = db.ledger.entries()
     assert len(entries) == 1 and entries[0].mechanism == mechanism
     assert seen["ledger_at_first_read"] == (1, db.ledger.spent())            # all of it, before any row is read
@@ -259,7 +288,7 @@ def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str):
     else:
         assert (db.spent().epsilon, db.spent().delta) == (syn.epsilon, syn.delta) == (spend["epsilon"], spend["delta"])
     reservation = seen["reservation"]
-    assert reservation.rho == rho and reservation.closed
+    assert reservation.rho == pytest.approx(rho, rel=1e-7) and reservation.closed
     return reservation
 
 
@@ -285,7 +314,7 @@ def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_
 
     monkeypatch.setattr(pgm_module, "_fit", spy_fit)
     syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
-    reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm")
+    reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm", gaussian=True)
     rho = reservation.rho
     first, second = [r for _, r in reservation.rho_charges]
     assert first == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-12) and first + second == pytest.approx(rho, rel=1e-12)

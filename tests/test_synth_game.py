@@ -10,6 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 from test_mwem import SCHEMA, cli_files, make_table
+from test_pgm import zcdp_epsilon_by_hand
 
 import dpsql
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, WorkloadError
@@ -100,10 +101,13 @@ def test_dualquery_accounting_edges():
 
 def test_zcdp_conversion_and_fem_rounds_by_hand():
     rho, delta = 0.01, 1e-9
-    assert zcdp_epsilon(rho, delta) == pytest.approx(0.01 + 2 * math.sqrt(0.01 * math.log(1e9)))
+    # Canonne, Kamath & Steinke (2020, Corollary 13), by hand: below Bun & Steinke's rho + 2 sqrt(rho ln(1/delta))
+    assert zcdp_epsilon(rho, delta) == pytest.approx(zcdp_epsilon_by_hand(rho, delta), rel=1e-9)
+    assert zcdp_epsilon(rho, delta) < 0.01 + 2 * math.sqrt(0.01 * math.log(1e9)) - 0.1
     eps = 0.7
     r = zcdp_rho(eps, delta)
-    assert zcdp_epsilon(r, delta) == pytest.approx(eps) and zcdp_epsilon(r * 1.001, delta) > eps
+    assert zcdp_epsilon(r, delta) <= eps and zcdp_epsilon(r * 1.001, delta) > eps
+    assert r > (math.sqrt(math.log(1 / delta) + eps) - math.sqrt(math.log(1 / delta))) ** 2
     assert exponential_rho(0.1) == pytest.approx(0.01 / 8) and exponential_rho(0.1, False) == pytest.approx(0.005)
     T = fem_rounds(eps, delta, 0.01)
     assert T == math.floor(r / (0.01 ** 2 / 8) + 1e-9)

@@ -29,7 +29,8 @@ candidate is a marginal of the merged values (fewer, fuller cells). dpsql's synt
 by default when an attribute has more than two values.
 
 **Guarantee.** ``ρ``-zCDP with respect to adding or removing one privacy unit (of at most ``k``
-rows). The whole ``ρ`` (or the ``(ε, δ)`` it stands for) is charged to the ledger before the
+rows), or ``(ε, δ)``-DP for the ``(ε, δ)`` that ``ρ`` stands for
+(:func:`~dpsql.synth.accounting.zcdp_rho`). The whole spend is charged to the ledger before the
 first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws on it and is
 refused once it would exceed it. A measurement of one marginal has L2 sensitivity ``k`` and
 noise ``kσ``: ``1/(2σ²)``-zCDP (Bun & Steinke 2016, Prop. 1.6); a selection has scores of

@@ -19,7 +19,8 @@ score by at most 1; one privacy unit by at most its row bound ``k``, which
 the kernel divides out), hence ``ε₀²/8``-zCDP (the exponential mechanism is
 bounded-range; Cesar & Rogers 2021), or ``ε₀²/2`` by the generic conversion
 the FEM paper used; ``T`` rounds compose to ``ρ = T·ρ₀``-zCDP, which is
-``(ρ + 2√(ρ ln(1/δ)), δ)``-DP for every δ (Bun & Steinke 2016), or
+``(ε, δ)``-DP for every δ with ε from Canonne, Kamath & Steinke's conversion (2020,
+:func:`~dpsql.synth.accounting.zcdp_epsilon`), or
 ``Tε₀``-DP by basic composition (:mod:`dpsql.synth.accounting`). The records depend on the data only through
 the selections (the perturbations are public randomness).
 """

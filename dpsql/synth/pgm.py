@@ -230,7 +230,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     ``marginals`` on the compressed domain (OPT_M's weights there, scaled to L2 sensitivity 1)
     with the rest of ``rho``; the model is fitted to both. ``ρ``-zCDP: the two Gaussian
     measurements' ``ρ`` add up (Bun & Steinke 2016, Lemma 2.3), and the compression, the
-    weights and the fit depend on released values only."""
+    weights and the fit depend on released values only. Being Gaussian alone, the two are also
+    one ``√(2ρ)``-GDP mechanism (Dong, Roth & Su 2022, Corollary 3.3), so ``(ε, δ)``-DP for
+    the ``(ε, δ)`` whose :func:`~dpsql.synth.accounting.gaussian_rho` is ``rho``."""
     first = one_way_observations(table, attributes, compressible, one_way_share * rho, reservation,
                                  "PGM: one-way marginals for the compression")
     compression = compress([a.size for a in attributes], first, threshold)

@@ -43,6 +43,7 @@ from dpsql.synth.accounting import (
     exponential_rho,
     fem_rounds,
     fem_rounds_zcdp,
+    gaussian_rho,
     largest_integer,
     zcdp_epsilon,
     zcdp_rho,
@@ -289,13 +290,16 @@ class _Request:
     def zcdp(self) -> bool:
         return self.budget.currency == ZCDP
 
-    def reservation(self) -> tuple[float, Cost]:
-        """The ``ρ`` a zCDP mechanism may spend (the request's, or the one implying its ``(ε, δ)``)
-        and the cost to reserve for it in the ledger's currency."""
+    def reservation(self, gaussian: bool = False) -> tuple[float, Cost]:
+        """The ``ρ`` a zCDP mechanism may spend (the request's, or the most implying its ``(ε, δ)``:
+        :func:`~dpsql.synth.accounting.gaussian_rho` for a mechanism of ``gaussian`` measurements
+        alone, else :func:`~dpsql.synth.accounting.zcdp_rho`) and the cost to reserve for it in
+        the ledger's currency."""
         total = self.total
         if self.zcdp:
             return total.rho, Cost(rho=total.rho)
-        return zcdp_rho(total.epsilon, total.delta), Cost(epsilon=total.epsilon, delta=total.delta)
+        rho = (gaussian_rho if gaussian else zcdp_rho)(total.epsilon, total.delta)
+        return rho, Cost(epsilon=total.epsilon, delta=total.delta)
 
     def default_rows(self, count: float, what: str, stacklevel: int = 5) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
@@ -715,11 +719,11 @@ def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute],
                          weights: dict[tuple[int, ...], float], compressible: Sequence[int], share: float,
                          threshold: float) -> _Run:
     """PGM on a compressed domain (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ`` (or
-    the ``(ε, δ)`` it stands for) reserved at once, ``share`` of it for the one-way marginals of
-    the ``compressible`` attributes and the rest for the weighted marginals. Both measurements'
-    noise is planned before the spend: the second's, scaled to L2 sensitivity 1, does not
-    depend on the compression."""
-    rho, cost = request.reservation()
+    the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion) reserved at
+    once, ``share`` of it for the one-way marginals of the ``compressible`` attributes and the rest
+    for the weighted marginals. Both measurements' noise is planned before the spend: the
+    second's, scaled to L2 sensitivity 1, does not depend on the compression."""
+    rho, cost = request.reservation(gaussian=True)
     domain = [a.size for a in attributes]
     for what, weighted, part in (("one-way", one_way_weights(compressible), share), ("weighted", unit_weights(weights), 1 - share)):
         try:
