@@ -77,42 +77,46 @@ class GraphicalModel:
     def _calibrate(self) -> list[np.ndarray]:
         # sum-product on exp(θ - max θ), each message rescaled to a largest entry of 1: as exact
         # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost.
-        # Edges with an empty separator (between independent parts) carry the message 1: skipped
+        # Edges with an empty separator (between independent parts) carry the message 1: skipped.
+        # A clique's message to each of its m children multiplies all its other messages, taken
+        # from products kept from either end of the list: 3m products rather than m², which
+        # matters for the hubs that many small cliques hang from in a wide model.
         cliques, separators = self.tree.cliques, self._separators
         edges = [e for e in self.tree.edges if separators[e]]
-        factors = [np.exp(t - t.max()) for t in self.theta]
-        up: dict[int, np.ndarray] = {}  # child -> message to its parent, over their separator
-        down: dict[int, np.ndarray] = {}  # child -> message from its parent
         children: dict[int, list[int]] = {i: [] for i in range(len(cliques))}
-        parent: dict[int, int] = {}
         for p, c in edges:
             children[p].append(c)
-            parent[c] = p
 
-        def gathered(i: int, skip: int | None = None) -> np.ndarray:
-            """Clique i's factor times every message into it (but the one from ``skip``)."""
-            out = factors[i]
-            for c in children[i]:
-                if c != skip:
-                    out = out * expand(up[c], separators[(i, c)], cliques[i])
-            if i in parent and parent[i] != skip:
-                out = out * expand(down[i], separators[(parent[i], i)], cliques[i])
-            return out
-
-        def message(values: np.ndarray, i: int, edge: tuple[int, int]) -> np.ndarray:
-            m = project(values, cliques[i], separators[edge])
+        def message(values: np.ndarray, source: int, target: int, edge: tuple[int, int]) -> np.ndarray:
+            """``values`` over clique ``source`` summed to the separator ``edge`` and rescaled,
+            over clique ``target``'s axes."""
+            m = project(values, cliques[source], separators[edge])
             top = m.max()
-            return m / top if top > 0 else m
+            return expand(m / top if top > 0 else m, separators[edge], cliques[target])
 
+        factors = [np.exp(t - t.max()) for t in self.theta]
+        up: dict[int, np.ndarray] = {}  # child -> its message to its parent
         for p, c in reversed(edges):  # leaves first
-            up[c] = message(gathered(c, skip=p), c, (p, c))
-        for p, c in edges:  # root first
-            down[c] = message(gathered(p, skip=c), p, (p, c))
-        beliefs = []
-        for i in range(len(cliques)):
-            b = gathered(i)
-            beliefs.append(self.total * b / b.sum())
-        return beliefs
+            gathered = factors[c]
+            for g in children[c]:
+                gathered = gathered * up[g]
+            up[c] = message(gathered, c, p, (p, c))
+        beliefs = list(factors)
+        down: dict[int, np.ndarray] = {}  # child -> the message from its parent
+        for p in dict.fromkeys(p for p, _ in edges):  # root first: a clique's own message comes first
+            ups = [up[c] for c in children[p]]
+            after: list[np.ndarray | None] = [None] * len(ups)  # the product of the messages after each
+            for j in range(len(ups) - 1, 0, -1):
+                after[j - 1] = ups[j] if after[j] is None else ups[j] * after[j]
+            before = factors[p] * down[p] if p in down else factors[p]
+            for j, c in enumerate(children[p]):
+                down[c] = message(before if after[j] is None else before * after[j], p, c, (p, c))
+                before = before * ups[j]
+            beliefs[p] = before
+        for c, m in down.items():
+            if not children[c]:
+                beliefs[c] = factors[c] * m
+        return [self.total * b / b.sum() for b in beliefs]
 
     def marginal(self, subset: Sequence[int]) -> np.ndarray:
         """The model's counts on ``subset`` (sorted attribute positions), flat in C order.
