@@ -12,7 +12,8 @@ mechanism can do:
    from the model fitted to the exact counts picked so far (and every one-way marginal),
    among those that keep the model within ``--max-model-size`` MB.
 2. For each ``K``: measures every one-way marginal and the first ``K`` picks with Gaussian
-   noise of one ``σ = √((d + K)/(2ρ))``, spending the budget's whole ``ρ`` on measurement,
+   noise of one ``σ = √((d + K)/(2ρ))``, spending the budget's whole ``ρ`` on measurement (the
+   ``ρ`` of Gaussian noise alone, :func:`~dpsql.synth.accounting.gaussian_rho`, as ``pgm`` does),
    fits dpsql's graphical model (:func:`dpsql.synth.estimate.estimate`), samples ``n`` records
    and reports their max error and mean total-variation distance, beside the max error of the
    same sets measured without noise (the structure's own error: what noise adds to). With
@@ -58,7 +59,7 @@ from dpsql.private.measure import measure_marginals
 from dpsql.schema import load_schema
 from dpsql.sql.compile import schema_attributes
 from dpsql.synth import random_marginals
-from dpsql.synth.accounting import zcdp_rho
+from dpsql.synth.accounting import gaussian_rho
 from dpsql.synth.aim import candidates
 from dpsql.synth.compress import THRESHOLD, Compression, compress, compressible
 from dpsql.synth.estimate import Observation, estimate
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
                                         .sample(n, np.random.default_rng(run)), workload)[0]
                          for k in args.ks if k <= len(chosen)}
             for eps in args.epsilons:
-                rho = zcdp_rho(eps, 1.0 / n**2)
+                rho = gaussian_rho(eps, 1.0 / n**2)
                 for k, exact_max in structure.items():
                     sigma = math.sqrt((d + k) / (2 * rho))
                     rng = np.random.default_rng([run, k, int(eps * 1000)])
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
             shown = [f"{p['max_error']:>9.4f}" if p else f"{'':>9}" for p in (aim, mst)]
             half = f"{mst['max_error'] / 2:>8.4f}" if mst else f"{'':>8}"
             runs = "/".join(str(p["runs"]) for p in (aim, mst) if p)
-            rho = zcdp_rho(eps, 1.0 / n**2)
+            rho = gaussian_rho(eps, 1.0 / n**2)
             floors = [one_way_floor(exact, n, math.sqrt((d + k) / (2 * rho)), np.random.default_rng(k)) for k in (0, best)]
             print(f"{eps:>5g} {best:>6} {by_k[best]:>8.4f} {floors[0]:>11.4f} {floors[1]:>7.4f} {shown[0]} {shown[1]} "
                   f"{half} {runs:>9}")
