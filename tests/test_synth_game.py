@@ -108,6 +108,7 @@ def test_zcdp_conversion_and_fem_rounds_by_hand():
     r = zcdp_rho(eps, delta)
     assert zcdp_epsilon(r, delta) <= eps and zcdp_epsilon(r * 1.001, delta) > eps
     assert r > (math.sqrt(math.log(1 / delta) + eps) - math.sqrt(math.log(1 / delta))) ** 2
+    assert zcdp_rho(1e308, delta) == 1e300 and zcdp_epsilon(1e300, delta) <= 1e308  # capped, finite, within
     assert exponential_rho(0.1) == pytest.approx(0.01 / 8) and exponential_rho(0.1, False) == pytest.approx(0.005)
     T = fem_rounds(eps, delta, 0.01)
     assert T == math.floor(r / (0.01 ** 2 / 8) + 1e-9)
