@@ -34,7 +34,8 @@ HDMM, from exact GROUP BY counts): a NON-PRIVATE, benchmark-only evaluation.
 FEM uses the published settings (ε₀ = 0.008·√ε, perturbation scale 0.16·√T, 50
 samples a round, T the most rounds the budget allows) with the exponential mechanism's
 bounded-range accounting (ε₀²/8-zCDP a selection; ``--paper-accounting`` charges the
-paper's ε₀²/2). DualQuery uses η = 0.4, s = 35; MWEM 15 rounds with 10 replays.
+paper's ε₀²/2, but converts ρ to (ε, δ) by Canonne, Kamath & Steinke, as dpsql does, so
+its T is above the paper's, which used Bun & Steinke's conversion). DualQuery uses η = 0.4, s = 35; MWEM 15 rounds with 10 replays.
 Skips with a message when ``../shared/data`` is absent.
 """
 
