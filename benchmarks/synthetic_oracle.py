@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     for name in args.datasets:
         data = Data(name)
         exact, n, d = Exact(data), data.n, len(data.columns)
+        rhos = {eps: gaussian_rho(eps, 1.0 / n**2) for eps in args.epsilons}
         print(f"\n{name.upper()}: {n:,} rows, {d} attributes, 64 random 3-way marginals, delta = 1/n^2; "
               f"picks made with the EXACT data (an oracle, not a mechanism)"
               f"{'; measured on the domain compressed by the exact one-way counts' if args.compress else ''}")
@@ -196,9 +197,8 @@ def main(argv=None) -> int:
                                         .sample(n, np.random.default_rng(run)), workload)[0]
                          for k in args.ks if k <= len(chosen)}
             for eps in args.epsilons:
-                rho = gaussian_rho(eps, 1.0 / n**2)
                 for k, exact_max in structure.items():
-                    sigma = math.sqrt((d + k) / (2 * rho))
+                    sigma = math.sqrt((d + k) / (2 * rhos[eps]))
                     rng = np.random.default_rng([run, k, int(eps * 1000)])
                     compression = exact_compression(exact, sigma) if args.compress else None
                     learned = fit(exact, ones + chosen[:k], sigma, rng, args.iterations, compression=compression)
@@ -220,8 +220,8 @@ def main(argv=None) -> int:
             shown = [f"{p['max_error']:>9.4f}" if p else f"{'':>9}" for p in (aim, mst)]
             half = f"{mst['max_error'] / 2:>8.4f}" if mst else f"{'':>8}"
             runs = "/".join(str(p["runs"]) for p in (aim, mst) if p)
-            rho = gaussian_rho(eps, 1.0 / n**2)
-            floors = [one_way_floor(exact, n, math.sqrt((d + k) / (2 * rho)), np.random.default_rng(k)) for k in (0, best)]
+            floors = [one_way_floor(exact, n, math.sqrt((d + k) / (2 * rhos[eps])), np.random.default_rng(k))
+                      for k in (0, best)]
             print(f"{eps:>5g} {best:>6} {by_k[best]:>8.4f} {floors[0]:>11.4f} {floors[1]:>7.4f} {shown[0]} {shown[1]} "
                   f"{half} {runs:>9}")
     if args.json:
