@@ -114,6 +114,28 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
         assert o.std == pytest.approx(1 / math.sqrt(2 * r), rel=1e-6)
 
 
+def test_refits_between_rounds_take_fewer_steps_on_larger_models(table, monkeypatch):
+    """Every refit but the last takes round_iterations(300, cells) steps: with the cell-step budget
+    set to 6,000 here, 300 on the one-way model (12 cells) and fewer once it joins marginals;
+    the last refit takes the full iterations."""
+    monkeypatch.setattr(aim_module, "ROUND_CELL_STEPS", 6000)
+    fits = []
+    run = aim_module.estimate
+
+    def spy_estimate(domain, observations, *, tree, iterations, **kwargs):
+        fits.append((tree.size, iterations))
+        return run(domain, observations, tree=tree, iterations=iterations, **kwargs)
+
+    monkeypatch.setattr(aim_module, "estimate", spy_estimate)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.5), cache=False, progress=False)
+    db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], rho=0.2, seed=1, name="s", compress=False,
+                  iterations=500)
+    *refits, last = fits
+    assert last[1] == 500
+    assert [steps for _, steps in refits] == [max(30, min(300, 6000 // cells)) for cells, _ in refits]
+    assert refits[0][1] == 300 and min(steps for _, steps in refits) < 300
+
+
 def test_at_a_huge_budget_the_table_has_the_workload_marginals(table):
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e10), cache=False, progress=False)
     workload = [("a", "b"), ("b", "c"), ("c", "d")]
