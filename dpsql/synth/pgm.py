@@ -51,8 +51,23 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "one_way_weights",
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "one_way_weights",
            "pgm", "pgm_compressed", "unit_weights"]
+
+
+#: A set's gain toward the model (:func:`model_structure`) counts its cells' distance from the
+#: model's prediction beyond this many noise standard deviations, which noise alone seldom
+#: reaches (``0.0008σ`` a cell on average). The L1 distance less the noise's expected L1 over
+#: all the cells, AIM's score, lost a strong dependence confined to a few cells among a set's
+#: many (on ADULT, unknown workclass and unknown occupation share 2,500 rows in one cell of
+#: 112): the model left it out and missed that cell by 2,400 rows. Measured on ADULT, 64
+#: random 3-way marginals, 10 runs: max error 0.0275 against 0.0326 at ε = 0.1 (mean
+#: total variation 0.19 against 0.17), 0.0098 against 0.0117 at ε = 1 (3 runs).
+GAIN_THRESHOLD = 3.0
+#: The most cells a model built greedily (:func:`model_structure`) may have: past it, the sets
+#: added gain little and the fit slows (on ADULT at ε = 0.1, 0.028 at 200,000 cells and 0.031
+#: at 20,000; at 10 MB, 130 to 220 s a run against 20 s).
+GREEDY_CELLS = 2**16
 
 
 @dataclass(frozen=True)
@@ -126,13 +141,13 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
     When every measured set fits in the model, that is the tree. Otherwise attribute sets
     are added greedily to a model of single attributes: the measured sets and their subsets
     of two or more attributes (each with the counts of its most precise measured superset,
-    summed down). A set's gain is how far its noisy counts are, in L1, from the
-    maximum-entropy table with their projections on the attribute sets the model already
-    joins (what the model predicts there, locally), less the distance that noise alone
-    would give (``cells · σ · √(2/π)``): the score AIM selects by (McKenna et al. 2022). Each
-    step adds the set with the most gain per cell it adds to the model, among those that
-    keep it within ``max_cells``. A measured set the model cannot hold is fitted through its
-    projections on the largest parts it can, each with the noise of the cells it sums.
+    summed down). A set's gain is how much of its noisy counts lies more than
+    :data:`GAIN_THRESHOLD` noise standard deviations from the maximum-entropy table with their
+    projections on the attribute sets the model already joins (what the model predicts there,
+    locally): :func:`_gain`. Each step adds the set with the most gain per cell it adds to the
+    model, among those that keep it within ``max_cells`` and :data:`GREEDY_CELLS`. A measured
+    set the model cannot hold is fitted through its projections on the largest parts it can,
+    each with the noise of the cells it sums.
     """
     domain = tuple(domain)
     full = junction_tree(domain, [o.subset for o in observations])
@@ -159,7 +174,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
                 continue  # a set adds at least its own cells, so its ratio can only be lower
             trial = junction_tree(domain, list(tree.cliques) + [part])
             ratio = cache[key] / max(trial.size - tree.size, 1)
-            if trial.size <= max_cells and (best is None or ratio > best[0]):
+            if trial.size <= min(max_cells, GREEDY_CELLS) and (best is None or ratio > best[0]):
                 best = (ratio, trial)
         if best is None:
             break
@@ -189,8 +204,9 @@ def _parts(subset: tuple[int, ...], tree: JunctionTree) -> list[tuple[int, ...]]
 
 def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: int = 20) -> float:
     """How far ``o``'s noisy counts are from the maximum-entropy table that matches their
-    projections on the parts ``tree`` already joins (iterative proportional fitting), less
-    the expected distance of noise alone (see :func:`model_structure`)."""
+    projections on the parts ``tree`` already joins (iterative proportional fitting), beyond
+    :data:`GAIN_THRESHOLD` standard deviations of their noise: ``Σ max(|y − q| − 3σ, 0)`` over
+    the cells (see :func:`model_structure`)."""
     shape = [domain[a] for a in o.subset]
     y = np.maximum(o.values.reshape(shape), 0.0)
     total = y.sum()
@@ -203,7 +219,7 @@ def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: i
             axes = tuple(i for i, a in enumerate(o.subset) if a not in p)
             want, have = y.sum(axis=axes, keepdims=True), q.sum(axis=axes, keepdims=True)
             q = q * np.divide(want, have, out=np.zeros_like(want), where=have > 0)
-    return float(np.abs(y - q).sum()) - float(np.sqrt(o.variances).sum()) * math.sqrt(2.0 / math.pi)
+    return float(np.maximum(np.abs(y - q) - GAIN_THRESHOLD * np.sqrt(o.variances).reshape(q.shape), 0.0).sum())
 
 
 def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
