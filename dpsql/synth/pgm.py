@@ -51,8 +51,8 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGMResult", "marginal_weights", "measurement", "model_structure", "one_way_observations", "one_way_weights",
-           "pgm", "pgm_compressed", "unit_weights"]
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGMResult", "marginal_weights", "measurement", "model_structure",
+           "one_way_observations", "one_way_weights", "pgm", "pgm_compressed", "unit_weights"]
 
 
 #: A set's gain toward the model (:func:`model_structure`) counts its cells' distance from the
@@ -205,8 +205,8 @@ def _parts(subset: tuple[int, ...], tree: JunctionTree) -> list[tuple[int, ...]]
 def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: int = 20) -> float:
     """How far ``o``'s noisy counts are from the maximum-entropy table that matches their
     projections on the parts ``tree`` already joins (iterative proportional fitting), beyond
-    :data:`GAIN_THRESHOLD` standard deviations of their noise: ``Σ max(|y − q| − 3σ, 0)`` over
-    the cells (see :func:`model_structure`)."""
+    :data:`GAIN_THRESHOLD` standard deviations ``σ`` of their noise: ``Σ max(|y − q| − 3σ, 0)``
+    over the cells ``y`` of ``o`` and ``q`` of that table (see :func:`model_structure`)."""
     shape = [domain[a] for a in o.subset]
     y = np.maximum(o.values.reshape(shape), 0.0)
     total = y.sum()
