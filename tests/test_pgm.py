@@ -468,7 +468,7 @@ def test_refining_leaves_differences_within_the_noise_alone():
 @pytest.mark.parametrize("method", ["pgm", "aim"])
 def test_a_35_attribute_table_is_synthesized_within_its_time_budget(method):
     """35 attributes (a domain of 2·10^31 cells), 20,000 rows, 64 random 3-way marginals at
-    rho = 0.05: within 10 minutes on 2 cores (pgm about 1.5 here, aim about 3.5), and closer to the data
+    rho = 0.05: within 10 minutes on 2 cores (pgm about 0.5 here, aim about 3), and closer to the data
     than its exact one-way marginals taken independently: under half their mean total variation
     (about a quarter here) and below their max error (which noise dominates on these small cells:
     0.009 to 0.012 against 0.016)."""
