@@ -59,6 +59,7 @@ import numpy as np
 import dpsql
 from dpsql.owner.evaluate import evaluate
 from dpsql.synth import random_marginals
+from dpsql.synth.accounting import bun_steinke_rho, fem_rounds_zcdp
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
@@ -113,16 +114,15 @@ class Data:
 def paper_fem_options(epsilon: float, delta: float) -> dict:
     """FEM's options as the paper ran it (workloads.md): ``ε₀ = 0.008·√ε``, each selection charged
     ``ε₀²/2``, and ``T`` the most rounds whose ``ρ = T·ε₀²/2`` Bun & Steinke's conversion
-    ``ε = ρ + 2√(ρ ln(1/δ))`` allows: ``ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))²``. dpsql's tighter
-    conversion (Canonne, Kamath & Steinke) allows more, so the run fits its budget.
+    ``ε = ρ + 2√(ρ ln(1/δ))`` allows (:func:`~dpsql.synth.accounting.bun_steinke_rho`). dpsql's
+    tighter conversion (Canonne, Kamath & Steinke) allows more, so the run fits its budget.
 
     >>> paper_fem_options(1.0, 1.0 / 48842 ** 2)["rounds"]
     353
     """
     eps0 = PUBLISHED_EPS0_FACTOR * math.sqrt(epsilon)
-    log = math.log(1.0 / delta)
-    rho = (math.sqrt(log + epsilon) - math.sqrt(log)) ** 2
-    return {"bounded_range": False, "eps0": eps0, "rounds": math.floor(rho / (eps0 ** 2 / 2))}
+    rounds = fem_rounds_zcdp(bun_steinke_rho(epsilon, delta), eps0, bounded_range=False)
+    return {"bounded_range": False, "eps0": eps0, "rounds": rounds}
 
 
 def run(data: Data, label: str, epsilon: float, marginals, seed: int) -> tuple[float, float, float]:
@@ -130,9 +130,9 @@ def run(data: Data, label: str, epsilon: float, marginals, seed: int) -> tuple[f
     if label == "hdmm":
         return run_hdmm(data, epsilon, marginals)
     method, options = OPTIONS[label]
-    if callable(options):
-        options = options(epsilon, 1.0 / data.n ** 2)
     n, cols = data.n, list(data.schema["columns"])
+    if callable(options):
+        options = options(epsilon, 1.0 / n ** 2)
     db = dpsql.connect(data.con, table=data.name, schema=data.schema,
                        budget=dpsql.Budget(epsilon=epsilon, delta=1.0 / n ** 2), progress=False)
     delta = None if method == "mwem" else 1.0 / n ** 2

@@ -161,6 +161,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
                 if part not in candidates or projected.variances.sum() < candidates[part].variances.sum():
                     candidates[part] = projected
     tree = junction_tree(domain, [])
+    limit = min(max_cells, GREEDY_CELLS)
     cache: dict[tuple, float] = {}
     while True:
         best: tuple[float, JunctionTree] | None = None
@@ -174,7 +175,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
                 continue  # a set adds at least its own cells, so its ratio can only be lower
             trial = junction_tree(domain, list(tree.cliques) + [part])
             ratio = cache[key] / max(trial.size - tree.size, 1)
-            if trial.size <= min(max_cells, GREEDY_CELLS) and (best is None or ratio > best[0]):
+            if trial.size <= limit and (best is None or ratio > best[0]):
                 best = (ratio, trial)
         if best is None:
             break
