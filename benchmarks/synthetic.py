@@ -17,7 +17,7 @@ workload-aware, model size ``--aim-model-size`` MB) and MST (McKenna, Miklau & S
 ``peers/dpmm.py`` in a virtual environment of their own (dpmm pins numpy 1.26),
 single-core, with no budget spent on preprocessing; they print as ``dpmm-aim`` and
 ``dpmm-mst``. dpsql's methods: ``aim`` (its own AIM on dpsql's graphical model), ``pgm``
-(HDMM-weighted marginals and a graphical model) and ``pgm-pairs`` (the same, measuring only
+(the workload's marginals measured once, a graphical model) and ``pgm-pairs`` (the same, measuring only
 the workload's 2-way marginals), ``fem``, ``dualquery``, ``mwem`` and ``hdmm`` (the same
 marginals answered directly as one HDMM batch: no table, the accuracy a table could
 reach). On ADULT, FEM's published mean max error is printed beside ours.

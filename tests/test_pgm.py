@@ -392,15 +392,39 @@ def test_beyond_the_marginal_algebra_each_workload_marginal_is_measured_with_wei
     assert weights == {(0, 1): 1.0, (2, 3, 24): 1.0}
 
 
-def test_weights_are_opt_m_and_cover_the_workload():
-    from dpsql.privacy import Gaussian
+def test_weights_are_opt_ms_when_it_is_weighted_marginals_else_equal():
+    """OPT_M's weighted marginals are measured when OPT_M is weighted marginals (always under
+    Laplace noise; under Gaussian noise, for these nested marginals); when Gaussian OPT_M needs
+    residual queries (negative marginal weights, as for every pair), the workload's marginals
+    with equal weights. Either way, every workload marginal is answered by a measured one."""
+    from dpsql.hdmm.marginals import Marginals, ResidualMarginals
+    from dpsql.hdmm.matrix import Identity, Total
+    from dpsql.hdmm.optimize.marginal import opt_marginal
+    from dpsql.hdmm.workload import Workload
+    from dpsql.privacy import Gaussian, Laplace
 
     domain = (3, 4, 2, 3)
-    for marginals in ([(0, 1), (1, 2, 3)], [(0,), (1,), (2,), (3,)], list(itertools.combinations(range(4), 2))):
-        theta = marginal_weights(domain, marginals, Gaussian(rho=1.0))
-        assert all(w > 0 for w in theta.values())
-        # every workload marginal can be answered from a measured one that contains it
+
+    def opt_m(marginals, noise):
+        terms = [(1.0, tuple(Identity(n) if a in m else Total(n) for a, n in enumerate(domain))) for m in marginals]
+        return opt_marginal(Workload(domain, terms), noise).strategy
+
+    def measured(strategy):  # OPT_M's marginals with a weight, by attribute set
+        return {tuple(a for a in range(4) if mask >> a & 1): strategy.theta[mask]
+                for mask in np.flatnonzero(strategy.theta > 1e-9 * strategy.theta.max())}
+
+    pairs = list(itertools.combinations(range(4), 2))
+    nested = [(0, 1), (0,)]
+    assert isinstance(opt_m(pairs, Gaussian(rho=1.0)), ResidualMarginals)
+    assert marginal_weights(domain, pairs, Gaussian(rho=1.0)) == {p: 1.0 for p in pairs}
+    for marginals, noise in ((nested, Gaussian(rho=1.0)), (pairs, Laplace(1.0)), (nested, Laplace(1.0))):
+        strategy = opt_m(marginals, noise)
+        assert isinstance(strategy, Marginals)
+        theta = marginal_weights(domain, marginals, noise)
+        assert theta == pytest.approx(measured(strategy), rel=1e-12)
         assert all(any(set(m) <= set(k) for k in theta) for m in marginals)
+    weights = marginal_weights(domain, nested, Gaussian(rho=1.0))
+    assert set(weights) == {(0,), (0, 1)} and weights[(0,)] < 0.9 * weights[(0, 1)]  # not equal
 
 
 # -- refining sampled records toward measured marginals ------------------------------------------

@@ -670,7 +670,8 @@ def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[
 
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
-    """PGM within the request: one measurement of the workload's marginals, weighted by OPT_M,
+    """PGM within the request: one measurement of the workload's marginals (weighted by
+    :func:`~dpsql.synth.pgm.marginal_weights`),
     spending the whole request (:mod:`dpsql.synth.pgm`), with Gaussian noise under a zCDP or an
     ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. The graphical model's size follows from
     the workload alone, and is refused above ``max_model_size`` before anything is spent."""
