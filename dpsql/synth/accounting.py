@@ -45,8 +45,8 @@ from dpsql.errors import PrivacyError
 from dpsql.privacy import analytic_gaussian_sigma
 
 __all__ = ["dualquery_epsilon", "dualquery_rho", "dualquery_rounds", "dualquery_samples", "dualquery_eta",
-           "dualquery_eta_zcdp", "zcdp_epsilon", "zcdp_rho", "bun_steinke_rho", "gaussian_rho", "exponential_rho", "fem_rounds",
-           "fem_rounds_zcdp", "largest_integer", "largest_real"]
+           "dualquery_eta_zcdp", "zcdp_epsilon", "zcdp_rho", "bun_steinke_rho", "gaussian_rho", "exponential_rho",
+           "fem_rounds", "fem_rounds_zcdp", "largest_integer", "largest_real"]
 
 
 def _check(name: str, value: float, low: float = 0.0) -> float:
