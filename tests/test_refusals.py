@@ -175,10 +175,10 @@ def test_zero_rows_is_an_empty_table():
 
 
 def test_synthetic_cells_limit_is_documented():
-    assert limits.MAX_SYNTHETIC_CELLS == 20_000_000 and limits.synthetic_rows_cap(4) == 5_000_000
-    with pytest.raises(ResourceLimitError, match="more than the limit of 20,000,000"):
-        limits.check_synthetic_cells(5_000_001, 4, "rows=5000001")
-    limits.check_synthetic_cells(5_000_000, 4, "rows=5000000")
+    assert limits.MAX_SYNTHETIC_CELLS == 100_000_000 and limits.synthetic_rows_cap(4) == 25_000_000
+    with pytest.raises(ResourceLimitError, match="more than the limit of 100,000,000"):
+        limits.check_synthetic_cells(25_000_001, 4, "rows=25000001")
+    limits.check_synthetic_cells(25_000_000, 4, "rows=25000000")
 
 
 # -- DualQuery: the spend sets one of eta, rounds and samples -------------------------------------
