@@ -86,15 +86,20 @@ def uniform_std(std: np.ndarray) -> float | np.ndarray:
 
 
 def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree: JunctionTree | None = None,
-             total: float | None = None, start: GraphicalModel | None = None, iterations: int = 1000,
-             tolerance: float = 1e-9, progress: Callable[[int], None] | None = None) -> GraphicalModel:
+             total: float | None = None, start: GraphicalModel | None = None, iterations: int = 10_000,
+             tolerance: float = 1.0, window: int = 100,
+             progress: Callable[[int], None] | None = None) -> GraphicalModel:
     """The graphical model fitted to ``observations`` (see the module docstring).
 
     ``tree``: the model's junction tree (default: the junction tree of the observed sets; every
     observed set must lie in one of its cliques). ``total``: the records' number (default
     :func:`estimate_total`). ``start``: a model on the same tree to start from (warm start).
-    Stops after ``iterations`` steps, or once a step improves the loss by less than
-    ``tolerance`` times it.
+    Stops after ``iterations`` steps, once a step improves nothing, or once ``window`` steps
+    together improve the loss by less than ``tolerance``. The loss is in units of squared
+    standard errors (½ per cell a standard deviation off), so the default, 1, stops when the
+    fit still moves but by less than its measurements' noise could tell: a fixed number of
+    steps is too few where the fit is slow (KDD99: 1,000 steps left the loss at 6 times
+    the 10,000 steps' one) and wasted where it is fast.
     """
     domain = tuple(int(n) for n in domain)
     observations = [o for o in observations if np.all(o.variances > 0) and np.all(np.isfinite(o.variances))]
@@ -111,6 +116,7 @@ def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree
         return model
     loss, grads = loss_and_gradient(model)
     alpha = 1.0 / (total * sum(float(np.max(1.0 / o.variances)) for o in observations))
+    losses = [loss]
     for step in range(iterations):
         mu = model.beliefs()
         while True:
@@ -125,7 +131,8 @@ def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree
         alpha *= 1.5
         if progress is not None:
             progress(step + 1)
-        if improved <= tolerance * max(loss, 1e-300) or not math.isfinite(loss):
+        losses.append(loss)
+        if improved <= 0 or not math.isfinite(loss) or (step >= window and losses[-window - 1] - loss < tolerance):
             break
     return model
 

@@ -229,7 +229,7 @@ def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: i
 
 
 def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
-        noise: NoiseModel, cost: Cost, max_cells: int, iterations: int = 1000,
+        noise: NoiseModel, cost: Cost, max_cells: int, iterations: int = 10_000,
         progress: Callable[[int], None] | None = None) -> PGMResult:
     """Measure the weighted marginals (``weights`` from :func:`marginal_weights`) once with
     ``noise`` (spending ``cost``, its price in the ledger's currency), and fit a model of at
@@ -243,7 +243,7 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
                    rho: float, reservation: Reservation, max_cells: int, one_way_share: float, threshold: float,
-                   compressible: Sequence[int], iterations: int = 1000,
+                   compressible: Sequence[int], iterations: int = 10_000,
                    progress: Callable[[int], None] | None = None) -> PGMResult:
     """PGM on a compressed domain, in two measurements drawn from ``reservation``: the one-way
     marginals of the ``compressible`` attributes with ``one_way_share · rho``

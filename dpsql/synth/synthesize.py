@@ -225,9 +225,10 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #: * ``fem``: ``eps0`` (float > 0) or ``rounds`` (int >= 1) or both, ``samples`` (int >= 1, 50),
 #:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
 #:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
-#: * ``pgm``: ``iterations`` (int >= 1, 1000) of the model fit, ``max_model_size`` (megabytes of
-#:   float64 cells the graphical model may hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the
-#:   sampled records toward every measured marginal, ``measure`` (:data:`PGM_MEASURES`:
+#: * ``pgm``: ``iterations`` (int >= 1, 10,000: the most steps of the model fit, which stops
+#:   once it converges), ``max_model_size`` (megabytes of float64 cells the graphical model may
+#:   hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the sampled records toward every measured
+#:   marginal, ``measure`` (:data:`PGM_MEASURES`:
 #:   ``"workload"``, the workload's marginals, or ``"pairs"``, their two-way marginals only, which
 #:   spends the budget on fewer cells), ``compress`` (float > 0, :data:`~dpsql.synth.compress.THRESHOLD`,
 #:   or False: merge each attribute's values whose noisy one-way count is below this many noise
@@ -628,7 +629,7 @@ class _ModelOptions:
 
     @classmethod
     def of(cls, options: dict) -> "_ModelOptions":
-        return cls(integer("iterations", option(options, "iterations", 1000)),
+        return cls(integer("iterations", option(options, "iterations", 10_000)),
                    integer("sweeps", option(options, "sweeps", 30), low=0),
                    real("max_model_size", option(options, "max_model_size", 10.0)))
 
