@@ -92,7 +92,8 @@ class Data:
             self.csv, self.domain_file = kdd99.prepare()
         else:
             folder = os.path.join(DATA, name)
-            self.csv, self.domain_file = os.path.join(folder, f"{name}.csv"), os.path.join(folder, f"{name}-domain.json")
+            self.csv = os.path.join(folder, f"{name}.csv")
+            self.domain_file = os.path.join(folder, f"{name}-domain.json")
         with open(self.domain_file, encoding="utf-8") as fh:
             domain = json.load(fh)
         self.con = duckdb.connect()

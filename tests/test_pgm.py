@@ -111,7 +111,8 @@ def test_a_slow_fit_runs_until_it_converges_not_for_a_fixed_number_of_steps():
     records[:, 0] = rng.choice(domain[0], len(records), p=rng.dirichlet(np.full(domain[0], 0.3)))
     for a in range(1, len(domain)):  # each attribute drawn given the previous one
         cumulative = np.cumsum(rng.dirichlet(np.full(domain[a], 0.1), size=domain[a - 1]), axis=1)
-        records[:, a] = (rng.random((len(records), 1)) > cumulative[records[:, a - 1]]).sum(axis=1).clip(max=domain[a] - 1)
+        drawn = (rng.random((len(records), 1)) > cumulative[records[:, a - 1]]).sum(axis=1)
+        records[:, a] = drawn.clip(max=domain[a] - 1)
     subsets = [(a, a + 1) for a in range(len(domain) - 1)] + [(a, a + 2) for a in range(len(domain) - 2)]
     obs = [Observation(s, np.bincount(np.ravel_multi_index(records[:, list(s)].T, [domain[a] for a in s]),
                                       minlength=math.prod(domain[a] for a in s)).astype(float), 50.0)
@@ -513,7 +514,7 @@ def test_refining_leaves_differences_within_the_noise_alone():
 @pytest.mark.parametrize("method", ["pgm", "aim"])
 def test_a_35_attribute_table_is_synthesized_within_its_time_budget(method):
     """35 attributes (a domain of 2·10^31 cells), 20,000 rows, 64 random 3-way marginals at
-    rho = 0.05: within 10 minutes on 2 cores (pgm about 1 here, aim about 5), and closer to the data
+    rho = 0.05: within 10 minutes on 2 cores (pgm about 1 here, aim about 4), and closer to the data
     than its exact one-way marginals taken independently: under half their mean total variation
     (about a quarter here) and below their max error (which noise dominates on these small cells:
     0.009 to 0.012 against 0.016)."""

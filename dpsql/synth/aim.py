@@ -97,7 +97,7 @@ def round_iterations(cap: int, cells: int) -> int:
 
 
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
-        reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = 10_000,
+        reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = 1000,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
         progress: Callable[[int], None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
