@@ -56,7 +56,7 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGMResult", "marginal_weights", "measurement", "model_structure",
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGM_ITERATIONS", "PGMResult", "marginal_weights", "measurement", "model_structure",
            "one_way_observations", "one_way_weights", "pgm", "pgm_compressed", "unit_weights"]
 
 
@@ -73,6 +73,9 @@ GAIN_THRESHOLD = 3.0
 #: added gain little and the fit slows (on ADULT at ε = 0.1, 0.028 at 200,000 cells and 0.031
 #: at 20,000; at 10 MB, 130 to 220 s a run against 20 s).
 GREEDY_CELLS = 2**16
+#: The most steps of the model's fit, which stops sooner once it converges
+#: (:func:`~dpsql.synth.estimate.estimate`).
+PGM_ITERATIONS = 10_000
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ def _gain(domain: tuple[int, ...], o: Observation, tree: JunctionTree, sweeps: i
 
 
 def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
-        noise: NoiseModel, cost: Cost, max_cells: int, iterations: int = 10_000,
+        noise: NoiseModel, cost: Cost, max_cells: int, iterations: int = PGM_ITERATIONS,
         progress: Callable[[int], None] | None = None) -> PGMResult:
     """Measure the weighted marginals (``weights`` from :func:`marginal_weights`) once with
     ``noise`` (spending ``cost``, its price in the ledger's currency), and fit a model of at
@@ -243,7 +246,7 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
                    rho: float, reservation: Reservation, max_cells: int, one_way_share: float, threshold: float,
-                   compressible: Sequence[int], iterations: int = 10_000,
+                   compressible: Sequence[int], iterations: int = PGM_ITERATIONS,
                    progress: Callable[[int], None] | None = None) -> PGMResult:
     """PGM on a compressed domain, in two measurements drawn from ``reservation``: the one-way
     marginals of the ``compressible`` attributes with ``one_way_share · rho``

@@ -48,7 +48,7 @@ from dpsql.synth.accounting import (
     zcdp_epsilon,
     zcdp_rho,
 )
-from dpsql.synth.aim import ALPHA, aim
+from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.compress import THRESHOLD, compressible
@@ -59,6 +59,7 @@ from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_st
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
+    PGM_ITERATIONS,
     PGMResult,
     marginal_weights,
     measurement,
@@ -259,13 +260,6 @@ ONE_WAY_SHARE = 0.3
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
-
-#: Default most steps of pgm's one fit, which stops sooner once it converges
-#: (:func:`~dpsql.synth.estimate.estimate`).
-PGM_ITERATIONS = 10_000
-#: Default most steps of AIM's last fit, warm-started from its rounds' refits: more bought no
-#: accuracy on ADULT or KDD99 and took KDD99's run at eps 1 from 204 s to 400-870 s.
-AIM_ITERATIONS = 1000
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0
