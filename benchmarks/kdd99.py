@@ -23,6 +23,7 @@ That makes 42 attributes (the 41 features and the attack label) and a domain of
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -111,7 +112,4 @@ if __name__ == "__main__":
         sys.exit(0)
     with open(prepare()[1], encoding="utf-8") as fh:
         sizes = json.load(fh)
-    cells = 1.0
-    for size in sizes.values():
-        cells *= size
-    print(f"{len(sizes)} attributes, {cells:.2e} cells: {sizes}")
+    print(f"{len(sizes)} attributes, {math.prod(sizes.values()):.2e} cells: {sizes}")
