@@ -17,7 +17,7 @@ from dpsql.private.budget import Budget
 from dpsql.synth.estimate import Observation, estimate, estimate_total
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import junction_tree
-from dpsql.synth.pgm import marginal_weights, model_structure
+from dpsql.synth.pgm import PGM_ITERATIONS, marginal_weights, model_structure
 
 
 def dense_marginal(p: np.ndarray, subset) -> np.ndarray:
@@ -395,6 +395,32 @@ def test_refusals_spend_nothing(table):
     with pytest.raises(dpsql.Error, match="compress needs Gaussian noise"):
         pure.synthesize("pgm", workload=2, epsilon=0.5, compress=3.0)
     assert pure.ledger.entries() == []
+
+
+@pytest.mark.parametrize("options", [{}, {"compress": False}])
+def test_the_progress_bar_counts_fit_steps_and_is_full_when_the_fit_converges(table, monkeypatch, options):
+    """The fit stops once it converges, far below its cap of steps: the bar counts those steps,
+    says that it may stop early, and ends full rather than stopped short of the cap."""
+    import dpsql.synth.synthesize as synthesize
+
+    seen = []
+
+    class Recording(synthesize.tqdm):
+        def update(self, n=1):
+            seen.append(self.n + n)
+            return super().update(n)
+
+        def close(self):
+            seen.append((self.n, self.total, self.unit, self.desc))
+            super().close()
+
+    monkeypatch.setattr(synthesize, "tqdm", Recording)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=True)
+    db.synthesize("pgm", workload=2, rho=1.0, seed=0, **options)
+    steps = [x for x in seen if isinstance(x, int)]
+    done, total, unit, desc = next(x for x in seen if isinstance(x, tuple))
+    assert (done, total, unit) == (PGM_ITERATIONS, PGM_ITERATIONS, "fit step") and "converged" in desc
+    assert steps[-1] == PGM_ITERATIONS and 0 < steps[-2] < PGM_ITERATIONS  # converged, then the bar was filled
 
 
 def test_a_domain_of_binary_attributes_is_not_compressed(monkeypatch):

@@ -14,6 +14,7 @@ private data, which only the data owner may compute.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import numbers
@@ -21,7 +22,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -355,6 +356,17 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
 def _advance(bar: tqdm) -> Callable[[int], None]:
     """A progress callback taking the number of rounds done so far."""
     return lambda done: bar.update(done - bar.n)
+
+
+@contextlib.contextmanager
+def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int], None]]:
+    """``bar`` counting a model's fit of at most ``steps`` steps
+    (:func:`~dpsql.synth.estimate.estimate`), which mostly stops sooner, once it converges:
+    the bar says so, and is full when the fit has ended, not stopped short of its cap."""
+    bar.total, bar.unit = steps, "fit step"
+    bar.set_description_str(f"{bar.desc} fit (stops once converged)")
+    yield _advance(bar)
+    bar.update(bar.total - bar.n)
 
 
 def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: Sequence[Attribute]) -> MarginalCells:
@@ -711,9 +723,9 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
                             "it needs compress")
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        bar.total = model.iterations
-        learned = pgm(private, attributes, weights, noise, cost, model.max_cells, iterations=model.iterations,
-                      progress=_advance(bar))
+        with _fit_progress(bar, model.iterations) as advance:
+            learned = pgm(private, attributes, weights, noise, cost, model.max_cells, iterations=model.iterations,
+                          progress=advance)
         return (*model.table(learned, request, attributes, rng), {}, cost)
 
     return _Run(cost, execute)
@@ -737,11 +749,11 @@ def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute],
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        bar.total = model.iterations
         reservation = private.reserve(cost, f"PGM: rho={rho!r}, compressed domain", "pgm", rho=rho)
         try:
-            learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
-                                     threshold, compressible, iterations=model.iterations, progress=_advance(bar))
+            with _fit_progress(bar, model.iterations) as advance:
+                learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
+                                         threshold, compressible, iterations=model.iterations, progress=advance)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
