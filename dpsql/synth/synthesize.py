@@ -364,7 +364,8 @@ def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int], None]]:
     (:func:`~dpsql.synth.estimate.estimate`), which mostly stops sooner, once it converges:
     the bar says so, and is full when the fit has ended, not stopped short of its cap."""
     bar.total, bar.unit = steps, "fit step"
-    bar.set_description_str(f"{bar.desc} fit (stops once converged)")
+    if not bar.disable:  # a disabled bar has no description
+        bar.set_description_str(f"{bar.desc} fit (stops once converged)")
     yield _advance(bar)
     bar.update(bar.total - bar.n)
 
