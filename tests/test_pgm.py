@@ -376,10 +376,31 @@ def test_measuring_pairs_measures_the_workloads_two_way_marginals_only(table, mo
         db.synthesize("pgm", workload=2, rho=1.0, measure="triples")
 
 
+def test_a_workload_marginal_larger_than_the_model_is_measured_and_the_table_still_follows_it(table, monkeypatch):
+    """A model of at most 20 cells cannot hold (a, b, c), 24 cells: the marginal is measured all
+    the same, the model joins what fits, and the sampled records are refined to the measurement
+    (here all but exact), so the table has that marginal although the model does not."""
+    import dpsql.synth.pgm as pgm_module
+
+    sizes = []
+    fitted = pgm_module.estimate
+
+    def spy(domain, observations, **kw):
+        sizes.append(kw["tree"].size)
+        return fitted(domain, observations, **kw)
+
+    monkeypatch.setattr(pgm_module, "estimate", spy)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e12), cache=False, progress=False)
+    cells = int(1.6e-4 * 2**20 / 8)
+    syn = db.synthesize("pgm", workload=[("a", "b", "c")], rho=1e12, seed=0, name="s", max_model_size=1.6e-4)
+    assert cells == 20 and 0 < sizes[0] <= cells
+    assert largest_count_difference(table, syn.df, ("a", "b", "c")) <= 2
+
+
 def test_refusals_spend_nothing(table):
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.1), cache=False, progress=False)
-    with pytest.raises(ResourceLimitError, match="max_model_size=0.0001 MB"):
-        db.synthesize("pgm", workload=3, rho=0.05, max_model_size=1e-4)
+    with pytest.raises(ResourceLimitError, match="every one-way marginal, 12 cells, more than max_model_size=1e-05 MB"):
+        db.synthesize("pgm", workload=3, rho=0.05, max_model_size=1e-5)
     with pytest.raises(BudgetExceededError):
         db.synthesize("pgm", workload=2, rho=0.5)
     with pytest.raises(dpsql.Error, match="pgm takes no option rounds"):

@@ -690,8 +690,10 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     """PGM within the request: one measurement of the workload's marginals (weighted by
     :func:`~dpsql.synth.pgm.marginal_weights`),
     spending the whole request (:mod:`dpsql.synth.pgm`), with Gaussian noise under a zCDP or an
-    ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. The graphical model's size follows from
-    the workload alone, and is refused above ``max_model_size`` before anything is spent."""
+    ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. Refused before anything is spent when
+    ``max_model_size`` cannot hold even a model of single attributes; a workload marginal larger
+    than the model is measured all the same, and the sampled records follow it
+    (:meth:`~dpsql.synth.pgm.PGMResult.sample`)."""
     total, budget = request.total, request.budget
     model = _ModelOptions.of(options, PGM_ITERATIONS)
     measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
@@ -707,9 +709,9 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
     weights = marginal_weights(domain, measured, noise)
-    if max(math.prod(domain[a] for a in m) for m in measured) > model.max_cells:
-        raise ResourceLimitError(f"a marginal of this workload has more cells than {model.limit} holds: choose "
-                                 "smaller marginals, or raise it")
+    if sum(domain) > model.max_cells:
+        raise ResourceLimitError(f"PGM's smallest model holds every one-way marginal, {sum(domain):,} cells, more "
+                                 f"than {model.limit} holds")
     try:
         private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
