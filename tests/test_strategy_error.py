@@ -148,6 +148,64 @@ def test_kron_strategy_partially_supported_term():
     np.testing.assert_allclose(got[np.isfinite(var)], var[np.isfinite(var)])
 
 
+@pytest.mark.parametrize("name", list(KS))
+def test_thin_factors_give_the_dense_oracles_errors_and_least_squares_answers(monkeypatch, name):
+    """Where an attribute's ``n × n`` Gram is too large to hold, a factor's errors go through its
+    ``n × r`` pseudo-inverse instead (``KronStrategy._thin``). With the limit lowered so that
+    every factor here takes that path, every trace, variance, covariance and least-squares
+    answer equals the dense oracle's, supported, partly supported and unsupported alike."""
+    import dpsql.hdmm.strategy as strategy_module
+    from dpsql.hdmm.reconstruct import least_squares
+
+    monkeypatch.setattr(strategy_module, "DENSE_LIMIT", 3)
+    sums = Dense(np.arange(4.0)[None, :])  # COUNT and SUM per group: AVG's two terms
+    cases = [(workload_2d(), KronStrategy(KS[name].factors))]
+    cases += [(Workload((3, 4), terms), KronStrategy((Identity(3), Total(4)))) for terms in (
+        [(1.0, (AllRange(3), Total(4))), (2.0, (Prefix(3), Weighted(Total(4), 3.0)))],
+        [(1.0, (AllRange(3), Total(4))), (1.0, (Identity(3), Identity(4)))],
+        [(1.0, (Identity(3), Prefix(4)))])]
+    avg = (Workload((3, 4), [(1.0, (Identity(3), Total(4))), (1.0, (Identity(3), sums))]),
+           KronStrategy((Identity(3), Dense([[1.0, 1, 1, 1], [1, 2, 3, 4], [1, 0, 0, 0]]))))
+    rng = np.random.default_rng(5)
+    for W, S in cases + [avg]:
+        assert all(t is not None for t in S._thin)
+        for noise in NOISES[:2]:
+            check(W, S, noise)
+        x = rng.random(math.prod(W.domain))
+        if math.isfinite(S.trace_error(W)):
+            np.testing.assert_allclose(least_squares(W, S, S.matrix.dense() @ x), W.dense() @ x, rtol=1e-8)
+    W, S = avg
+    A = S.matrix.dense()
+    Xp = np.linalg.pinv(A.T @ A, rcond=1e-10, hermitian=True)
+    counts, totals = W.dense()[W.term_rows(0)], W.dense()[W.term_rows(1)]
+    expected = np.einsum("ij,jk,ik->i", counts, Xp, totals)
+    assert np.all(np.abs(expected) > 0.1)  # SUM's row is the difference of two measured rows, COUNT's one of them
+    np.testing.assert_allclose(S.cross_variances(W, 0, 1), expected, rtol=1e-8)
+
+
+def test_a_sum_over_a_column_of_half_a_million_values_is_measured_as_itself():
+    """SUM(income) on a 500,001-value column, and the COUNT beside it: the Gram of either is
+    250 billion entries, so selection keeps the operators that never form it. The direct
+    strategy's sensitivity is the largest value, its error the closed form, and least squares
+    on exact measurements returns the exact answers."""
+    from dpsql.hdmm.optimize.selector import select
+    from dpsql.hdmm.reconstruct import least_squares
+
+    n = 500_001
+    values = Dense(np.arange(n, dtype=float)[None, :])
+    W = Workload((n,), [(1.0, (values,)), (1.0, (Total(n),))])
+    chosen = select(W, Laplace(1.0))
+    assert chosen.operator == "direct"
+    S = chosen.strategy
+    x = np.random.default_rng(0).integers(0, 3, n).astype(float)
+    np.testing.assert_allclose(least_squares(W, S, S.matrix.matvec(x)), [values.matvec(x)[0], x.sum()], rtol=1e-9)
+    alone = select(Workload((n,), [(1.0, (values,))]), Laplace(1.0))
+    assert alone.rmse == pytest.approx(math.sqrt(2.0) * (n - 1), rel=1e-9)  # Laplace at sensitivity max value
+    with pytest.raises(WorkloadError, match=r"no strategy operator could answer this workload \(OPT_0: refusing to "
+                                            r"materialize a 500001x500001 matrix"):
+        select(W, Laplace(1.0), operators=["OPT_0"])
+
+
 def test_kron_strategy_domain_mismatch():
     with pytest.raises(WorkloadError):
         KS["identity"].trace_error(Workload((5, 4), [(1.0, (Identity(5), Identity(4)))]))

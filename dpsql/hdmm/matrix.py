@@ -103,7 +103,10 @@ class Matrix:
 
     # -- structure ----------------------------------------------------------
     def gram(self) -> "Matrix":
-        """``AᵀA``. Structured subclasses return an implicit matrix."""
+        """``AᵀA``. Structured subclasses return an implicit matrix; refused, as :meth:`dense` is,
+        when its ``n × n`` entries would exceed :data:`DENSE_LIMIT` (one query on a column of
+        500,000 values is a small matrix whose Gram is not)."""
+        _check_dense((self.shape[1], self.shape[1]))
         D = self.dense()
         return Dense(D.T @ D)
 

@@ -49,7 +49,7 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from dpsql.errors import WorkloadError
-from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
+from dpsql.hdmm.matrix import Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
 from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
@@ -90,9 +90,9 @@ def _pinv_terms(strategy: KronStrategy | MarginalStrategy, scale: float = 1.0) -
     marginal, times the fixed factors' pseudo-inverses if it has any.
     """
     if isinstance(strategy, KronStrategy):
-        return [(scale, [Dense(P) for P in strategy.factor_pinvs])]
+        return [(scale, list(strategy.factor_pinvs))]
     _, kron = strategy.fixed_part
-    fixed = [] if kron is None else [Dense(P) for P in kron.factor_pinvs]
+    fixed = [] if kron is None else list(kron.factor_pinvs)
     domain = strategy.strategy.domain
     u = strategy.strategy.gram().pinv().weights
     return [

@@ -33,7 +33,19 @@ import numpy as np
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals, workload_eigen_weights
-from dpsql.hdmm.matrix import Identity, InvertibleGram, Kronecker, Matrix, VStack, Weighted, kron_terms
+from dpsql.hdmm.matrix import (
+    DENSE_LIMIT,
+    Dense,
+    Identity,
+    InvertibleGram,
+    Kronecker,
+    Matrix,
+    Product,
+    Transpose,
+    VStack,
+    Weighted,
+    kron_terms,
+)
 from dpsql.hdmm.workload import Term, Workload
 
 #: Relative residual above which a workload factor counts as unsupported.
@@ -89,30 +101,47 @@ class KronStrategy(Strategy):
         return tuple(f.shape[1] for f in self.factors)
 
     @cached_property
-    def _grams(self) -> list[Matrix]:
-        return [f.gram() for f in self.factors]
+    def _grams(self) -> list[Matrix | None]:
+        """``A_iᵀA_i`` per factor; ``None`` for a thin one (see :attr:`_thin`), whose Gram is not held."""
+        return [None if T is not None else f.gram() for f, T in zip(self.factors, self._thin)]
 
     @cached_property
-    def factor_pinvs(self) -> list[np.ndarray]:
-        """``(A_iᵀA_i)⁺`` per factor, dense (the exact inverse where it is known)."""
+    def _thin(self) -> list[np.ndarray | None]:
+        """Per factor ``A_i``: its pseudo-inverse ``A_i⁺`` (``n × r``) where the ``n × n`` Gram is
+        too large to hold (:data:`~dpsql.hdmm.matrix.DENSE_LIMIT`), else ``None``. Such a factor
+        has few rows (a SUM's values, a predicate or a total on a column of 500,000 values), and
+        ``(A_iᵀA_i)⁺ = A_i⁺A_i⁺ᵀ``, so every trace and variance below is computed through the
+        ``n × r`` matrix ``A_i⁺`` instead; a factor too large for that too is refused."""
+        return [np.linalg.pinv(f.dense()) if f.shape[1] ** 2 > DENSE_LIMIT else None for f in self.factors]
+
+    @cached_property
+    def factor_pinvs(self) -> list[Matrix]:
+        """``(A_iᵀA_i)⁺`` per factor (the exact inverse where it is known): dense, or
+        ``A_i⁺A_i⁺ᵀ`` as a product for a factor on a domain too large for a dense Gram."""
         return [
-            X.inverse() if isinstance(X, InvertibleGram) else X.pinv().dense()
-            for X in self._grams
+            Dense(X.inverse()) if isinstance(X, InvertibleGram)
+            else Product(Dense(T), Transpose(Dense(T))) if T is not None else Dense(X.pinv().dense())
+            for X, T in zip(self._grams, self._thin)
         ]
 
     @cached_property
     def _projectors(self) -> list[np.ndarray | None]:
-        """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` is known to have full column rank."""
+        """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` is known to have full column rank or
+        is thin (its projector is then ``A_i⁺A_i``, never formed)."""
         return [
-            None if isinstance(X, (InvertibleGram, Identity)) else P @ X.dense()
-            for P, X in zip(self.factor_pinvs, self._grams)
+            None if isinstance(X, (InvertibleGram, Identity)) or T is not None else P.dense() @ X.dense()
+            for P, X, T in zip(self.factor_pinvs, self._grams, self._thin)
         ]
 
-    def factor_trace(self, i: int, G: np.ndarray) -> float:
-        """``tr(G (A_iᵀA_i)⁺)`` for a factor-sized Gram ``G``; ``inf`` if unsupported."""
+    def factor_trace(self, i: int, f: Matrix) -> float:
+        """``tr(fᵀf (A_iᵀA_i)⁺)`` for a workload factor ``f`` on attribute ``i``; ``inf`` if unsupported."""
+        T = self._thin[i]
+        if T is not None:
+            return float(np.sum(f._matmat(T) ** 2)) if self._supported_rows(i, f).all() else math.inf
+        G = f.gram().dense()
         if not self._supports(i, G):
             return math.inf
-        return float(np.sum(G * self.factor_pinvs[i]))
+        return float(np.sum(G * self.factor_pinvs[i].dense()))
 
     def _supports(self, i: int, G: np.ndarray) -> bool:
         # W is answerable iff W X⁺X = W, i.e. tr(G) = tr(G X⁺X) for G = WᵀW.
@@ -122,7 +151,12 @@ class KronStrategy(Strategy):
         return abs(t - float(np.sum(G * self._projectors[i].T))) <= SUPPORT_TOL * max(t, 1.0)
 
     def _supported_rows(self, i: int, W: Matrix) -> np.ndarray:
-        """Which rows ``q`` of a factor satisfy ``q X_i⁺X_i = q`` (answerable rows)."""
+        """Which rows ``q`` of a factor satisfy ``q X_i⁺X_i = q`` (answerable rows); for a thin
+        factor, ``‖q A_i⁺A_i‖² = ‖q‖²`` (an orthogonal projection only shortens rows)."""
+        T = self._thin[i]
+        if T is not None:
+            kept = ((W._matmat(T) @ self.factors[i].dense()) ** 2).sum(axis=1)
+            return W.row_norms_sq() - kept <= SUPPORT_TOL * np.maximum(W.row_norms_sq(), 1.0)
         P = self._projectors[i]
         residual = W._matmat(np.eye(P.shape[0]) - P.T)
         return (residual**2).sum(axis=1) <= SUPPORT_TOL * np.maximum(W.row_norms_sq(), 1.0)
@@ -130,9 +164,7 @@ class KronStrategy(Strategy):
     def term_traces(self, workload: Workload) -> np.ndarray:
         """``tr(G_ki X_i⁺)`` for every term ``k`` and attribute ``i``."""
         self._check_domain(workload, self.domain)
-        return np.array(
-            [[self.factor_trace(i, f.gram().dense()) for i, f in enumerate(fs)] for _, fs in workload.terms]
-        )
+        return np.array([[self.factor_trace(i, f) for i, f in enumerate(fs)] for _, fs in workload.terms])
 
     def term_errors(self, workload: Workload) -> np.ndarray:
         """``Π_i tr(G_ki X_i⁺)`` per term, weights aside: ``inf`` if unsupported, and 0 for a
@@ -148,10 +180,22 @@ class KronStrategy(Strategy):
     def factor_cross_diag(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
         """``diag(x X_i⁺ yᵀ)`` for two factors on attribute ``i``; for ``x is y``, ``inf``
         on the rows this factor cannot answer."""
-        v = _cross_diag(x, y, self.factor_pinvs[i])
-        if x is y and self._projectors[i] is not None and not self._supports(i, x.gram().dense()):
+        v = self._cross(i, x, y)
+        if x is not y:
+            return v
+        if self._thin[i] is not None:
+            return np.where(self._supported_rows(i, x), v, math.inf)
+        if self._projectors[i] is not None and not self._supports(i, x.gram().dense()):
             v = np.where(self._supported_rows(i, x), v, math.inf)
         return v
+
+    def _cross(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
+        """``diag(x X_i⁺ yᵀ)``, through ``A_i⁺`` for a thin factor (``x A_i⁺ (y A_i⁺)ᵀ``)."""
+        T = self._thin[i]
+        if T is None:
+            return _cross_diag(x, y, self.factor_pinvs[i].dense())
+        xT = x._matmat(T)
+        return np.einsum("ij,ij->i", xT, xT if x is y else y._matmat(T))
 
     def query_variances(self, workload: Workload) -> list[np.ndarray]:
         self._check_domain(workload, self.domain)
@@ -166,7 +210,7 @@ class KronStrategy(Strategy):
     def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
         self._check_domain(workload, self.domain)
         (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
-        parts = [_cross_diag(x, y, P) for x, y, P in zip(fa, fb, self.factor_pinvs)]
+        parts = [self._cross(i, x, y) for i, (x, y) in enumerate(zip(fa, fb))]
         return wa * wb * reduce(np.kron, parts)
 
 
@@ -338,7 +382,7 @@ class MarginalStrategy(Strategy):
         pinned = [kron.factor_cross_diag(j, fa[i], fb[i]) for j, i in enumerate(S)]
         sizes = self.strategy.domain
         ones = [fa[i].row_sums() * fb[i].row_sums() / n for i, n in zip(R, sizes)]
-        full = [fa[i].row_norms_sq() if a == b else _cross_diag(fa[i], fb[i], np.eye(n)) for i, n in zip(R, sizes)]
+        full = [fa[i].row_norms_sq() if a == b else np.einsum("ij,ij->i", fa[i].dense(), fb[i].dense()) for i in R]
         rest = [f - o for f, o in zip(full, ones)]
         if a == b:
             rest = [np.maximum(r, 0.0) for r in rest]

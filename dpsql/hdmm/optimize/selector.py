@@ -143,7 +143,11 @@ def select(
     objective: str = "total",
     reduce: bool = True,
 ) -> Selection:
-    """Run the feasible operators (or those named) and keep the best under ``objective``.
+    """Run the feasible operators (or those named) and keep the best under ``objective``. An
+    operator that refuses the workload (a :class:`~dpsql.errors.WorkloadError`: it would form a
+    matrix too large to hold, as OPT_0 would the Gram of a column of 500,000 values) is left
+    out; if every one does, their reasons are raised together. The refusals depend on the
+    workload's shape only, never on data.
 
     ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
     largest per-query variance. ``reduce=False`` skips the domain reduction, for
@@ -179,18 +183,24 @@ def select(
         hit = cache.get(key)
         if hit is not None:
             return finish(hit, [], True)
-    candidates = []
+    candidates, refused = [], []
     bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else PROGRESS_AFTER)
     for i, name in enumerate(bar):
         bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
-        strategy = OPERATORS[name](W, noise, restarts=restarts, seed=seed + 7919 * i)
-        candidates.append(_candidate(name, strategy, W, noise, start, objective))
+        try:
+            strategy = OPERATORS[name](W, noise, restarts=restarts, seed=seed + 7919 * i)
+            candidates.append(_candidate(name, strategy, W, noise, start, objective))
+        except WorkloadError as e:  # beyond this operator (a Gram too large to hold, say): the others may answer
+            refused.append(f"{name}: {e}")
+            continue
         message = f"[dpsql] {name}: expected RMSE {candidates[-1].rmse:.4g} ({candidates[-1].seconds:.1f} s)"
         log.info(message)
         if progress or (progress is None and candidates[-1].seconds > PROGRESS_AFTER):
             bar.write(message, file=sys.stderr)
+    if not candidates:
+        raise WorkloadError("no strategy operator could answer this workload (" + "; ".join(refused) + ")")
     score = _score(objective)
     best = min(candidates, key=score)
     if objective == "max" and math.isfinite(best.max_variance) and best.operator != "OPT_M_max":
