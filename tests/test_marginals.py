@@ -11,11 +11,11 @@ import pytest
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.marginals import (
     MAX_ATTRIBUTES,
+    Helmert,
     Marginals,
     MarginalsGram,
     ResidualMarginals,
     complement_sizes,
-    helmert,
     multiplicities,
     subset_sum,
     superset_sum,
@@ -153,11 +153,28 @@ def test_marginals_strategy(domain):
 
 
 def test_helmert():
+    """The implicit contrast basis equals its defining formula, products and norms included,
+    and stays implicit at 100,000 values, where ``HᵀH = I − J/n`` is checked on a vector."""
+    rng = np.random.default_rng(0)
     for n in [2, 3, 5, 8]:
-        H = helmert(n).dense()
-        assert H.shape == (n - 1, n)
-        np.testing.assert_allclose(H @ H.T, np.eye(n - 1), atol=1e-12)
-        np.testing.assert_allclose(H @ np.ones(n), 0.0, atol=1e-12)
+        explicit = np.zeros((n - 1, n))
+        for k in range(1, n):
+            explicit[k - 1, :k], explicit[k - 1, k] = 1.0, -k
+            explicit[k - 1] /= math.sqrt(k * (k + 1))
+        H = Helmert(n)
+        np.testing.assert_allclose(H.dense(), explicit, atol=1e-12)
+        np.testing.assert_allclose(H.dense() @ H.dense().T, np.eye(n - 1), atol=1e-12)
+        X, Y = rng.normal(size=(n, 3)), rng.normal(size=(n - 1, 3))
+        np.testing.assert_allclose(H._matmat(X), explicit @ X, atol=1e-12)
+        np.testing.assert_allclose(H._rmatmat(Y), explicit.T @ Y, atol=1e-12)
+        for p in (1, 2):
+            np.testing.assert_allclose(H.column_norms(p), np.linalg.norm(explicit, ord=p, axis=0), atol=1e-12)
+        np.testing.assert_allclose(H.row_sums(), 0.0, atol=1e-12)
+        np.testing.assert_allclose(H.row_norms_sq(), 1.0, atol=1e-12)
+    x = rng.normal(size=100_000)
+    big = Helmert(100_000)
+    assert np.sum(big.matvec(x) ** 2) == pytest.approx(x @ x - x.sum() ** 2 / x.size, rel=1e-9)
+    np.testing.assert_allclose(big._rmatmat(big.matvec(x)[:, None])[:, 0], x - x.mean(), atol=1e-9)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)

@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.errors import WorkloadError
-from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Product, Total, Transpose, VStack, Weighted
+from dpsql.hdmm.matrix import Identity, Kronecker, Matrix, Product, Total, Transpose, VStack, Weighted
 
 #: Most attributes the marginal algebra handles (2^d weights).
 MAX_ATTRIBUTES = 24
@@ -191,14 +191,45 @@ class Marginals(_MarginalStack):
         return float(np.abs(self.theta).sum() if p == 1 else math.sqrt((self.theta**2).sum()))
 
 
-def helmert(n: int) -> Dense:
-    """``n − 1`` orthonormal rows, each orthogonal to the ones vector (a contrast basis)."""
-    H = np.zeros((n - 1, n))
-    for k in range(1, n):
-        H[k - 1, :k] = 1.0
-        H[k - 1, k] = -k
-        H[k - 1] /= math.sqrt(k * (k + 1))
-    return Dense(H)
+class Helmert(Matrix):
+    """``n − 1`` orthonormal rows, each orthogonal to the ones vector (a contrast basis): row
+    ``k − 1`` is ``(1, …, 1, −k, 0, …) / √(k(k + 1))`` with ``k`` ones. Implicit, so that a
+    residual strategy on a column of 100,000 values does not hold a 10¹⁰-entry matrix: its
+    products are cumulative sums.
+
+    >>> H = Helmert(4).dense()
+    >>> bool(np.allclose(H @ H.T, np.eye(3))), bool(np.allclose(H.sum(axis=1), 0))
+    (True, True)
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+        self.shape = (self.n - 1, self.n)
+        k = np.arange(1, self.n, dtype=float)
+        self._scale = 1.0 / np.sqrt(k * (k + 1.0))  # row k − 1's normalization
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        k = np.arange(1, self.n, dtype=float)[:, None]
+        return (np.cumsum(X, axis=0)[:-1] - k * X[1:]) * self._scale[:, None]
+
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+        Z = Y * self._scale[:, None]
+        out = np.zeros((self.n,) + Y.shape[1:])
+        out[:-1] = np.cumsum(Z[::-1], axis=0)[::-1]  # column j: the rows k > j hold a 1 there
+        out[1:] -= np.arange(1, self.n, dtype=float)[:, None] * Z  # column k: row k − 1 holds −k
+        return out
+
+    def column_norms(self, p: int) -> np.ndarray:
+        ones = np.zeros(self.n)
+        ones[:-1] = np.cumsum((self._scale**p)[::-1])[::-1]
+        ones[1:] += (np.arange(1, self.n) * self._scale) ** p
+        return ones if p == 1 else np.sqrt(ones)
+
+    def row_sums(self) -> np.ndarray:
+        return np.zeros(self.n - 1)
+
+    def row_norms_sq(self) -> np.ndarray:
+        return np.ones(self.n - 1)
 
 
 class ResidualMarginals(_MarginalStack):
@@ -225,7 +256,7 @@ class ResidualMarginals(_MarginalStack):
         self.stack = VStack(
             [
                 Weighted(
-                    Kronecker([helmert(n) if t >> i & 1 else Total(n) for i, n in enumerate(self.domain)]),
+                    Kronecker([Helmert(n) if t >> i & 1 else Total(n) for i, n in enumerate(self.domain)]),
                     self.weights[t],
                 )
                 for t in self.subsets
