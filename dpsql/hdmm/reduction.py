@@ -84,7 +84,9 @@ def attribute_labels(factors: Sequence[Matrix]) -> np.ndarray:
             if labels is None:
                 return np.arange(n)
             seen[id(f)] = labels
-    labels = np.unique(np.stack(list(seen.values())), axis=1, return_inverse=True)[1].reshape(-1)
+    labels = np.zeros(n, dtype=np.int64)
+    for other in seen.values():  # ranks of (labels, other) pairs: lexicographic, as over the stacked rows
+        labels = np.unique(labels * (int(other.max()) + 1) + other, return_inverse=True)[1].reshape(-1)
     return np.arange(n) if labels.max() + 1 == n else labels
 
 
