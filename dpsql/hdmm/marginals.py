@@ -205,24 +205,23 @@ class Helmert(Matrix):
     def __init__(self, n: int) -> None:
         self.n = int(n)
         self.shape = (self.n - 1, self.n)
-        k = np.arange(1, self.n, dtype=float)
-        self._scale = 1.0 / np.sqrt(k * (k + 1.0))  # row k − 1's normalization
+        self._k = np.arange(1, self.n, dtype=float)  # row k − 1 holds k ones, then −k
+        self._scale = 1.0 / np.sqrt(self._k * (self._k + 1.0))  # and is divided by this
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        k = np.arange(1, self.n, dtype=float)[:, None]
-        return (np.cumsum(X, axis=0)[:-1] - k * X[1:]) * self._scale[:, None]
+        return (np.cumsum(X, axis=0)[:-1] - self._k[:, None] * X[1:]) * self._scale[:, None]
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         Z = Y * self._scale[:, None]
         out = np.zeros((self.n,) + Y.shape[1:])
         out[:-1] = np.cumsum(Z[::-1], axis=0)[::-1]  # column j: the rows k > j hold a 1 there
-        out[1:] -= np.arange(1, self.n, dtype=float)[:, None] * Z  # column k: row k − 1 holds −k
+        out[1:] -= self._k[:, None] * Z  # column k: row k − 1 holds −k
         return out
 
     def column_norms(self, p: int) -> np.ndarray:
         ones = np.zeros(self.n)
         ones[:-1] = np.cumsum((self._scale**p)[::-1])[::-1]
-        ones[1:] += (np.arange(1, self.n) * self._scale) ** p
+        ones[1:] += (self._k * self._scale) ** p
         return ones if p == 1 else np.sqrt(ones)
 
     def row_sums(self) -> np.ndarray:

@@ -657,6 +657,12 @@ class _ModelOptions:
     def limit(self) -> str:
         return f"max_model_size={self.megabytes:g} MB ({self.max_cells:,} float64 cells)"
 
+    def check_one_ways(self, domain: Sequence[int], model: str) -> None:
+        """Refuse a limit that cannot hold ``model``, a model of every one-way marginal."""
+        if sum(domain) > self.max_cells:
+            raise ResourceLimitError(f"{model} holds every one-way marginal, {sum(domain):,} cells, more than "
+                                     f"{self.limit} holds")
+
     def table(self, learned: PGMResult, request: _Request, attributes: Sequence[Attribute],
               rng: np.random.Generator) -> tuple[np.ndarray, "pd.DataFrame"]:
         """The records sampled from a fitted model (``request.rows``, or its noisy total) and their report."""
@@ -709,9 +715,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
     weights = marginal_weights(domain, measured, noise)
-    if sum(domain) > model.max_cells:
-        raise ResourceLimitError(f"PGM's smallest model holds every one-way marginal, {sum(domain):,} cells, more "
-                                 f"than {model.limit} holds")
+    model.check_one_ways(domain, "PGM's smallest model")
     try:
         private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
@@ -780,9 +784,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
                            "takes a pure epsilon)")
     rho, cost = request.reservation()
-    if sum(domain) > model.max_cells:
-        raise ResourceLimitError(f"AIM's first model holds every one-way marginal, {sum(domain):,} cells, more than "
-                                 f"{model.limit} holds")
+    model.check_one_ways(domain, "AIM's first model")
     fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= model.max_cells]
     _check_cells("AIM", fits, attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
