@@ -289,6 +289,27 @@ def test_duckdb_keys_match_duckdb(con, key):
     check_exact(con, f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k")
 
 
+QUOTED_NAMES = ["my col", "it's", "a-b", "current_date", "$v0", "Select"]  # each must be quoted in SQL
+
+
+@pytest.mark.parametrize("name", QUOTED_NAMES)
+def test_columns_whose_names_need_quotes_match_duckdb(name):
+    """DuckDB evaluates an expression over a column whose name needs quoting on that column, not
+    on a parse of its bare name: ``my col`` and ``it's`` did not parse, ``a-b`` became a
+    subtraction, ``current_date`` the clock and ``$v0`` the evaluator's own parameter (a wrong
+    count, silently)."""
+    q = exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
+    schema = {"table": "t", "columns": {name: {"type": "categorical", "values": ["ab", "cde", "xyz"]},
+                                        "k": {"type": "integer", "min": 0, "max": 3}}}
+    c = duckdb.connect()
+    c.execute(f"CREATE TABLE t AS SELECT ['ab', 'cde', 'xyz'][1 + i % 3] AS {q}, i % 4 AS k FROM range(60) r(i)")
+    for sql in [f"SELECT COUNT(*) AS n FROM t WHERE {q} LIKE 'a%' OR length({q}) = 3 AND k > 1",
+                f"SELECT upper({q}) || CAST(k AS VARCHAR) AS g, COUNT(*) AS n FROM t GROUP BY g",
+                f"SELECT {q}, SUM(k) FILTER (WHERE {q} <> 'ab') AS s FROM t GROUP BY {q}"]:
+        batch = compile_batch(sql, schema)
+        compare(batch, 0, batch.workload.matvec(histogram(c, batch, table="t")), c, sql)
+
+
 @pytest.mark.parametrize("sql,construct,message", [
     ("SELECT COUNT(*) FROM t WHERE random() < 0.5", "function RAND", "not deterministic"),
     ("SELECT COUNT(*) FROM t WHERE age < nextval('s')", "function NEXTVAL", "not deterministic"),

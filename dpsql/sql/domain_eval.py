@@ -63,7 +63,7 @@ class DomainValues:
 def domain_eval(node: exp.Expression, columns: Sequence[Column]) -> DomainValues:
     """Evaluate ``node`` on the product of ``columns``' domains (every column it reads, none
     binned: a bin's rows have no single value), by DuckDB. Raises :class:`DomainEvalError`."""
-    return _evaluate(node.sql(dialect="duckdb"), tuple(columns))
+    return _evaluate(node.sql(dialect="duckdb", identify=True), tuple(columns))
 
 
 def _column_sql(i: int, col: Column, index: str) -> str:

@@ -109,9 +109,11 @@ def check_deterministic(sql: str, columns: set[str]) -> None:
     for cls, name in _functions(tree.get("statements", [])):
         if cls == "SUBQUERY":
             raise ValueError("a subquery reads a table")
-        if cls == "COLUMN_REF" and name.lower() not in columns:
-            raise ValueError(f"{name} is not a column of the domain (DuckDB would read it from the session or "
-                             "the clock)")
+        if cls == "COLUMN_REF":
+            if name.lower() not in columns:
+                raise ValueError(f"{name} is not a column of the domain (DuckDB would read it from the session "
+                                 "or the clock)")
+            continue  # a column, even one named like a session function ("current_date")
         lowered = name.lower()
         if lowered in refused or lowered.startswith(_SESSION_PREFIXES):
             raise ValueError(f"{name}() is not deterministic: DuckDB may give it a different value on every call")
