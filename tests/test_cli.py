@@ -483,3 +483,182 @@ def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, ca
                               "WHERE region IN ('E', 'W') GROUP BY 1")
     got = pd.read_csv(out)
     assert dict(zip(got["label"], got["n"].round(3))) == want
+
+
+# -- --out decided before the spend -------------------------------------------------------------
+
+def test_batch_out_file_name_for_several_statements_is_refused_before_spending(data, tmp_path, capsys):
+    """A .csv/.parquet --out names one file; a batch of several statements writes one per statement,
+    so the name is refused before the spend, not after it (an existing file: "File exists"; a new
+    name: a directory called new.csv)."""
+    ledger = tmp_path / "l.ledger"
+    sql = tmp_path / "b.sql"
+    sql.write_text(f"{REGION_SQL}; {SEX_SQL};")
+    existing = tmp_path / "res.csv"
+    existing.write_text("old contents\n")
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), *HUGE]
+    assert run(capsys, "budget", "--ledger", str(ledger), "--budget-epsilon", "1e10")[0] == 0
+    for out in (existing, tmp_path / "new.csv", tmp_path / "new.parquet"):
+        rc, stdout, err = run(capsys, "batch", str(sql), *common, "--out", str(out))
+        assert rc == 2, err
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"dpsql: --out {out}: a batch of 2 statements") and "nothing was spent" in line
+        assert entries(ledger) == []
+    assert existing.read_text() == "old contents\n"
+    assert sorted(os.listdir(tmp_path)) == ["b.sql", "l.ledger", "res.csv"]
+    # a batch of one statement writes the one file that the name gives
+    sql.write_text(f"{REGION_SQL};")
+    rc, stdout, err = run(capsys, "batch", str(sql), *common, "--out", str(existing))
+    assert rc == 0, err
+    assert pd.read_csv(existing).columns[0] == "region" and len(entries(ledger)) == 1
+
+
+@pytest.mark.parametrize("command", ["query", "batch"])
+def test_out_file_that_is_a_directory_is_refused_before_spending(data, tmp_path, capsys, command):
+    ledger = tmp_path / "l.ledger"
+    sql = tmp_path / "b.sql"
+    sql.write_text(f"{REGION_SQL}; {SEX_SQL}")
+    outdir = tmp_path / "res"
+    blocked = outdir / ("q01.csv" if command == "query" else "q02.csv")
+    blocked.mkdir(parents=True)
+    first = [REGION_SQL] if command == "query" else [str(sql)]
+    rc, stdout, err = run(capsys, command, *first, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--out", str(outdir), *HUGE)
+    assert rc == 2, err
+    (line,) = err.strip().splitlines()
+    assert line == f"dpsql: --out {outdir}: {blocked} is a directory, not a file that can be written; nothing was spent"
+    assert not ledger.exists() and os.listdir(outdir) == [blocked.name] and os.listdir(blocked) == []
+
+
+# -- budget flags -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, message", [
+    (["--budget-epsilon", "1", "--budget-rho", "1"], "--budget-rho (a zCDP budget) cannot be combined with "
+                                                     "--budget-epsilon"),
+    (["--budget-rho", "1", "--budget-delta", "1e-5"], "--budget-rho (a zCDP budget) cannot be combined with "
+                                                      "--budget-delta"),
+    (["--budget-rho", "1", "--budget-delta", "0"], "cannot be combined with --budget-delta"),
+    (["--budget-delta", "1e-5"], "--budget-delta needs --budget-epsilon"),
+])
+@pytest.mark.parametrize("command", ["budget", "query"])
+def test_contradictory_budget_flags_are_refused(data, tmp_path, capsys, flags, message, command):
+    ledger = tmp_path / "l.ledger"
+    request = [] if command == "budget" else [REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                                              "--epsilon", "0.5", "--noise", "laplace"]
+    rc, stdout, err = run(capsys, command, *request, "--ledger", str(ledger), *flags)
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("dpsql: ") and message in line
+    assert stdout == "" and not ledger.exists()
+
+
+# -- --explain with --std-error -----------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["query", SEX_SQL, "--explain"], ["query", f"EXPLAIN {SEX_SQL}"],
+                                  ["batch", "BATCH", "--explain"]])
+def test_explain_with_std_error_is_refused(data, tmp_path, capsys, argv):
+    """Connection.explain takes a spend, not a standard error: --std-error is refused, not dropped
+    (which asked for a spend that had been given)."""
+    sql = tmp_path / "b.sql"
+    sql.write_text(f"{REGION_SQL}; {SEX_SQL}")
+    ledger = tmp_path / "l.ledger"
+    argv = [str(sql) if a == "BATCH" else a for a in argv]
+    rc, stdout, err = run(capsys, *argv, "--std-error", "10", "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", str(ledger), "--budget-epsilon", "1", "--budget-delta", "1e-5")
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("dpsql: --std-error cannot be combined with --explain or an EXPLAIN statement")
+    assert stdout == "" and not ledger.exists()
+
+
+# -- validate -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def failing_view(tmp_path):
+    """A .duckdb file whose view t CASTs 'zz' to INTEGER (failing on that row), its schema, and a
+    connection to it."""
+    db_file = tmp_path / "v.duckdb"
+    with duckdb.connect(str(db_file)) as c:
+        c.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('1'), ('zz'), ('3'), ('7')) v(a)")
+        c.execute("CREATE VIEW t AS SELECT CAST(a AS INTEGER) AS a FROM raw")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 4}}}
+    schema_file = tmp_path / "v.yaml"
+    schema_file.write_text(yaml.safe_dump(schema))
+    return db_file, schema, schema_file
+
+
+def test_validate_reads_a_failing_view_as_measurement_does(failing_view, capsys):
+    import dpsql
+    from dpsql.owner.validate import validate
+
+    db_file, schema, schema_file = failing_view
+    con = duckdb.connect(str(db_file), read_only=True)
+    report = validate(con, schema)
+    assert (report.rows, report.clean_rows) == (4, 2)
+    (column,) = report.columns
+    assert column.counts == {"null": 1, "outside": 1} and column.examples == ["7"]
+    # what validate calls clean is what a measurement counts
+    db = dpsql.connect(con, schema=schema, budget=dpsql.Budget(epsilon=1e10), cache=False, progress=False)
+    counted = db.query("SELECT a, COUNT(*) AS n FROM t GROUP BY a", epsilon=1e9, noise="laplace").df["n"].sum()
+    assert counted == pytest.approx(report.clean_rows, abs=1e-3)
+    con.close()
+    rc, stdout, err = run(capsys, "validate", "--data", str(db_file), "--schema", str(schema_file))
+    assert rc == 3, err
+    assert "a (INTEGER): 2 rows outside the domain: 1 null, 1 outside" in stdout
+
+
+def test_validate_failures_are_dpsql_errors(failing_view, tmp_path, capsys):
+    from dpsql.errors import MeasurementError
+    from dpsql.owner.validate import validate
+
+    db_file, schema, schema_file = failing_view
+    rc, stdout, err = run(capsys, "validate", "--data", str(db_file), "--schema", str(schema_file), "--table", "nope")
+    assert rc == 2 and stdout == ""
+    (line,) = err.strip().splitlines()
+    assert line == "dpsql: MeasurementError: validating table 'nope' failed: the data has no table or view of that name"
+    # a view that fails where TRY cannot reach (an error() call) fails closed, naming only the class
+    con = duckdb.connect()
+    con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('1'), ('zz')) v(a)")
+    con.execute("CREATE VIEW t AS SELECT CASE WHEN a = 'zz' THEN error('SECRET zz') ELSE 1 END AS a FROM raw")
+    with pytest.raises(MeasurementError, match=r"^validating table 't' failed: InvalidInputException$"):
+        validate(con, schema)
+
+
+# -- no traceback, no private data in a failure ----------------------------------------------------
+
+def test_data_duckdb_cannot_open_is_one_line(data, tmp_path, capsys):
+    """--data that DuckDB cannot open: one line on stderr, no traceback, nothing spent."""
+    ledger = tmp_path / "l.ledger"
+    for name in ("bad.duckdb", "bad.parquet"):
+        bad = tmp_path / name
+        bad.write_text("not a table")
+        for argv in (["query", REGION_SQL, "--ledger", str(ledger), *HUGE], ["validate"]):
+            rc, stdout, err = run(capsys, *argv, "--data", str(bad), "--schema", data["yaml"])
+            assert rc in (1, 2) and stdout == ""
+            (line,) = err.strip().splitlines()
+            assert line.startswith("dpsql: ")
+    assert not ledger.exists()
+
+
+@pytest.mark.parametrize("error, status, shown", [
+    (duckdb.ConversionException("Could not convert string 'SECRET' to INT32"), 1,
+     "dpsql: DuckDB failed (ConversionException); its message is not shown: it may quote private data"),
+    (RuntimeError("counts [SECRET]"), 1,
+     "dpsql: unexpected RuntimeError; its message is not shown: it may quote private data"),
+    (KeyboardInterrupt(), 130, "dpsql: interrupted"),
+])
+def test_unexpected_failures_are_one_line_without_their_message(data, tmp_path, capsys, monkeypatch, error, status,
+                                                                shown):
+    from dpsql.api.connection import Connection
+
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(Connection, "query", failing)
+    try:
+        rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                              "--ledger", str(tmp_path / "l.ledger"), *HUGE)
+    except KeyboardInterrupt:  # escaping, it would stop the whole test session
+        pytest.fail("KeyboardInterrupt escaped main")
+    assert rc == status
+    assert err.strip().splitlines() == [shown]

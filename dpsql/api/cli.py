@@ -11,12 +11,15 @@
     dpsql budget --ledger persons.ledger
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
-``--budget-delta``) or ``--budget-rho``. ``--out`` writes CSV or Parquet,
-chosen by the file extension; a batch of several statements writes one file
-per statement into the ``--out`` directory (``--format`` picks the type).
-Every file is written to a temporary name and renamed into place, so a
-reader never sees half a file. Errors print one line and exit with status 2
-(bad input, refused spend) or 1 (anything else).
+``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
+or Parquet, chosen by the file extension; a batch of several statements writes
+one file per statement into the ``--out`` directory (``--format`` picks the
+type), so a .csv or .parquet file name is refused for it. Every file is written
+to a temporary name and renamed into place, so a reader never sees half a file.
+Errors print one line, never a traceback, and exit with status 2 (bad input,
+refused spend) or 1 (anything else; 130 when interrupted); a failure of DuckDB
+or an unexpected one is named by its exception class only, as its message may
+quote private data.
 """
 
 from __future__ import annotations
@@ -28,17 +31,17 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import duckdb
 
-from dpsql.api.connection import connect
+from dpsql.api.connection import Connection, connect
 from dpsql.api.result import Result
 from dpsql.errors import Error
 from dpsql.owner.validate import validate
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
-from dpsql.sql.parse import explained
+from dpsql.sql.parse import explained, parse_statements
 from dpsql.synth.synthesize import METHODS, SyntheticTable
 
 OUT_FORMATS = ("csv", "parquet")
@@ -49,6 +52,15 @@ class UsageError(Exception):
 
 
 def _budget(args: argparse.Namespace) -> Budget | None:
+    """The total budget the ``--budget-*`` flags give a new ledger (None without them):
+    ``--budget-epsilon`` with an optional ``--budget-delta``, or ``--budget-rho`` alone. Any other
+    combination is a UsageError, as :class:`Budget` refuses it, rather than a silent choice of one."""
+    if args.budget_rho is not None and (args.budget_epsilon is not None or args.budget_delta is not None):
+        other = "--budget-epsilon" if args.budget_epsilon is not None else "--budget-delta"
+        raise UsageError(f"--budget-rho (a zCDP budget) cannot be combined with {other} (an (epsilon, delta) "
+                         "budget): give one kind of budget")
+    if args.budget_delta is not None and args.budget_epsilon is None:
+        raise UsageError("--budget-delta needs --budget-epsilon: delta is part of an (epsilon, delta) budget")
     if args.budget_rho is not None:
         return Budget(rho=args.budget_rho)
     if args.budget_epsilon is not None:
@@ -163,23 +175,43 @@ def _is_out_file(out: Path) -> bool:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """Refuse bad input that would otherwise only fail after the spend is recorded: a new ledger
-    without a budget, an --out that is not a .csv or .parquet name or cannot be written, and
+    """Refuse bad input that would otherwise only fail after the spend is recorded: contradictory
+    or missing budget flags, an --out that is not a .csv or .parquet name or cannot be written, and
     input files (a batch's SQL, a --workload .sql file) that cannot be read. Reads those files
-    into ``args`` (``sql_text``, ``workload_value``), so nothing is read after the spend."""
+    into ``args`` (``sql_text``, ``workload_value``), so nothing is read after the spend, and
+    sets ``out_paths``, the files --out will write."""
     if _budget(args) is None and not os.path.exists(args.ledger):
         raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
                          "give --budget-epsilon (and --budget-delta) or --budget-rho")
-    out = Path(args.out) if getattr(args, "out", None) else None
-    if out is not None and args.command in ("query", "synth") and not _is_out_file(out) \
-            and (args.command == "synth" or (out.suffix and not out.is_dir())):
-        raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
-    if out is not None:
-        _check_writable(out.parent if _is_out_file(out) else out, out)
     if args.command == "batch":
         args.sql_text = _read_text(args.file, "the batch file")
     if args.command == "synth":
         args.workload_value = _workload(args.workload)
+    if getattr(args, "out", None):
+        args.out_paths = _checked_out_paths(args, Path(args.out))
+
+
+def _checked_out_paths(args: argparse.Namespace, out: Path) -> list[Path]:
+    """The files ``--out`` will write for this request: ``out`` itself when it is a .csv or .parquet
+    file name, else ``out/q01.<format>``, ``out/q02.<format>``, ... in the directory ``out``. Refused
+    (UsageError), before anything is spent, when they cannot all be written: a name that is neither
+    a .csv or .parquet file nor a directory, a directory that cannot be written, a file name for a
+    batch of several statements (counted by parsing the batch file), or a path that is a directory."""
+    if args.command == "synth" and not _is_out_file(out):
+        raise UsageError(f"--out {out}: use a .csv or .parquet file name")
+    if args.command == "query" and out.suffix and not _is_out_file(out) and not out.is_dir():
+        raise UsageError(f"--out {out}: use a .csv or .parquet file name (or a directory)")
+    _check_writable(out.parent if _is_out_file(out) else out, out)
+    count = len(parse_statements(args.sql_text)) if args.command == "batch" else 1
+    if count > 1 and _is_out_file(out):
+        raise UsageError(f"--out {out}: a batch of {count} statements writes one file per statement into a "
+                         "directory: give a directory name, not a .csv or .parquet file name; nothing was spent")
+    paths = [out] if _is_out_file(out) else [out / f"q{i:02d}.{args.format}" for i in range(1, count + 1)]
+    for path in paths:
+        if path.is_dir():
+            raise UsageError(f"--out {out}: {path} is a directory, not a file that can be written; "
+                             "nothing was spent")
+    return paths
 
 
 def _read_text(path: str, what: str) -> str:
@@ -220,26 +252,30 @@ def _check_writable(directory: Path, out: Path) -> None:
                 pass
 
 
+def _connect(args: argparse.Namespace, **options: Any) -> Connection:
+    """:func:`connect` to the request's --data, --schema, --table, --ledger, budget and public tables."""
+    return connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
+                   public_tables=args.public_table, **options)
+
+
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
-    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
-                 public_tables=args.public_table)
+    inner = explained(statements) if single else None
+    if (args.explain or inner is not None) and args.std_error is not None:
+        # Connection.explain takes a spend, not a target standard error: refused, not dropped
+        raise UsageError("--std-error cannot be combined with --explain or an EXPLAIN statement: explain shows "
+                         "the expected standard errors of a spend; give --epsilon or --rho instead")
+    db = _connect(args)
     try:
         spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
-        inner = explained(statements) if single else None
         if args.explain or inner is not None:
             print(db.explain(inner or statements, **spend))
             return 0
         kwargs = dict(spend, nonnegative=args.nonnegative, std_error=args.std_error)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
-            out = Path(args.out)
-            if len(results) == 1 and _is_out_file(out):
-                _write_atomic(results[0], out)
-                paths = [out]
-            else:
-                paths = [out / f"q{i:02d}.{args.format}" for i in range(1, len(results) + 1)]
-                for r, path in zip(results, paths):
-                    _write_atomic(r, path)
+            paths = args.out_paths
+            for r, path in zip(results, paths, strict=True):
+                _write_atomic(r, path)
             print(f"-- {results[0].release.describe()}")
             print(f"-- wrote {len(paths)} file{'s' if len(paths) != 1 else ''}: {', '.join(map(str, paths[:3]))}"
                   f"{' ...' if len(paths) > 3 else ''}")
@@ -263,8 +299,7 @@ def _workload(text: str):
 
 
 def _run_synth(args: argparse.Namespace) -> int:
-    db = connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
-                 progress=True, public_tables=args.public_table)
+    db = _connect(args, progress=True)
     try:
         options = {} if args.rounds is None else {"rounds": args.rounds}
         syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,
@@ -312,6 +347,8 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit status (see the module docstring). Every failure
+    is one line on stderr, never a traceback: a traceback, or DuckDB's message, may quote private data."""
     args = parser().parse_args(argv)
     try:
         if args.command == "validate":
@@ -333,6 +370,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"dpsql: {e}", file=sys.stderr)
         return 1
+    except duckdb.Error as e:  # its message may quote a value of the private table
+        print(f"dpsql: DuckDB failed ({type(e).__name__}); its message is not shown: it may quote private data",
+              file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: named by its class only, for the same reason
+        print(f"dpsql: unexpected {type(e).__name__}; its message is not shown: it may quote private data",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dpsql: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

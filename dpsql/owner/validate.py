@@ -41,7 +41,8 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.private.backend import DuckDBBackend, duckdb_type_family, open_source
+from dpsql.errors import MeasurementError
+from dpsql.private.backend import BackendError, DuckDBBackend, duckdb_type_family, open_source
 from dpsql.private.measure import index_expression
 from dpsql.schema import Binned, Boolean, Categorical, IntegerRange, Schema, load_schema
 
@@ -139,26 +140,49 @@ def _q(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
 
+def _rows(backend: DuckDBBackend, query: exp.Select) -> list[tuple]:
+    """The rows of ``query``, run by ``backend`` so that a failure is a :class:`BackendError` whose
+    text holds no data value (the engine's message only for a missing table or column)."""
+    return list(zip(*backend.run(query).values()))
+
+
 def validate(source: "duckdb.DuckDBPyConnection | str | os.PathLike", schema: "Schema | dict | str",
              table: str | None = None) -> ValidationReport:
     """Check a private table against its schema; see the module docstring (owner-only output).
 
     ``source`` is a DuckDB connection holding the table, a ``.duckdb`` file,
-    or a CSV or Parquet file (read as ``table``, default the schema's).
+    or a CSV or Parquet file (read as ``table``, default the schema's). The
+    table is read as a measurement reads it (:meth:`DuckDBBackend.source`): a
+    view through its definition made safe, so a row whose value would make
+    the view fail (a ``CAST`` of ``'zz'`` to INTEGER) holds NULL there and is
+    reported as a ``null`` (dropped unless the column is nullable), as a
+    measurement drops it. A missing table, or a failure while reading it, is a
+    :class:`~dpsql.errors.MeasurementError` naming only the exception class of
+    a failure while reading rows.
     """
     schema = load_schema(schema)
     name = table or schema.table
     backend = open_source(source, name, schema)  # the same reading rules as dpsql.connect
     if not isinstance(backend, DuckDBBackend):
         raise TypeError("validate reads DuckDB connections and files")
-    con = backend.con
-    ref = exp.Table(this=exp.to_identifier(name, quoted=True))
-    rel = con.sql(exp.select(exp.Star()).from_(ref).limit(0).sql(dialect="duckdb"))
-    types = {c.lower(): t for c, t in zip(rel.columns, rel.types)}
+    try:
+        if not backend.has_table(name):
+            raise MeasurementError(f"validating table {name!r} failed: the data has no table or view of that name")
+        return _report(backend, name, schema)
+    except BackendError as e:
+        raise MeasurementError(f"validating table {name!r} failed: {e.reason}") from None
+
+
+def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationReport:
+    """:func:`validate`'s scans of the table ``name``, which exists."""
+    source = backend.source(name)
+    described = exp.select("column_name", "column_type").from_(
+        exp.Subquery(this=exp.Describe(this=exp.select(exp.Star()).from_(source.copy()))))
+    types = {c.lower(): t for c, t in _rows(backend, described)}
     present = [c for c in schema.columns if c.name.lower() in types]
     missing = [c.name for c in schema.columns if c.name.lower() not in types]
 
-    rows = con.execute(exp.select(exp.Count(this=exp.Star())).from_(ref).sql(dialect="duckdb")).fetchall()[0][0]
+    rows = _rows(backend, exp.select(exp.Count(this=exp.Star())).from_(source.copy()))[0][0]
     reports, outside_any = [], []
     for col in present:
         sql_type = types[col.name.lower()]
@@ -178,27 +202,28 @@ def validate(source: "duckdb.DuckDBPyConnection | str | os.PathLike", schema: "S
         cases = exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.string(reason)) for reason, cond in tests.items()],
                          default=exp.Literal.string("outside"))
         counted = (exp.select(exp.alias_(cases, "reason"), exp.alias_(exp.Count(this=exp.Star()), "n"))
-                   .from_(ref).where(bad).group_by(exp.column("reason")))
-        counts = dict(con.execute(counted.sql(dialect="duckdb")).fetchall())
+                   .from_(source.copy()).where(bad).group_by(exp.column("reason")))
+        counts = {str(reason): int(n) for reason, n in _rows(backend, counted)}
         examples = (exp.select(exp.alias_(exp.cast(c.copy(), "VARCHAR"), "v")).distinct()
-                    .from_(ref).where(exp.and_(bad.copy(), exp.not_(exp.Is(this=c.copy(), expression=exp.null()))))
+                    .from_(source.copy())
+                    .where(exp.and_(bad.copy(), exp.not_(exp.Is(this=c.copy(), expression=exp.null()))))
                     .order_by(exp.column("v")).limit(EXAMPLES))
-        shown = [r[0] for r in con.execute(examples.sql(dialect="duckdb")).fetchall()]
+        shown = [str(r[0]) for r in _rows(backend, examples)]
         problem = None if _compatible(col, family) else \
             f"its SQL type {sql_type} cannot hold the declared {col.kind} domain: every non-NULL value is dropped"
-        reports.append(ColumnReport(col.name, str(sql_type), {r: int(counts[r]) for r in REASONS if counts.get(r)},
+        reports.append(ColumnReport(col.name, str(sql_type), {r: counts[r] for r in REASONS if counts.get(r)},
                                     shown, problem))
 
     if outside_any:
-        clean_q = exp.select(exp.Count(this=exp.Star())).from_(ref).where(exp.not_(exp.or_(*outside_any)))
-        clean = con.execute(clean_q.sql(dialect="duckdb")).fetchall()[0][0]
+        clean_q = exp.select(exp.Count(this=exp.Star())).from_(source.copy()).where(exp.not_(exp.or_(*outside_any)))
+        clean = _rows(backend, clean_q)[0][0]
     else:
         clean = rows
     unit = None
     pu = schema.privacy_unit
     if pu.column is not None and pu.column.lower() in types:
         u = _q(pu.column)
-        per = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "k")).from_(ref)
+        per = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "k")).from_(source.copy())
                .where(exp.not_(exp.Is(this=u.copy(), expression=exp.null()))).group_by(u.copy()))
         k, bound = exp.column("k"), exp.Literal.number(pu.max_rows)
         zero = exp.Literal.number(0)
@@ -209,9 +234,10 @@ def validate(source: "duckdb.DuckDBPyConnection | str | os.PathLike", schema: "S
             exp.func("coalesce", exp.Sum(this=exp.func("greatest", exp.Sub(this=k.copy(), expression=bound.copy()),
                                                        zero.copy())), zero.copy()),
         ).from_(exp.Subquery(this=per, alias=exp.TableAlias(this=exp.to_identifier("per"))))
-        units, largest, over, rows_over = con.execute(summary.sql(dialect="duckdb")).fetchall()[0]
-        nulls_q = exp.select(exp.Count(this=exp.Star())).from_(ref).where(exp.Is(this=u.copy(), expression=exp.null()))
-        nulls = con.execute(nulls_q.sql(dialect="duckdb")).fetchall()[0][0]
+        units, largest, over, rows_over = _rows(backend, summary)[0]
+        nulls_q = (exp.select(exp.Count(this=exp.Star())).from_(source.copy())
+                   .where(exp.Is(this=u.copy(), expression=exp.null())))
+        nulls = _rows(backend, nulls_q)[0][0]
         unit = UnitReport(pu.column, int(pu.max_rows), int(units), int(largest), int(over), int(rows_over), int(nulls))
     elif pu.column is not None:
         missing.append(pu.column)
