@@ -5,11 +5,16 @@ Every DuckDB object that dpsql hands to an analyst (a result's
 :class:`ReleasedData` connection, never on the connection that holds the
 private table. It is a separate in-memory DuckDB *database* (not a cursor of
 the owner's), so no SQL run on it can name the private table, and it is
-opened with
+opened by :func:`locked_database`:
 
 * ``enable_external_access = false``: no file is read or written
   (``read_csv``, ``COPY … TO``, ``ATTACH``, ``EXPORT DATABASE``), no extension
   is installed or loaded, and Python variables are not scanned by name;
+* no temporary directory, and both settings made only once the database is
+  open: DuckDB exempts from the first setting the temporary directory
+  (``.tmp`` in the working directory, where an owner's in-memory database
+  spills the private table's blocks) and the database's own path, when they
+  are set at connect time;
 * ``lock_configuration = true``: those settings cannot be changed back.
 
 What it holds: the released answers of results (as relations made from
@@ -37,17 +42,29 @@ import duckdb
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ReleasedData", "SETTINGS"]
+__all__ = ["ReleasedData", "locked_database"]
 
-#: The configuration every analyst-facing DuckDB connection is opened with.
-SETTINGS = {"enable_external_access": False, "lock_configuration": True}
+
+def locked_database(*setup: str) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB that can reach no file, no extension and no Python variable by
+    name, and whose configuration is locked, after the ``setup`` statements have run.
+
+    >>> con = locked_database("SET TimeZone = 'UTC'")
+    >>> con.sql("SELECT value FROM duckdb_settings() WHERE name IN ('allowed_directories', 'allowed_paths')").fetchall()
+    [('[]',), ('[]',)]
+    """
+    con = duckdb.connect(":memory:", config={"temp_directory": "", "autoload_known_extensions": False,
+                                             "autoinstall_known_extensions": False})
+    for statement in (*setup, "SET enable_external_access = false", "SET lock_configuration = true"):
+        con.execute(statement)
+    return con
 
 
 class ReleasedData:
     """A locked-down in-memory DuckDB database for released data (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._con = duckdb.connect(":memory:", config=dict(SETTINGS))
+        self._con = locked_database()
         # DuckDB connections are not safe to share between threads: one call at a time
         self._lock = threading.Lock()
 
@@ -75,9 +92,10 @@ class ReleasedData:
             self._con.register(name, df)
 
     def table(self, name: str) -> duckdb.DuckDBPyRelation:
-        """The registered table ``name`` as a relation."""
+        """The registered table ``name`` (any characters: it is quoted) as a relation."""
+        quoted = '"' + name.replace('"', '""') + '"'
         with self._lock:
-            return self._con.table(name)
+            return self._con.sql(f"SELECT * FROM {quoted}")
 
     def close(self) -> None:
         """Close the database (relations made from it stop working)."""

@@ -22,7 +22,7 @@ Column kinds:
 * ``integer``: every integer from ``min`` to ``max`` inclusive.
 * ``numeric``: ``bins`` are increasing edges; value v falls in bin i when
   ``bins[i] <= v < bins[i+1]``, and the last bin also holds ``bins[-1]``.
-  Optional ``labels`` name the bins (default ``"[lo, hi)"``).
+  Optional ``labels`` name the bins: distinct strings, or distinct numbers (default ``"[lo, hi)"``).
 * ``boolean``: False, True.
 
 ``nullable: true`` makes NULL one more value of the domain (always the last
@@ -65,7 +65,7 @@ __all__ = [
     "with_public_tables",
 ]
 
-#: Largest domain accepted for one column (keeps matrices implicit-friendly).
+#: Most values (NULL aside) one column of any kind may declare (keeps matrices implicit-friendly).
 MAX_COLUMN_DOMAIN = 1_000_000
 
 
@@ -463,21 +463,47 @@ def load_schema(spec: "str | os.PathLike | Mapping[str, Any] | Schema") -> Schem
     """
     if isinstance(spec, Schema):
         return spec
-    source = None
     if isinstance(spec, Mapping):
         return _build(spec, None)
-    text = None
-    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and "\n" not in spec
-                                          and os.path.exists(spec)):
+    source = None
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and _names_a_file(spec)):
         source = os.fspath(spec)
-        with open(source, encoding="utf-8") as fh:
-            text = fh.read()
+        text = _read_schema_file(source)
     elif isinstance(spec, str):
         text = spec
     else:
         raise SchemaError([("", f"expected a path, a YAML/JSON string or a dict, got {type(spec).__name__}")])
     data = _parse_text(text, source)
     return _build(data, source)
+
+
+def _names_a_file(spec: str) -> bool:
+    """Whether a schema given as a string is a file name rather than YAML/JSON text: one line, not an
+    inline mapping (``{...}``, e.g. ``json.dumps`` output), that exists, ends in .yaml, .yml or
+    .json, or holds a path separator. So a mistyped file name is reported as a missing file, not
+    parsed as the YAML string ``"adult.yaml"``."""
+    if "\n" in spec or spec.lstrip().startswith("{"):
+        return False
+    separators = [s for s in (os.sep, os.altsep) if s]
+    return (os.path.exists(spec) or spec.lower().endswith((".yaml", ".yml", ".json"))
+            or any(s in spec for s in separators))
+
+
+def _read_schema_file(path: str) -> str:
+    """The text of the schema file ``path`` (UTF-8, with or without a byte-order mark); a file that
+    cannot be read raises :class:`~dpsql.errors.SchemaError` saying why."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        problem = "no such schema file"
+    except IsADirectoryError:
+        problem = "is a directory, not a schema file"
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 text (byte {exc.start} cannot be decoded); save it as UTF-8"
+    except OSError as exc:
+        problem = f"cannot be read: {exc.strerror or type(exc).__name__}"
+    raise SchemaError([("", problem)], path)
 
 
 def _parse_text(text: str, source: str | None) -> Any:
@@ -536,26 +562,25 @@ def _build(spec: Any, source: str | None) -> Schema:
 
     columns: list[Column] = []
     raw_cols = spec.get("columns")
+    entries: list[tuple[Any, Any]] = []  # (name, column spec), in declaration order, repeats kept
     if raw_cols is None:
         bad("columns", "is required")
-        raw_cols = {}
     elif isinstance(raw_cols, list):  # also accept [{name: ..., type: ...}, ...]
-        as_map: dict[str, Any] = {}
         for i, item in enumerate(raw_cols):
             if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
                 bad(f"columns[{i}]", "must be a mapping with a 'name'")
                 continue
-            as_map[item["name"]] = {k: v for k, v in item.items() if k != "name"}
+            entries.append((item["name"], {k: v for k, v in item.items() if k != "name"}))
         if not raw_cols:
             bad("columns", "must declare at least one column")
-        raw_cols = as_map
     elif not isinstance(raw_cols, Mapping):
         bad("columns", "must be a mapping of column name to column spec")
-        raw_cols = {}
     elif not raw_cols:
         bad("columns", "must declare at least one column")
+    else:
+        entries = list(raw_cols.items())
     seen: set[str] = set()
-    for name, cspec in raw_cols.items():
+    for name, cspec in entries:
         path = f"columns.{name}"
         if not isinstance(name, str) or not name:
             bad(path, "column name must be a non-empty string")
@@ -674,6 +699,39 @@ def _public_tables(spec: Any, private: Any, bad: Callable[[str, str], None]) -> 
     return tuple(out)
 
 
+def _domain_fits(path: str, size: int, hint: str, bad: Callable[[str, str], None]) -> bool:
+    """Whether a column of ``size`` values (NULL aside) is within :data:`MAX_COLUMN_DOMAIN`, whatever its
+    kind; if not, reports it at ``path`` with ``hint`` (how to declare a smaller domain)."""
+    if size <= MAX_COLUMN_DOMAIN:
+        return True
+    bad(path, f"domain of {size} values is too large (at most {MAX_COLUMN_DOMAIN}); {hint}")
+    return False
+
+
+def _check_keys(keys: list, path: str, bad: Callable[[str, str], None]) -> bool:
+    """Whether ``keys`` (a categorical column's values, or a binned column's labels: what GROUP BY
+    outputs for it) are all strings or all finite numbers, and distinct. None is refused (it would be
+    a second NULL group beside ``nullable``'s), and so are lists, mappings and booleans (not keys of
+    one SQL type). Reports every problem, each at its ``path[i]``."""
+    valid = []
+    for i, k in enumerate(keys):
+        if isinstance(k, str) or _is_number(k):
+            valid.append((i, k))
+        else:
+            bad(f"{path}[{i}]", f"must be a string or a number, got {k!r}")
+    ok = len(valid) == len(keys)
+    if ok and not (all(isinstance(k, str) for k in keys) or all(_is_number(k) for k in keys)):
+        bad(path, "must be all strings or all numbers")
+        ok = False
+    seen: set = set()
+    for i, k in valid:  # hashable: checked only after the types
+        if k in seen:
+            bad(f"{path}[{i}]", f"duplicate value {k!r}")
+            ok = False
+        seen.add(k)
+    return ok
+
+
 def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], None]) -> Column | None:
     if not isinstance(cspec, Mapping):
         bad(path, "must be a mapping with a 'type'")
@@ -714,22 +772,10 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         if not isinstance(vals, list) or not vals:
             bad(f"{path}.values", "must be a non-empty list")
             return None
-        strings = [isinstance(v, str) for v in vals]
-        numbers = [_is_number(v) for v in vals]
-        for i, v in enumerate(vals):
-            if not (isinstance(v, str) or _is_number(v)):
-                bad(f"{path}.values[{i}]", f"must be a string or a number, got {v!r}")
-                ok = False
-        if ok and not (all(strings) or all(numbers)):
-            bad(f"{path}.values", "must be all strings or all numbers")
-            ok = False
-        seen_vals: set = set()
-        for i, v in enumerate(vals):
-            if v in seen_vals:
-                bad(f"{path}.values[{i}]", f"duplicate value {v!r}")
-                ok = False
-            seen_vals.add(v)
-        if bounds is not None and not all(numbers):
+        if not _domain_fits(path, len(vals), "declare fewer values", bad):
+            return None
+        ok = _check_keys(vals, f"{path}.values", bad) and ok
+        if bounds is not None and not all(_is_number(v) for v in vals):
             bad(f"{path}.bounds", "only columns with numeric values can be summed")
             ok = False
         if ok:
@@ -749,14 +795,14 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         if lo is not None and hi is not None:
             if hi < lo:
                 bad(f"{path}.max", f"must be >= min ({lo})")
-            elif hi - lo + 1 > MAX_COLUMN_DOMAIN:
-                bad(path, f"domain of {hi - lo + 1} values is too large (at most {MAX_COLUMN_DOMAIN}); use numeric bins")
-            elif ok:
+            elif _domain_fits(path, hi - lo + 1, "use numeric bins", bad) and ok:
                 col = IntegerRange(name=name, nullable=nullable, bounds=bounds, min=lo, max=hi)
     elif kind == "numeric":
         edges = cspec.get("bins")
         if not isinstance(edges, list) or len(edges) < 2:
             bad(f"{path}.bins", "must be a list of at least two increasing edges")
+            return None
+        if not _domain_fits(path, len(edges) - 1, "use fewer bins", bad):
             return None
         good = True
         for i, e in enumerate(edges):
@@ -773,8 +819,7 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
             if not isinstance(labels, list) or len(labels) != len(edges) - 1:
                 bad(f"{path}.labels", f"must be a list of {len(edges) - 1} labels, one per bin")
                 good = False
-            elif len(set(map(repr, labels))) != len(labels):
-                bad(f"{path}.labels", "labels must be distinct")
+            elif not _check_keys(labels, f"{path}.labels", bad):
                 good = False
         if good and bounds is not None and not (bounds[0] <= edges[-1] and bounds[1] >= edges[0]):
             bad(f"{path}.bounds", f"must overlap the bins' range [{edges[0]}, {edges[-1]}]")

@@ -13,7 +13,7 @@ from sql_oracle import SCHEMA, StatementGenerator, _py, assert_released_near_exa
 
 import dpsql
 from dpsql.api import connection as connection_module
-from dpsql.errors import BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
+from dpsql.errors import ArgumentError, BudgetExceededError, MeasurementError, PrivacyError, UnknownColumnError
 from dpsql.hdmm.marginals import Marginals
 from dpsql.hdmm.matrix import Dense, Identity, IdentityTotal, Prefix, Total
 from dpsql.hdmm.optimize import select
@@ -113,6 +113,38 @@ def test_statement_options_set_the_spend():
         db.query("SELECT COUNT(*) FROM people")
 
 
+def test_the_spend_is_given_in_one_place():
+    """A statement's OPTIONS and the call's epsilon= used to be resolved silently (the call won: 50×
+    what the statement said); a batch where only some statements set epsilon said "say how much to
+    spend". Both are refused, naming the conflict, and spend nothing."""
+    db = connect(make_table(100))
+    stated = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.1, delta=0) COUNT(*) FROM people"
+    for kwargs in [{"epsilon": 5.0}, {"rho": 1.0}]:
+        with pytest.raises(PrivacyError, match=f"passes {next(iter(kwargs))}= too: give the spend in one place"):
+            db.query(stated, **kwargs)
+    with pytest.raises(ArgumentError, match="std_error, or the statements' WITH DIFFERENTIAL_PRIVACY OPTIONS"):
+        db.query(stated, std_error=5.0)
+    with pytest.raises(PrivacyError, match="statement 2 of the batch set epsilon .* statements 1, 3 do not"):
+        db.batch(["SELECT COUNT(*) FROM people", stated, "SELECT sex, COUNT(*) FROM people GROUP BY sex"])
+    with pytest.raises(ArgumentError, match="not std_error="):
+        db.query("EXPLAIN SELECT COUNT(*) FROM people", std_error=5.0)
+    assert db.ledger.entries() == []
+    db.query(stated)
+    assert db.spent().epsilon == pytest.approx(0.1)
+
+
+def test_what_spends_nothing_needs_no_spend():
+    """Group keys alone (DISTINCT, GROUP BY without aggregates) come from the public domain: no
+    epsilon is asked for, none is spent, and one given is still checked."""
+    db = connect(make_table(100))
+    out = db.query("SELECT DISTINCT sex FROM people WHERE sex IS NOT NULL")
+    assert out.df["sex"].tolist() == ["F", "M"] and out.epsilon == 0.0
+    assert db.explain("SELECT age FROM people GROUP BY age").statements[0]["age"].tolist() == [*range(21), None]
+    with pytest.raises(PrivacyError):
+        db.query("SELECT DISTINCT sex FROM people", epsilon=-1.0)
+    assert db.ledger.entries() == []
+
+
 def test_default_noise_is_the_lower_error_one():
     db = connect(make_table(100))
     sql = "SELECT age, COUNT(*) FROM people GROUP BY age"
@@ -122,6 +154,15 @@ def test_default_noise_is_the_lower_error_one():
     assert chosen.rmse == pytest.approx(min(lap.rmse, gau.rmse))
     assert chosen.mechanism == ("laplace" if lap.rmse < gau.rmse else "gaussian")
     assert lap.delta == 0.0 and gau.delta == 1e-6
+
+
+def test_gaussian_noise_without_delta_says_whose_delta_is_zero():
+    request = connect(make_table(50), budget=Budget(epsilon=1.0, delta=1e-5))
+    with pytest.raises(PrivacyError, match="this request's delta is 0"):
+        request.query("SELECT COUNT(*) FROM people", epsilon=0.5, delta=0.0, noise="gaussian")
+    budget = connect(make_table(50), budget=Budget(epsilon=1.0))
+    with pytest.raises(PrivacyError, match="this budget has delta = 0"):
+        budget.query("SELECT COUNT(*) FROM people", epsilon=0.5, noise="gaussian")
 
 
 def test_zcdp_budget():
@@ -521,6 +562,24 @@ def test_expressions_over_aggregates_are_evaluated_by_duckdb_after_noise():
         ["sex", "n2", "std_error", "ci_low", "ci_high"]
 
 
+def test_integer_division_of_integer_aggregates_truncates_as_duckdb_does():
+    """COUNT and a SUM of integers are integers in DuckDB, so their // truncates (toward zero);
+    an AVG is a DOUBLE, whose // divides. The noisy answers are DOUBLEs, and // of them used to
+    divide (7.55 where DuckDB says 7). Compared where the exact division leaves a remainder (a
+    noisy 699.9999 // 7 is 99, DuckDB's exact 700 // 7 is 100)."""
+    con = make_table(400, seed=5)
+    db = connect(con)
+    sql = ("SELECT region, COUNT(*) // 7 AS a, SUM(age) // 4 AS b, -SUM(age) // 3 AS c, AVG(age) // 2 AS d, "
+           "COUNT(*) AS n, SUM(age) AS s FROM people GROUP BY region HAVING COUNT(*) // 10 >= 1 ORDER BY region")
+    got, want = db.query(sql, epsilon=1e9, noise="laplace").df, con.sql(sql).df()
+    assert got["region"].tolist() == want["region"].tolist() and len(got) == 4
+    for col, divides in [("a", want["n"] % 7 != 0), ("b", want["s"] % 4 != 0), ("c", want["s"] % 3 != 0)]:
+        assert (got[col] == np.trunc(got[col])).all() and divides.any()
+        np.testing.assert_array_equal(got[col][divides], want[col][divides].astype(float))
+    np.testing.assert_allclose(got["d"], want["d"], rtol=1e-6)
+    assert (got["d"] != np.trunc(got["d"])).any()  # AVG's // is a division
+
+
 def test_quantile_intervals_cover_duckdb_quantiles():
     """MEDIAN and a 90th percentile per group, released at a small budget: the CDF band's interval
     holds DuckDB's exact quantile in most draws (the band is pointwise at 95%, so coverage is
@@ -588,3 +647,36 @@ def test_pairs_of_group_by_keys_with_a_column_of_100000_values_take_a_residual_s
     assert results[2].release.operator == "OPT_M" and len(results[0].df) == 300_000
     both = results[2].df.merge(con.sql(pairs[2]).df(), on=["y", "z"], suffixes=("", "_exact"))
     assert len(both) == 12 and ((both.c - both.c_exact).abs() < 6 * both.std_error).all()
+
+
+@pytest.mark.parametrize("lo", [2**20, 10**6, 2**40])
+def test_a_sum_over_large_nearly_equal_values_is_not_read_as_a_count(lo):
+    """A SUM whose values lo..lo+9 differ by parts per million is still a SUM: OPT_0 took its
+    weights for a constant (``np.allclose``) and measured COUNT(*) alone, which answered it as
+    the mean value times the count (off by 5·10⁸ of 10¹⁰, with a standard error of 0.08)."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS SELECT {lo} + (i * i) % 10 AS v, i % 2 = 0 AS g FROM range(3000) r(i)")
+    schema = {"table": "t", "columns": {"v": {"type": "integer", "min": lo, "max": lo + 9}, "g": {"type": "boolean"}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1e15), cache=False)
+    for sql in ["SELECT SUM(v) AS a FROM t", "SELECT AVG(v) AS a FROM t",
+                "SELECT g, SUM(v) AS a FROM t GROUP BY g ORDER BY g", "SELECT SUM(v) AS a FROM t WHERE g"]:
+        want = [r[-1] for r in con.sql(sql).fetchall()]
+        got = db.query(sql, epsilon=1e14).df["a"].tolist()
+        assert np.allclose(got, want, rtol=1e-9, atol=0), (sql, got, want)
+
+
+def test_every_answer_describes_the_rows_in_the_declared_domain():
+    """A row outside the domain of any declared column is dropped from every answer, not only
+    from those that read that column: COUNT(*) alone, beside a GROUP BY, and COUNT(a) (whose
+    NULLs the domain does not hold) are the same number."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT CASE WHEN i < 25 THEN NULL WHEN i < 50 THEN 99 ELSE i % 5 END AS a, "
+                "i % 2 = 0 AS g FROM range(100) r(i)")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 4}, "g": {"type": "boolean"}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1e15), cache=False)
+    in_domain = con.sql("SELECT COUNT(*) FROM t WHERE a BETWEEN 0 AND 4").fetchall()[0][0]
+    by_g = [n for _, n in con.sql("SELECT g, COUNT(*) FROM t WHERE a BETWEEN 0 AND 4 GROUP BY g ORDER BY g").fetchall()]
+    counts = [db.query(sql, epsilon=1e14).df["n"].tolist() for sql in [
+        "SELECT COUNT(*) AS n FROM t", "SELECT COUNT(a) AS n FROM t", "SELECT COUNT(a) AS n, SUM(a) AS s FROM t"]]
+    assert np.allclose(counts, [[in_domain]] * 3, atol=1e-6), counts
+    assert np.allclose(db.query("SELECT g, COUNT(a) AS n FROM t GROUP BY g", epsilon=1e14).df["n"], by_g, atol=1e-6)

@@ -114,7 +114,7 @@ CASES = [
     # -- SUM / AVG
     ("SELECT SUM(sex) FROM t", E.DomainError, "cannot SUM the categorical column 'sex'", "SUM"),
     ("SELECT SUM(CASE WHEN age > 3 THEN 2 ELSE 0 END) FROM t", E.UnsupportedSQLError,
-     "SUM takes a column name or CASE WHEN condition THEN column END", "CASE"),
+     "SUM takes a column name or CASE WHEN condition THEN column or 1 END", "CASE"),
     ("SELECT AVG(CASE WHEN age > 3 THEN age ELSE 0 END) FROM t", E.UnsupportedSQLError, "AVG takes a column", "CASE"),
     ("SELECT COUNT(*) FILTER (WHERE COUNT(*) > 1) FROM t", E.GroupingError, "not allowed in FILTER", "COUNT(*) > 1"),
     ("SELECT COUNT(*) FILTER (WHERE sex = 1) FROM t", E.DomainError, "holds strings", "1"),

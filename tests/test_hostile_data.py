@@ -130,6 +130,90 @@ def test_a_view_whose_cast_fails_on_one_row_answers_like_the_table_without_it(ca
     np.testing.assert_array_equal(released(with_bad, cache=cache), released(without, cache=cache))
 
 
+#: ``a``, except that it fails (division by zero) on the value 999.
+FAILS = "a + 0 * (1 // (a - 999))"
+#: Owner views in which the expression that fails on one row sits somewhere other than the top
+#: SELECT's outputs (which alone were made safe before): each must drop that row and nothing else.
+VIEWS = {
+    "output": f"SELECT {FAILS} AS age, sex FROM raw",
+    "subquery": f"SELECT age, sex FROM (SELECT {FAILS} AS age, sex FROM raw) s",
+    "cte": f"WITH s AS (SELECT {FAILS} AS age, sex FROM raw) SELECT * FROM s",
+    "union": f"SELECT {FAILS} AS age, sex FROM raw WHERE sex = 'F' UNION ALL SELECT {FAILS}, sex FROM raw "
+             "WHERE sex <> 'F'",
+    "where": f"SELECT a AS age, sex FROM raw WHERE {FAILS} >= 0",
+    "join": f"SELECT r.a AS age, r.sex FROM raw r JOIN (SELECT DISTINCT sex FROM raw) q "
+            f"ON {FAILS.replace('a', 'r.a')} >= 0 AND r.sex = q.sex",
+    "group by and having": f"SELECT age, sex FROM (SELECT {FAILS} AS age, sex, COUNT(*) AS k FROM raw "
+                           f"GROUP BY 1, 2 HAVING {FAILS} >= 0) g, range(k)",
+    "unnest": f"SELECT u AS age, sex FROM raw, unnest([{FAILS}]) t(u)",
+    "window": f"SELECT {FAILS} AS age, sex FROM raw QUALIFY row_number() OVER (PARTITION BY {FAILS}, sex) >= 1",
+}
+
+
+@pytest.mark.parametrize("view", VIEWS.values(), ids=VIEWS.keys())
+def test_a_view_failing_on_one_row_anywhere_answers_like_the_table_without_it(cache, view):
+    """Wherever in the owner's view a row's value makes DuckDB fail (a set operation, a subquery,
+    a join condition, a grouping key, an UNNEST, a window), that row is out of the domain and
+    the release equals (same seeded noise) that of the table without it. Only the top SELECT's
+    outputs and WHERE were made safe before: each of these failed the measurement after the
+    charge, so whether a request failed depended on the data."""
+    rows = list(clean_frame().itertuples(index=False))
+    with_bad = duckdb.connect()
+    with_bad.execute("CREATE TABLE raw (a INTEGER, sex VARCHAR)")
+    with_bad.executemany("INSERT INTO raw VALUES (?, ?)", [(int(a), s) for a, s in rows] + [(999, "M")])
+    with_bad.execute(f"CREATE VIEW t AS {view}")
+    without = duckdb.connect()
+    without.execute("CREATE TABLE t (age INTEGER, sex VARCHAR)")
+    without.executemany("INSERT INTO t VALUES (?, ?)", [(int(a), s) for a, s in rows])
+    np.testing.assert_array_equal(released(with_bad, cache=cache), released(without, cache=cache))
+
+
+def test_a_view_that_cannot_be_planned_is_refused_before_the_charge(monkeypatch):
+    """What fails whatever the rows hold (here a made-safe view DuckDB cannot bind) fails while the
+    query is planned, before the kernel charges the budget, and the message quotes no SQL of the
+    view (whose literals may be the owner's secrets)."""
+    from dpsql.private import backend
+
+    def unbindable(query):  # what wrapping UNNEST in TRY used to make of a view
+        for column in list(query.find_all(backend.exp.Column)):
+            column.replace(backend.exp.Try(this=backend.exp.Explode(this=column.copy())))
+    monkeypatch.setattr(backend, "_guard_query", unbindable)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE raw AS SELECT (i % 90)::INTEGER AS a, 'F' AS sex, 'dx:secret' AS note FROM range(50) r(i)")
+    con.execute("CREATE VIEW t AS SELECT a AS age, sex FROM raw WHERE note <> 'dx:other-secret'")
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    with pytest.raises(MeasurementError) as info:
+        db.query("SELECT sex, COUNT(*) FROM t GROUP BY sex", epsilon=0.5)
+    assert "secret" not in str(info.value) and "LINE" not in str(info.value), str(info.value)
+    assert db.ledger.entries() == [] and "spend" not in str(info.value)
+
+
+#: A hostile CSV line holding line breaks, and the clean line(s) it must read as ("" for none): \n, \r\n
+#: and a lone \r each end a line, whatever ends the file's other lines, and quotes never join lines.
+LINE_BREAKS = [("31,F\r\n", "31,F"), ("31,F\n", "31,F"), ("\r", ""), ("31,F\r\r", "31,F"), ("\r31,F", "31,F"),
+               ("31,\rF", ""), ('31,"F\nM"', ""), ('31,"F\r\nM"', ""), ("4,F,", "")]
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("hostile,reads_as", LINE_BREAKS, ids=[repr(h) for h, _ in LINE_BREAKS])
+def test_a_csv_line_break_changes_no_other_row(tmp_path, cache, eol, hostile, reads_as):
+    """A line break in a CSV line (a quoted one, a \r\n line in a \n file or the reverse, a lone \r)
+    ends a line there and nowhere else: the hostile text reads as the clean lines it splits into
+    (dropped when they have the wrong number of fields or are out of the domain), and no other
+    line changes. It used to fail every measurement after the charge (DuckDB's CSV state machine
+    rejects a line end other than the one it sniffed), so failing depended on the data. The line
+    is put first (where a sniffer looks) and in the middle."""
+    rows = [f"{a},{s}" for a, s in clean_frame().itertuples(index=False)]
+
+    def csv(path, line):
+        put = [line] if line else []
+        path.write_bytes(("age,sex" + eol + eol.join(put + rows[:150] + put + rows[150:]) + eol).encode())
+        return path
+
+    dirty, oracle = csv(tmp_path / "dirty.csv", hostile), csv(tmp_path / "oracle.csv", reads_as)
+    np.testing.assert_array_equal(released(dirty, cache=cache), released(oracle, cache=cache))
+
+
 def test_a_read_that_fails_after_the_charge_keeps_it():
     """A failure that no rewrite can prevent (the owner's view calls error() on one value) happens
     after the spend is recorded: the charge stays, the error says so and quotes no data."""

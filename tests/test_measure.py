@@ -222,11 +222,11 @@ def make_people(con, n, seed, table="people"):
 
 def oracle_marginals(con, table, schema, attributes, subsets):
     """Histograms computed in Python from Column.encode, dropping rows with -1 in
-    any column that some requested marginal reads."""
+    any declared column."""
     rows = con.execute(f'SELECT {", ".join(c.name for c in schema.columns)} FROM "{table}"').fetchall()
     codes = {c.name: encode_oracle(c, [r[i] for r in rows]) for i, c in enumerate(schema.columns)}
     read = {c for s in subsets for a in s for c in attributes[a].columns}
-    keep = np.all([np.array(codes[c]) >= 0 for c in read] + [np.ones(len(rows), bool)], axis=0)
+    keep = np.all([np.array(codes[c.name]) >= 0 for c in schema.columns] + [np.ones(len(rows), bool)], axis=0)
     attr_idx = []
     for a in attributes:
         cols = [np.array(codes[c])[keep] for c in a.columns]
@@ -289,9 +289,13 @@ def test_empty_and_all_out_of_domain(con):
     con.execute("INSERT INTO t VALUES (7, true), (1, NULL), (NULL, false)")
     got = measure_marginals(con, "t", schema, attrs, [(), (0, 1)])
     assert [g.tolist() for g in got] == [[0.0], [0.0] * 6]
-    # only the columns a measurement reads must be in domain
-    assert measure_marginals(con, "t", schema, attrs, [()])[0].tolist() == [3.0]
-    assert measure_marginals(con, "t", schema, attrs, [(0,)])[0].tolist() == [0.0, 1.0, 0.0]
+    # every declared column must be in its domain, whichever columns a measurement reads: the
+    # total, a's marginal and their joint marginal count the same (here no) rows
+    assert measure_marginals(con, "t", schema, attrs, [()])[0].tolist() == [0.0]
+    assert measure_marginals(con, "t", schema, attrs, [(0,)])[0].tolist() == [0.0, 0.0, 0.0]
+    con.execute("INSERT INTO t VALUES (2, false)")
+    assert [g.tolist() for g in measure_marginals(con, "t", schema, attrs, [(), (0,), (1,)])] == \
+        [[1.0], [0.0, 0.0, 1.0], [1.0, 0.0]]
 
 
 def test_quoted_names_and_extra_columns(con):

@@ -340,8 +340,13 @@ def test_workload_descriptions():
     assert workload_marginals([("b", "a"), ("d",)], schema, attrs) == [(0, 1), (3,)]
     sql = ["SELECT a, COUNT(*) FROM t WHERE c GROUP BY a", "SELECT b, d, COUNT(*) FROM t GROUP BY b, d"]
     assert workload_marginals(sql, schema, attrs) == [(0, 2), (1, 3)]
+    # a list of names alone is their one-way marginals (it was compiled as SQL, and refused)
+    assert workload_marginals(["b", "D"], schema, attrs) == [(1,), (3,)] == workload_marginals("b;d".split(";"),
+                                                                                              schema, attrs)
     with pytest.raises(WorkloadError):
         workload_marginals(7, schema, attrs)
+    with pytest.raises(WorkloadError, match="group keys alone, as in SELECT DISTINCT"):
+        workload_marginals("SELECT DISTINCT a FROM t", schema, attrs)
 
 
 def cli_files(tmp_path, rows: int):

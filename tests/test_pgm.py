@@ -526,6 +526,22 @@ def test_a_greedy_model_holds_a_strong_dependence_confined_to_one_cell_of_many()
         assert tree.size <= 2_000 and {o.subset for o in fitted} >= {(0,), (1,), (2,), (0, 2)}
 
 
+def test_a_model_of_every_measured_set_larger_than_the_greedy_limit_is_built_greedily():
+    """Every pair of 20 binary attributes makes one clique of 2^20 cells, within the default 10 MB:
+    it used to be the model, and its fit took seconds a step (hours in all). Above GREEDY_CELLS
+    the model is chosen greedily, as when the measured sets exceed max_model_size; at or below
+    it (all pairs of 16), the model still holds every measured set."""
+    from dpsql.synth.pgm import GREEDY_CELLS
+
+    rng = np.random.default_rng(0)
+    for d in (16, 20):
+        pairs = list(itertools.combinations(range(d), 2))
+        observations = [Observation(p, 50.0 + rng.standard_normal(4), 1.0) for p in pairs]
+        tree, fitted = model_structure((2,) * d, observations, max_cells=10 * 2**20 // 8)
+        assert tree.size <= GREEDY_CELLS
+        assert (tree.size == 2**16 and len(fitted) == len(pairs)) if d == 16 else tree.size < 2**20
+
+
 def test_refining_toward_exact_marginals_reaches_them_and_keeps_the_records_in_the_domain():
     from dpsql.synth.refine import refine
 

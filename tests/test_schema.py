@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from dpsql import schema as schema_module
 from dpsql.errors import Error, SchemaError
 from dpsql.schema import Binned, Boolean, Categorical, IntegerRange, load_schema
 
@@ -180,3 +181,60 @@ def test_grid_order_is_c_order():
     s = load_schema({"table": "t", "columns": {"a": {"type": "boolean"}, "b": {"type": "integer", "min": 0, "max": 2}}})
     idx = np.ravel_multi_index([[s.columns[0].index_of(True)], [s.columns[1].index_of(2)]], s.domain)
     assert idx[0] == 1 * 3 + 2
+
+
+def test_a_schema_file_that_cannot_be_read_says_why(tmp_path, monkeypatch):
+    """A string that names a file is read as one, even when the file is missing (it used to be parsed
+    as the YAML string "adult.yaml": "must be a mapping, got str"); a directory or a file that is not
+    UTF-8 is a SchemaError naming the file, not an OSError or UnicodeDecodeError."""
+    monkeypatch.chdir(tmp_path)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("table: t\ncolumns:\n  a: {type: categorical, values: [\u00e9]}\n".encode("latin-1"))
+    for spec, problem in [("adult.yaml", "no such schema file"), ("schemas/adult", "no such schema file"),
+                          (str(tmp_path), "is a directory, not a schema file"), (latin, "is not UTF-8 text")]:
+        with pytest.raises(SchemaError, match=problem) as info:
+            load_schema(spec)
+        assert info.value.source == str(spec)
+    bom = tmp_path / "bom.json"  # Notepad's UTF-8 starts with a byte-order mark
+    bom.write_text(json.dumps({"table": "t", "columns": {"a": {"type": "boolean"}}}), encoding="utf-8-sig")
+    assert load_schema(bom).names == ("a",)
+    # one line of JSON holding a "/" is text, not a path
+    assert load_schema(json.dumps({"table": "t", "columns": {"a": {"type": "categorical", "values": ["N/A"]}}})
+                       ).column("a").values == ("N/A",)
+
+
+@pytest.mark.parametrize("column,path", [
+    ({"type": "categorical", "values": [[1, 2], "x"]}, "columns.a.values[0]"),
+    ({"type": "categorical", "values": [{"k": 1}, {"k": 1}]}, "columns.a.values[1]"),
+    ({"type": "categorical", "values": ["x", None]}, "columns.a.values[1]"),
+    ({"type": "numeric", "bins": [0, 2, 5], "labels": [None, "hi"], "nullable": True}, "columns.a.labels[0]"),
+    ({"type": "numeric", "bins": [0, 2, 5], "labels": [["lo"], {"hi": 1}]}, "columns.a.labels[1]"),
+    ({"type": "numeric", "bins": [0, 2, 5], "labels": ["lo", 5]}, "columns.a.labels"),
+    ({"type": "numeric", "bins": [0, 2, 5], "labels": [1, 1.0]}, "columns.a.labels[1]"),
+])
+def test_group_keys_are_distinct_strings_or_numbers(column, path):
+    """A categorical value or a bin label is what GROUP BY outputs: a list or mapping would be a
+    group key (or crash the duplicate check, unhashable), and None a second NULL group."""
+    with pytest.raises(SchemaError) as info:
+        load_schema({"table": "t", "columns": {"a": column}})
+    assert path in {p for p, _ in info.value.problems}
+
+
+def test_a_column_repeated_in_the_list_form_is_refused():
+    with pytest.raises(SchemaError, match=r"columns\.a: duplicate column name"):
+        load_schema({"table": "t", "columns": [{"name": "a", "type": "boolean"},
+                                               {"name": "a", "type": "integer", "min": 0, "max": 3}]})
+
+
+@pytest.mark.parametrize("column", [
+    {"type": "categorical", "values": list(range(11))},
+    {"type": "categorical", "values": [str(i) for i in range(11)]},
+    {"type": "integer", "min": 0, "max": 10},
+    {"type": "numeric", "bins": list(range(12))},
+])
+def test_every_column_kind_is_capped_at_max_column_domain(monkeypatch, column):
+    monkeypatch.setattr(schema_module, "MAX_COLUMN_DOMAIN", 10)
+    with pytest.raises(SchemaError, match=r"columns\.a: domain of 11 values is too large \(at most 10\)"):
+        load_schema({"table": "t", "columns": {"a": column}})
+    monkeypatch.setattr(schema_module, "MAX_COLUMN_DOMAIN", 11)
+    assert load_schema({"table": "t", "columns": {"a": column}}).domain == (11,)

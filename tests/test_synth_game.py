@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import duckdb
 import numpy as np
@@ -284,6 +285,24 @@ def test_fem_under_zcdp_spends_rho():
     syn = db.synthesize("fem", workload=1, rho=0.01, eps0=0.05, samples=5, seed=0)
     T = math.floor(0.01 / (0.05 ** 2 / 8) + 1e-9)
     assert db.spent().rho == pytest.approx(T * 0.05 ** 2 / 8) and len(syn.records) == 5 * T
+
+
+def test_fem_runs_its_oracle_in_one_process_unless_asked(monkeypatch):
+    """Worker processes are spawned, and spawning reruns a script's top level: in a script with no
+    ``__main__`` guard, every worker called ``synthesize`` again and spent again (one ε = 1 request
+    charged ε = 5 on 2 cores). So the MIP oracle runs inline unless ``processes`` asks for more."""
+    import dpsql.synth.fem as fem_module
+
+    asked = []
+    real = fem_module.best_responses
+    monkeypatch.setattr(fem_module, "best_responses",  # records what is asked for, solves inline
+                        lambda *a, **k: asked.append(k["processes"]) or real(*a, **{**k, "processes": 1}))
+    con, _ = make_table(300)
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
+    db.synthesize("fem", workload=1, rho=0.0004, eps0=0.05, samples=2, oracle="mip", seed=0, name="one")
+    rounds = len(asked)
+    db.synthesize("fem", workload=1, rho=0.0004, eps0=0.05, samples=2, oracle="mip", seed=0, processes=2, name="two")
+    assert rounds >= 1 and asked == [1] * rounds + [min(2, os.cpu_count() or 1)] * rounds
 
 
 def test_dualquery_spends_count_plus_theorem_4_3(tmp_path):

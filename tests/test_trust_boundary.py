@@ -66,6 +66,26 @@ def test_nothing_handed_out_can_read_the_private_table_or_files(owner, tmp_path)
     assert "people_syn" not in {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables()").fetchall()}
 
 
+def test_the_analysts_database_cannot_reach_duckdbs_temporary_directory(owner, tmp_path, monkeypatch):
+    """DuckDB exempts its temporary directory (``.tmp`` in the working directory, where the owner's
+    in-memory database spills the private table's blocks) and the database's own path from
+    ``enable_external_access = false`` when that is set at connect time: an analyst could list
+    and read the spilled blocks, write files there and create ``:memory:`` files on disk."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "duckdb_temp_storage-0.tmp").write_bytes(b"SSN-123-45-6789")  # a spilled block
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    released = db.released
+    assert released.sql("SELECT value FROM duckdb_settings() WHERE name IN ('allowed_directories', "
+                        "'allowed_paths', 'temp_directory') ORDER BY name").fetchall() == [("[]",), ("[]",), ("",)]
+    for sql in [f"SELECT * FROM glob('{tmp_path}/.tmp/*')", f"SELECT content FROM read_blob('{tmp_path}/.tmp/*')",
+                f"COPY (SELECT 1) TO '{tmp_path}/.tmp/written.csv'", f"ATTACH '{tmp_path}/:memory:' AS disk",
+                "ATTACH ':memory:.db' AS disk2"]:
+        _refused(released, sql)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".tmp", "duckdb_temp_storage-0.tmp", "secret.csv"]
+
+
 def _reachable(obj, depth=3, seen=None):
     """Every object reachable from ``obj`` through public attributes (no leading underscore)."""
     seen = {} if seen is None else seen
@@ -115,6 +135,16 @@ def test_a_synthetic_table_never_replaces_an_existing_one(owner, name):
         db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name=name, seed=0)
     assert db.spent() == spent
     assert con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0] == 500
+
+
+@pytest.mark.parametrize("name", ['my "synth"', "with space", "select"])
+def test_a_synthetic_table_of_any_name_is_a_relation(owner, name):
+    """A name that must be quoted in SQL: its relation is the table (it was a raw DuckDB
+    CatalogException after the run had spent)."""
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False)
+    syn = db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name=name, seed=0)
+    assert syn.relation.aggregate("COUNT(*)").fetchall()[0][0] == len(syn.df) > 0
 
 
 def _release(source, seed=5):

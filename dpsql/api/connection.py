@@ -133,6 +133,8 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
         raise ArgumentError("public_tables must be a list of table names")
     if any(t.lower() == name.lower() for t in public_tables):
         raise ArgumentError(f"the private table {name!r} cannot be marked public")
+    if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
+        raise ArgumentError(f"ledger must be a file path, or None to keep it in memory; got {type(ledger).__name__}")
     backend = open_source(source, name, schema)
     if public_tables:
         schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
@@ -194,6 +196,9 @@ class Connection:
         is read or spent."""
         inner = explained(sql)
         if inner is not None:
+            if std_error is not None:
+                raise ArgumentError("EXPLAIN shows the standard errors a spend gives: pass epsilon= or rho=, "
+                                    "not std_error=")
             return self.explain(inner, epsilon, delta, rho, noise, objective)
         compiled = compile_batch(sql, self.schema)
         if len(compiled.statements) != 1:
@@ -398,6 +403,9 @@ class Connection:
             raise ArgumentError(f"std_error must be a positive finite number, got {target!r:.80}")
         if epsilon is not None or rho is not None:
             raise ArgumentError("give std_error, or epsilon or rho, not both")
+        if _statement_options(compiled) is not None:
+            raise ArgumentError("give std_error, or the statements' WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = ...), "
+                                "not both")
         if noise is not None and noise not in NOISE_FAMILIES:
             raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r:.80}")
         zcdp = self.budget.currency == ZCDP
@@ -475,8 +483,16 @@ class Connection:
         if noise is not None and noise not in NOISE_FAMILIES:
             raise PrivacyError(f"noise must be one of {NOISE_FAMILIES}, got {noise!r:.80}")
         budget = self.budget
-        if epsilon is None and rho is None:
-            epsilon, delta = _statement_options(compiled, delta)
+        stated = _statement_options(compiled)
+        if stated is not None:
+            given = [f"{k}=" for k, v in (("epsilon", epsilon), ("rho", rho), ("delta", delta)) if v is not None
+                     and (k != "delta" or stated[1] is not None)]
+            if given:
+                raise PrivacyError(f"the statements set their spend in WITH DIFFERENTIAL_PRIVACY OPTIONS, and this "
+                                   f"call passes {' and '.join(given)} too: give the spend in one place")
+            epsilon, delta = stated[0], stated[1] if stated[1] is not None else delta
+        elif not compiled.terms and epsilon is None and rho is None:
+            return []  # nothing to measure, nothing to spend
         requested = budget.request(epsilon=epsilon, delta=delta, rho=rho)
         families = [noise] if noise else list(NOISE_FAMILIES)
         out: list[tuple[NoiseModel, Cost]] = []
@@ -498,7 +514,8 @@ class Connection:
                 gauss_delta = requested.delta if delta is not None else budget.delta * requested.epsilon / budget.epsilon
                 if gauss_delta <= 0:
                     if noise == "gaussian":
-                        raise PrivacyError("Gaussian noise needs delta > 0; this budget has delta = 0")
+                        raise PrivacyError("Gaussian noise needs delta > 0; " + (
+                            "this request's delta is 0" if delta is not None else "this budget has delta = 0"))
                     continue
                 model = Gaussian(epsilon=requested.epsilon, delta=gauss_delta)
                 cost = Cost.gaussian(budget, epsilon=requested.epsilon, delta=gauss_delta)
@@ -512,14 +529,21 @@ class Connection:
         return out
 
 
-def _statement_options(compiled: CompiledBatch, delta: float | None) -> tuple[float | None, float | None]:
-    """ε and δ summed over the statements' DIFFERENTIAL_PRIVACY options, if every statement has ε."""
+def _statement_options(compiled: CompiledBatch) -> tuple[float, float | None] | None:
+    """ε and δ (None if no statement sets one) summed over the statements' WITH DIFFERENTIAL_PRIVACY
+    OPTIONS, or None when no statement sets ε; a PrivacyError when some do and others do not."""
     opts = [st.plan.options for st in compiled.statements]
-    if not opts or any("epsilon" not in o for o in opts):
-        return None, delta
+    stated = [i + 1 for i, o in enumerate(opts) if "epsilon" in o]
+    if not stated:
+        return None
+    if len(stated) < len(opts):
+        missing = [i + 1 for i, o in enumerate(opts) if "epsilon" not in o]
+        raise PrivacyError(f"statement{'s' if len(stated) > 1 else ''} {', '.join(map(str, stated))} of the batch "
+                           f"set epsilon in WITH DIFFERENTIAL_PRIVACY OPTIONS, and statement"
+                           f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} do not: give every "
+                           "statement its epsilon, or none and pass epsilon= to the call")
     eps = math.fsum(float(o["epsilon"]) for o in opts)
-    if delta is None and any("delta" in o for o in opts):
-        delta = math.fsum(float(o.get("delta", 0.0)) for o in opts)
+    delta = math.fsum(float(o.get("delta", 0.0)) for o in opts) if any("delta" in o for o in opts) else None
     return eps, delta
 
 

@@ -20,9 +20,9 @@ somewhere. It has three members:
 
 :func:`open_source` turns what ``dpsql.connect`` is given (a connection, a
 file, a ``SparkSession``) into a backend. A CSV file is read line by line
-with fixed dialect options and no type sniffing (:func:`csv_view`): in a
-sniffed read, one row could change the detected types or delimiter, and with
-them every other row.
+with fixed dialect options and nothing sniffed (:func:`csv_view`): in a
+sniffed read, one row could change the detected types, delimiter or line
+ends, and with them every other row.
 
 Failures of the engine are raised as :class:`BackendError`, whose text is
 data-free: the engine's message is kept only for schema-level problems
@@ -53,13 +53,16 @@ import abc
 import csv
 import decimal
 import os
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import duckdb
 import numpy as np
 import sqlglot
 from sqlglot import exp
+
+from dpsql.errors import ArgumentError
 
 if TYPE_CHECKING:
     from dpsql.schema import Schema
@@ -165,6 +168,11 @@ class Backend(abc.ABC):
     def run(self, query: exp.Select) -> dict[str, np.ndarray]:
         """Execute ``query`` rendered in :attr:`dialect`; its result as one array per column."""
 
+    @abc.abstractmethod
+    def check(self, query: exp.Select) -> None:
+        """Plan ``query`` without reading a row, so that what fails whatever the data holds (a
+        missing column, a view DuckDB cannot bind) fails here, before the budget is charged."""
+
     def render(self, query: exp.Expression) -> str:
         """The SQL text this backend executes for ``query``."""
         return query.sql(dialect=self.dialect)
@@ -204,6 +212,12 @@ class DuckDBBackend(Backend):
     def run(self, query: exp.Select) -> dict[str, np.ndarray]:
         try:
             return dict(self.con.execute(self.render(query)).fetchnumpy())
+        except duckdb.Error as e:
+            raise _duckdb_failure(e) from None
+
+    def check(self, query: exp.Select) -> None:
+        try:
+            self.con.execute("EXPLAIN " + self.render(query)).fetchall()
         except duckdb.Error as e:
             raise _duckdb_failure(e) from None
 
@@ -257,32 +271,105 @@ def _view_definition(con: "duckdb.DuckDBPyConnection", name: str) -> tuple[str, 
     return sql, columns
 
 
+#: Nodes TRY(...) cannot wrap, or whose meaning it would change: aggregates, windows, subqueries,
+#: set-returning functions (UNNEST) and lambdas.
+_NOT_ROW_LEVEL = (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, exp.SetOperation, exp.Unnest, exp.Explode,
+                  exp.Lambda, *_VOLATILE)
+#: Nodes no row's value can make fail: nothing to wrap.
+_ATOMS = (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Star, exp.Identifier, exp.Var, exp.Placeholder,
+          exp.Parameter, exp.Try)
+
+
 def _row_level(e: exp.Expression) -> bool:
-    """Whether TRY(e) is allowed and means the same per row: no aggregate, window, subquery or
-    (possibly) volatile function inside."""
-    return not any(isinstance(n, (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, *_VOLATILE)) for n in e.walk())
+    """Whether TRY(e) is allowed and means the same per row: no aggregate, window, subquery,
+    set-returning or (possibly) volatile function inside."""
+    return not any(isinstance(n, _NOT_ROW_LEVEL) for n in e.walk())
 
 
-def _try_wrapped(select: exp.Select, columns: list[str]) -> None:
-    """Wrap the row-level output expressions and WHERE condition of a plain SELECT (no ``*``,
-    grouping, DISTINCT or set operation) in ``TRY(...)``, named as DuckDB names the view's
-    columns, so an error in one row's value gives NULL (out of domain) instead of failing."""
+def _map_args(node: exp.Expression, fn: "Callable[[exp.Expression], exp.Expression]") -> exp.Expression:
+    """``node`` with ``fn`` applied to each of its child expressions."""
+    for key, child in list(node.args.items()):
+        if isinstance(child, exp.Expression):
+            node.set(key, fn(child))
+        elif isinstance(child, list):
+            node.set(key, [fn(c) if isinstance(c, exp.Expression) else c for c in child])
+    return node
+
+
+def _guard(node: exp.Expression) -> exp.Expression:
+    """``node`` with each largest subexpression that could fail on a row's value (one that reads a
+    column, and is not just a column) wrapped in ``TRY(...)``. What TRY cannot wrap (an aggregate, a window,
+    an UNNEST ...) is entered and its arguments wrapped; a nested SELECT is left to its own pass
+    (:func:`_guard_select`)."""
+    if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation, *_ATOMS)) or node.find(exp.Column) is None:
+        return node  # what reads no column fails on every table or on none
+    if isinstance(node, exp.Condition) and _row_level(node):
+        return exp.Try(this=node)
+    if isinstance(node, exp.Window):  # ROW_NUMBER() and the like must stay the window's function
+        node.set("this", _map_args(node.this, _guard))
+        return _map_args(node, lambda c: c if c is node.this else _guard(c))
+    return _map_args(node, _guard)
+
+
+def _guard_query(query: exp.Expression) -> None:
+    """Wrap in TRY(...) what ``query`` computes from a row's values (see :func:`_guard`): in every
+    SELECT (:func:`_guard_select`), every join condition and the arguments of every UNNEST and
+    table function, in set operations, subqueries, CTEs and parenthesized joins alike."""
+    for select in list(query.find_all(exp.Select)):
+        _guard_select(select)
+    for join in list(query.find_all(exp.Join)):
+        if join.args.get("on") is not None:
+            join.set("on", _guard(join.args["on"]))
+    for unnest in list(query.find_all(exp.Unnest)):
+        _map_args(unnest, _guard)
+    for table in list(query.find_all(exp.Table)):  # a table function's arguments: range(10 // k)
+        if isinstance(table.this, exp.Func):
+            _map_args(table.this, _guard_argument)
+
+
+def _group_key(select: exp.Select, key: exp.Expression) -> exp.Expression:
+    """What the GROUP BY item ``key`` groups on: the output it names by position or alias, else itself."""
     items = select.expressions
-    if (any(isinstance(i, exp.Star) or (isinstance(i, exp.Column) and isinstance(i.this, exp.Star)) for i in items)
-            or len(items) != len(columns) or any(select.args.get(k) for k in ("group", "having", "distinct",
-                                                                                 "qualify", "windows"))
-            or any(isinstance(n, (exp.AggFunc, exp.Window)) for i in items for n in i.walk())):
-        return
-    wrapped = []
-    for item, name in zip(items, columns):
-        body = item.this if isinstance(item, exp.Alias) else item
-        if not isinstance(body, (exp.Column, exp.Literal)) and _row_level(body):
-            body = exp.Try(this=body.copy())
-        wrapped.append(exp.alias_(body, exp.to_identifier(name, quoted=True)))
-    select.set("expressions", wrapped)
-    where = select.args.get("where")
-    if where is not None and _row_level(where.this):
-        where.set("this", exp.Try(this=where.this.copy()))
+    if isinstance(key, exp.Literal) and key.is_int and 1 <= int(key.name) <= len(items):
+        key = items[int(key.name) - 1]
+    elif isinstance(key, exp.Column) and not key.table:
+        key = next((i for i in items if isinstance(i, exp.Alias) and i.alias.lower() == key.name.lower()), key)
+    return key.this if isinstance(key, exp.Alias) else key
+
+
+def _guard_argument(arg: exp.Expression) -> exp.Expression:
+    """:func:`_guard` of a table function's argument; of a named one (``header = true``, which
+    DuckDB's catalog keeps in parentheses), its value."""
+    named = arg.unnest()
+    if isinstance(named, (exp.EQ, exp.PropertyEQ, exp.Kwarg)) and isinstance(named.this, (exp.Column, exp.Var,
+                                                                                          exp.Identifier)):
+        named.set("expression", _guard(named.expression))
+        return arg
+    return _guard(arg)
+
+
+def _guard_select(select: exp.Select) -> None:
+    """Wrap, in TRY(...), what one SELECT computes from a row's values: its output expressions,
+    WHERE, GROUP BY keys, HAVING, QUALIFY and ORDER BY (inside aggregates and windows, their
+    arguments). A GROUP BY key that is an expression is wrapped the same way
+    wherever it appears in the SELECT, so DuckDB still matches the outputs to the key."""
+    group = select.args.get("group")
+    keys = [k for k in (_group_key(select, k) for k in (group.expressions if group else []))
+            if not isinstance(k, _ATOMS) and k.find(exp.Column) is not None and _row_level(k)]
+
+    def same_key(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
+            return node
+        if any(node == k for k in keys):
+            return exp.Try(this=node)
+        return _map_args(node, same_key)
+
+    clauses = [key for key in ("expressions", "where", "group", "having", "qualify", "order", "distinct")
+               if select.args.get(key) is not None]
+    for fn in ([same_key] if keys else []) + [_guard]:
+        for key in clauses:
+            value = select.args[key]
+            select.set(key, [fn(v) for v in value] if isinstance(value, list) else fn(value))
 
 
 def safe_view(con: "duckdb.DuckDBPyConnection", name: str, depth: int = 0) -> exp.Subquery | None:
@@ -290,20 +377,23 @@ def safe_view(con: "duckdb.DuckDBPyConnection", name: str, depth: int = 0) -> ex
     ``name`` is not a view (or is one whose text cannot be run again: a registered DataFrame).
 
     The view's SQL is read from the catalog (not data) and rewritten: every ``CAST`` becomes a
-    ``TRY_CAST``, the row-level output expressions and WHERE condition of its SELECT are wrapped
-    in ``TRY(...)`` (DuckDB's "NULL on error"), and the views it reads are inlined the same way,
-    up to :data:`MAX_VIEW_DEPTH` deep. A value that would have made the view fail is then NULL,
-    which the measurement counts as outside the domain (a row-level filter, like any other
-    out-of-domain value). What TRY cannot wrap (aggregates, window functions, volatile
-    functions) is left as it is; the kernel charges the budget before reading, so a failure
-    there is fail-closed.
+    ``TRY_CAST``; everything computed from a row's values, in every SELECT of it (set operations,
+    subqueries and CTEs too), is wrapped in ``TRY(...)`` (DuckDB's "NULL on error"): outputs,
+    WHERE, join conditions, GROUP BY keys, HAVING, QUALIFY, ORDER BY, and the arguments of
+    aggregates, windows, UNNEST and table functions (:func:`_guard_query`); and the views it
+    reads are inlined the same way, up to :data:`MAX_VIEW_DEPTH` deep. A value that would have
+    made the view fail is then NULL, which the measurement counts as outside the domain (a
+    row-level filter, like any other out-of-domain value), and a condition it would have made
+    fail is NULL, which drops the row. What TRY cannot wrap (an aggregate or window function
+    itself, a function sqlglot does not know, which may be volatile) is left as it is; the
+    kernel charges the budget before reading, so a failure there is fail-closed.
 
     >>> con = duckdb.connect()
     >>> _ = con.execute("CREATE TABLE raw AS SELECT * FROM (VALUES ('1'), ('x')) v(a)")
     >>> _ = con.execute("CREATE VIEW people AS SELECT CAST(a AS INTEGER) AS age FROM raw")
     >>> view = safe_view(con, "people")
     >>> view.sql("duckdb")
-    '(SELECT TRY(TRY_CAST(a AS INT)) AS "age" FROM raw) AS "people"("age")'
+    '(SELECT TRY(TRY_CAST(a AS INT)) AS age FROM raw) AS "people"("age")'
     >>> con.sql(f"SELECT age FROM {view.sql('duckdb')} ORDER BY age").fetchall()
     [(1,), (None,)]
     """
@@ -338,15 +428,18 @@ def safe_view(con: "duckdb.DuckDBPyConnection", name: str, depth: int = 0) -> ex
     query = query.transform(inline)
     for cast in [c for c in query.find_all(exp.Cast) if type(c) is exp.Cast]:  # nested casts too
         cast.replace(exp.TryCast(**{**cast.args, "safe": True}))
-    if isinstance(query, exp.Select):
-        _try_wrapped(query, columns)
+    _guard_query(query)
     return exp.Subquery(this=query, alias=exp.TableAlias(
         this=exp.to_identifier(name, quoted=True), columns=[exp.to_identifier(c, quoted=True) for c in columns]))
 
 
 def _duckdb_failure(e: BaseException) -> BackendError:
+    """A DuckDB error as a BackendError: a catalog or binder error (found before any row is read)
+    by its first line (the lines after it quote the SQL, which may be a view's definition), any
+    other by its class alone."""
     if isinstance(e, (duckdb.CatalogException, duckdb.BinderException)):
-        return BackendError(str(e), schema_level=True)
+        return BackendError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                            schema_level=True)
     return BackendError(type(e).__name__, schema_level=False)
 
 
@@ -392,6 +485,12 @@ class SparkBackend(Backend):
         except self._errors as e:
             raise self._failure(e) from None
         return {name: np.array([r[i] for r in rows]) for i, name in enumerate(names)}
+
+    def check(self, query: exp.Select) -> None:
+        try:  # spark.sql analyzes the query; nothing runs until an action
+            self.spark.sql(self.render(query))
+        except self._errors as e:
+            raise self._failure(e) from None
 
     def has_table(self, name: str) -> bool:
         try:
@@ -459,27 +558,45 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     A DuckDB connection, a ``SparkSession`` or a :class:`Backend` is used as
     it is. A ``.duckdb`` (``.db``, ``.ddb``) file is opened read-only; a
     Parquet file is read as ``table`` (its column types are in the file's
-    metadata); a CSV or TSV file is read by :func:`csv_view`. Raises
-    TypeError, FileNotFoundError or ValueError for anything else.
+    metadata); a CSV or TSV file is read by :func:`csv_view`. The format is
+    told by the file name's last suffix (any case). Anything else, or a file
+    that cannot be opened as its format, raises :class:`~dpsql.errors.ArgumentError`
+    naming the file: found when connecting, from the owner's arguments and the
+    file's format. It repeats DuckDB's message for a database or Parquet file
+    (opening one reads its metadata, not rows), only the exception class for a
+    CSV file.
+
+    >>> open_source("no/such/people.csv", "people", None)
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.ArgumentError: source: no such data file: no/such/people.csv
     """
     if isinstance(source, (duckdb.DuckDBPyConnection, Backend)) or is_spark_session(source):
         return backend_for(source)
     if not isinstance(source, (str, os.PathLike)):
-        raise TypeError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
-                        f"got {type(source).__name__}")
+        raise ArgumentError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
+                            f"got {type(source).__name__}")
     path = Path(source)
     if not path.exists():
-        raise FileNotFoundError(f"no such data file: {path}")
-    suffixes = "".join(path.suffixes).lower()
-    if path.suffix.lower() in _DATABASE_SUFFIXES:
-        return DuckDBBackend(duckdb.connect(str(path), read_only=True))
-    con = duckdb.connect()
-    if ".parquet" in suffixes:
-        con.read_parquet(str(path)).create_view(table)
-    elif delimiter := next((d for s, d in _CSV_DELIMITERS.items() if s in suffixes), None):
-        con.execute(csv_view(path, table, schema, delimiter))
-    else:
-        raise ValueError(f"cannot tell the format of {path}: use .duckdb, .csv, .tsv or .parquet")
+        raise ArgumentError(f"source: no such data file: {path}")
+    if path.is_dir():
+        raise ArgumentError(f"source: {path} is a directory, not a data file")
+    suffix = path.suffix.lower()
+    if suffix not in (*_DATABASE_SUFFIXES, ".parquet", *_CSV_DELIMITERS):
+        raise ArgumentError(f"source: cannot tell the format of {path} from its name: use .duckdb, .csv, .tsv or "
+                            ".parquet (compressed files are not read: decompress them first)")
+    try:
+        if suffix in _DATABASE_SUFFIXES:
+            return DuckDBBackend(duckdb.connect(str(path), read_only=True))
+        con = duckdb.connect()
+        if suffix == ".parquet":
+            con.read_parquet(str(path)).create_view(table)
+        else:
+            con.execute(csv_view(path, table, schema, _CSV_DELIMITERS[suffix]))
+    except duckdb.Error as e:  # DuckDB's message, but for a CSV file's (it could quote a line) only its class
+        lines = [] if suffix in _CSV_DELIMITERS else str(e).strip().splitlines()
+        reason = lines[0] if lines else type(e).__name__
+        raise ArgumentError(f"source: cannot open {path} as a {suffix[1:]} file: {reason}") from None
     return DuckDBBackend(con)
 
 
@@ -532,51 +649,111 @@ def _unquoted(field: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=field.copy())
 
 
+#: Longest first line (the header) of a CSV file that :func:`csv_view` reads, in bytes.
+MAX_CSV_HEADER_BYTES = 1 << 20
+
+
+def _csv_header(path: "str | os.PathLike", delimiter: str) -> list[str]:
+    """The column names on the first line of the CSV file ``path``: up to its first ``\\r`` or ``\\n``
+    (as DuckDB skips it, see :func:`csv_view`), UTF-8 with or without a byte-order mark, split at
+    ``delimiter`` with double quotes around a name honoured (a name may hold the delimiter), each
+    stripped of spaces. Raises :class:`~dpsql.errors.ArgumentError` for a header that cannot name
+    the columns: unreadable, empty, not UTF-8, or repeating a name (case-insensitively, as SQL
+    names are compared; which column a repeated name means would be ambiguous). The message
+    gives positions, not names: in a file without a header the first line is a row of data."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(MAX_CSV_HEADER_BYTES + 1)
+    except OSError as e:
+        raise ArgumentError(f"source: cannot read {path}: {e.strerror or type(e).__name__}") from None
+    line = re.split(rb"[\r\n]", head, maxsplit=1)[0]
+    if len(line) > MAX_CSV_HEADER_BYTES:
+        raise ArgumentError(f"source: the first line of {path} (its header) is longer than "
+                            f"{MAX_CSV_HEADER_BYTES:,} bytes")
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ArgumentError(f"source: the first line of {path} (its header) is not UTF-8 text; "
+                            "save the file as UTF-8") from None
+    if not text.strip():
+        raise ArgumentError(f"source: the first line of {path} is empty: a CSV file starts with a header line "
+                            "naming its columns")
+    names = [n.strip() for n in next(csv.reader([text], delimiter=delimiter))]
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name and name.lower() in first:
+            raise ArgumentError(f"source: the header of {path} names fields {first[name.lower()] + 1} and {i + 1} "
+                                "the same (names are compared case-insensitively); give each column its own name")
+        first.setdefault(name.lower(), i)
+    return names
+
+
 def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter: str = ",") -> str:
     """``CREATE VIEW table AS ...``: a CSV file read so that each line is one row, whatever any
     other line holds.
 
-    DuckDB's CSV reader sniffs the dialect and the column types from a sample of rows, and a
-    quoted field may run across lines: one hostile row could change the types, the delimiter
-    or the rows of everyone else. Here nothing is sniffed: the header (column names, public)
-    is read in Python; every field is read as text with a fixed ``delimiter`` and no quoting,
-    so a row is exactly one line; a line with the wrong number of fields is skipped (as an
-    out-of-domain row would be); surrounding double quotes are stripped from each field; and
-    each schema column is ``TRY_CAST`` to its domain's type (a value that does not convert
-    is NULL, outside the domain unless the column is nullable). Fields holding the delimiter
-    or a line break inside quotes are not supported: such a line is skipped.
+    DuckDB's CSV reader sniffs the dialect, the line ends and the column types from a sample of
+    rows, and a quoted field may run across lines: one hostile row could change the types, the
+    delimiter or the rows of everyone else. Here nothing is sniffed. The header (column names,
+    public) is read in Python (:func:`_csv_header`); a column with an empty name is never read.
+    Every line after it is read as text, UTF-8, with a fixed ``delimiter`` and no quoting, and
+    ``\\n``, ``\\r\\n`` and a lone ``\\r`` each end a line (DuckDB's single-character line-end mode,
+    the same for every file), so a row is exactly one line and an empty line is no row. A line
+    with the wrong number of fields is dropped (as an out-of-domain row would be), and so is one
+    that is not UTF-8 or longer than DuckDB's ``max_line_size``; surrounding double quotes are
+    stripped from each field, an empty field is NULL, and each schema column is ``TRY_CAST`` to
+    its domain's type (a value that does not convert is NULL, outside the domain unless the
+    column is nullable). Fields holding the delimiter or a line break inside quotes are not
+    supported: such a line is dropped, or read as the separate lines it is.
+
+    How: ``strict_mode`` is off, since with it a line end other than the one DuckDB expects fails
+    the whole read; without it, DuckDB cuts a line with too many fields instead of rejecting it.
+    So the fields are read as positional columns ``c0 ... cN``, one more than the header's ``N``
+    names: ``null_padding`` makes a short line's missing fields NULL, and ``nullstr`` is a line
+    break, which no field can hold, so no field read is NULL. A line has exactly ``N`` fields
+    when ``c(N-1)`` is not NULL and ``cN`` is. The file is read by one thread: with several, a
+    chunk border between a ``\\r`` and its ``\\n`` reads that line twice (seen in DuckDB 2.0).
 
     >>> import tempfile, pathlib
     >>> from dpsql.schema import load_schema
     >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.csv"
-    >>> _ = f.write_text('age,sex\\n30,F\\n"41","M"\\nabc,F\\n5,"M\\n7,F,extra\\n')
+    >>> _ = f.write_bytes(b'\\xef\\xbb\\xbfage,sex\\n30,F\\r\\n"41","M"\\nabc,F\\n5,"M\\n7,F,extra\\r8,M,\\n9,F\\n')
     >>> s = load_schema({"table": "p", "columns": {"age": {"type": "integer", "min": 0, "max": 99},
     ...                                          "sex": {"type": "categorical", "values": ["F", "M"]}}})
     >>> con = duckdb.connect(); _ = con.execute(csv_view(f, "p", s))
     >>> con.sql("SELECT * FROM p").fetchall()
-    [(30, 'F'), (41, 'M'), (None, 'F'), (5, '"M')]
+    [(30, 'F'), (41, 'M'), (None, 'F'), (5, '"M'), (9, 'F')]
     """
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        header = next(csv.reader(fh, delimiter=delimiter), [])
-    if not header:
-        raise ValueError(f"{path}: the CSV file has no header line")
-    names = [h.strip() for h in header]
-    text = {exp.Literal.string(n): exp.Literal.string("VARCHAR") for n in names}
+    names = _csv_header(path, delimiter)
+    fields = [f"c{i}" for i in range(len(names) + 1)]
     read = exp.func("read_csv", exp.Literal.string(os.fspath(path)),
                     *[exp.EQ(this=exp.column(k), expression=v) for k, v in (
-                        ("auto_detect", exp.false()), ("header", exp.true()),
+                        ("auto_detect", exp.false()), ("header", exp.true()), ("encoding", exp.Literal.string("utf-8")),
                         ("delim", exp.Literal.string(delimiter)), ("quote", exp.Literal.string("")),
-                        ("escape", exp.Literal.string("")), ("ignore_errors", exp.true()),
-                        ("columns", exp.Struct(expressions=[exp.PropertyEQ(this=k, expression=v)
-                                                            for k, v in text.items()])))])
-    by_name = {n.lower(): n for n in names}
-    wanted = [c for c in schema.columns if c.name.lower() in by_name]
+                        ("escape", exp.Literal.string("")),
+                        ("new_line", exp.Literal.string("\\n")),  # the text \n: \r or \n ends a line
+                        ("strict_mode", exp.false()), ("null_padding", exp.true()),
+                        ("nullstr", exp.Literal.string("\n")),  # a real line break: never a field
+                        ("parallel", exp.false()), ("ignore_errors", exp.true()),
+                        ("columns", exp.Struct(expressions=[
+                            exp.PropertyEQ(this=exp.Literal.string(f), expression=exp.Literal.string("VARCHAR"))
+                            for f in fields])))])
+
+    def field(i: int) -> exp.Expression:
+        return _unquoted(exp.Nullif(this=exp.column(fields[i], quoted=True), expression=exp.Literal.string("")))
+
+    position = {n.lower(): i for i, n in enumerate(names) if n}
+    wanted = [c for c in schema.columns if c.name.lower() in position]
+    items = [exp.alias_(exp.TryCast(this=field(position[c.name.lower()]), to=exp.DataType.build(c.sql_type),
+                                    safe=True), exp.to_identifier(c.name, quoted=True)) for c in wanted]
     unit = schema.privacy_unit.column
-    items = [exp.alias_(exp.TryCast(this=_unquoted(exp.column(by_name[c.name.lower()], quoted=True)),
-                                    to=exp.DataType.build(c.sql_type), safe=True),
-                        exp.to_identifier(c.name, quoted=True)) for c in wanted]
-    if unit is not None and unit.lower() in by_name and unit.lower() not in {c.name.lower() for c in wanted}:
-        items.append(exp.alias_(_unquoted(exp.column(by_name[unit.lower()], quoted=True)),
-                                exp.to_identifier(unit, quoted=True)))
-    select = exp.select(*items).from_(read)
+    if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
+        items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))
+    if not items:
+        raise ArgumentError(f"source: the header of {path} ({len(names)} field{'s' if len(names) != 1 else ''} "
+                            f"split at {delimiter!r}) names none of the schema's columns "
+                            f"{', '.join(c.name for c in schema.columns)}")
+    whole = exp.and_(exp.column(fields[-2], quoted=True).is_(exp.null()).not_(),
+                     exp.column(fields[-1], quoted=True).is_(exp.null()))
+    select = exp.select(*items).from_(read).where(whole)
     return f"CREATE VIEW {exp.to_identifier(table, quoted=True).sql('duckdb')} AS {select.sql('duckdb')}"

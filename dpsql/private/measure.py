@@ -18,14 +18,14 @@ Privacy-relevant guarantees:
   is keyed by the group of its value index, a ``CASE`` over runs of
   consecutive indices, so one count per group is made and no finer count
   exists even inside this module.
-* **Out-of-domain rows are dropped.** A row in which *any* column that the
-  requested marginals read holds a value outside its declared domain (a
-  value not listed, a non-integral or out-of-range number, NaN, ±inf, a
-  value of the wrong SQL type, NULL in a column that is not ``nullable``) is
-  removed before counting, for every marginal of the call alike, so all
-  marginals of one measurement describe the same set of rows. Columns no
-  marginal reads are not read at all (so a query about two columns costs
-  about as much as a plain GROUP BY over them). A row-level filter is a
+* **Out-of-domain rows are dropped.** A row in which *any* declared column
+  holds a value outside its domain (a value not listed, a non-integral or
+  out-of-range number, NaN, ±inf, a value of the wrong SQL type, NULL in a
+  column that is not ``nullable``) is removed before counting, whichever
+  columns the marginals read, so every measurement describes the same set of
+  rows: ``COUNT(*)`` is the same number alone and beside a ``GROUP BY``, and
+  ``COUNT(a)`` never counts a NULL that ``a``'s domain does not hold. Columns
+  no marginal reads are read for this test only. A row-level filter is a
   stable transformation: it does not change the sensitivity.
 * **Privacy units are bounded.** When the schema's ``privacy_unit`` names a
   column, at most ``max_rows`` rows per unit are kept, chosen uniformly at
@@ -330,8 +330,9 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         to = integer_cast_type(lo, hi)
         if integral and to is not None:
             inside = exp.Between(this=c.copy(), low=_int(lo), high=_int(hi))
-            # c - lo in c's own type could overflow (a TINYINT 100 minus -100): widen first
-            index = c.copy() if lo == 0 else exp.Sub(this=_try_cast(c, to), expression=_int(lo))
+            # c - lo in c's own type could overflow (a TINYINT 100 minus -100): widen first; and
+            # the index is always of type ``to`` (numpy cannot fetch a BIGNUM column)
+            index = _try_cast(c, to) if lo == 0 else exp.Sub(this=_try_cast(c, to), expression=_int(lo))
             return _case([(inside, index)], _outside(outside))
         v = _try_cast(c, "DOUBLE")
         # integral: v % 1 = 0 (fmod; NaN and ±inf give NaN). Not v = FLOOR(v): Spark's FLOOR
@@ -437,22 +438,29 @@ class _Plan:
                       for a in s for u in _units(a, attributes[a], attr_cols[a])] for s in self.subsets]
         self.sizes = [math.prod(attributes[a].cells for a in s) for s in self.subsets]
         used = sorted({c for u in units for c in ([u[1]] if u[0] == "column" else attr_cols[u[1]])})
-        # 1. source rows: the columns the marginals read, at most max_rows per privacy unit
+        # 1. source rows: the columns the marginals read, at most max_rows per privacy unit, and
+        #    only rows whose other declared columns are in their domains too
         types = {k.lower(): v for k, v in (types or {}).items()}
         read = [cols[i] for i in used]
+        others = [c for c in cols if position[c.name] not in used]
+        in_domain = exp.and_(*[exp.GTE(this=index_expression(c, _col(c.name), types.get(c.name.lower()),
+                                                              outside=_OUTSIDE), expression=_int(0))
+                               for c in others]) if others else None
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
         if unit.column is None:
             src = src.from_(_from_item(table), copy=False)
+            if in_domain is not None:
+                src = src.where(in_domain, copy=False)
         else:
             # ranked = rows numbered in random order within each unit, then a filter on the number
             # (a subquery, not QUALIFY, which Spark SQL lacks). DuckDB refuses a volatile window
             # ORDER BY: the random key is drawn in a projection first.
-            taken = {c.name.lower() for c in read} | {unit.column.lower()}
+            taken = {c.name.lower() for c in cols} | {unit.column.lower()}
             rnd, rnk = _free_name("_dpsql_random", taken), _free_name("_dpsql_rank", taken)
             u = _col(unit.column)
-            carried = [_col(c.name) for c in read]
-            if unit.column.lower() not in {c.name.lower() for c in read}:
+            carried = [_col(c.name) for c in cols]
+            if unit.column.lower() not in {c.name.lower() for c in cols}:
                 carried.append(u.copy())  # a column listed twice would be ambiguous in Spark
             drawn = exp.select(*[c.copy() for c in carried], exp.alias_(exp.Rand(), _ident(rnd)))
             drawn = drawn.from_(_from_item(table), copy=False)
@@ -463,6 +471,8 @@ class _Plan:
             src = src.from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=_ident("ranked"))), copy=False)
             src = src.where(exp.or_(exp.Is(this=u.copy(), expression=exp.null()),
                                     exp.LTE(this=_col(rnk), expression=_int(unit.max_rows))), copy=False)
+            if in_domain is not None:  # after the cut to max_rows, as for the columns read
+                src = src.where(in_domain, copy=False)
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
         weighted = [j for j, c in enumerate(used) if c in split]
@@ -570,16 +580,17 @@ def marginals_query(schema: Schema, attributes: Sequence[Attribute], subsets: Se
 
         SELECT COALESCE(i0, -2) AS k0, ..., COUNT(*) AS n
         FROM (SELECT <index of column 0> AS i0, ...                -- index_expression
-              FROM (SELECT <columns read> FROM <table>) AS src) AS idx
+              FROM (SELECT <columns read> FROM <table>
+                    WHERE <index of every other column> >= 0) AS src) AS idx
         WHERE (i0 | i1 | ...) >= 0                                  -- every read column in domain
         GROUP BY GROUPING SETS ((<columns of subset 1>), ...)
 
     With a privacy unit, ``src`` keeps at most ``max_rows`` random rows per unit::
 
         (SELECT <columns read> FROM
-           (SELECT <columns read>, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY r) AS rank
-            FROM (SELECT <columns read>, unit, RANDOM() AS r FROM <table>) AS drawn) AS ranked
-         WHERE unit IS NULL OR rank <= max_rows) AS src
+           (SELECT <declared columns>, ROW_NUMBER() OVER (PARTITION BY unit ORDER BY r) AS rank
+            FROM (SELECT <declared columns>, unit, RANDOM() AS r FROM <table>) AS drawn) AS ranked
+         WHERE (unit IS NULL OR rank <= max_rows) AND <index of every other column> >= 0) AS src
 
     (one plain GROUP BY when there is one marginal; the WHERE skips the
     columns that every marginal keys on, whose -1 groups are dropped after
@@ -642,15 +653,16 @@ def _run(backend: Backend, table: "str | exp.Table", plan: _Plan) -> list[np.nda
 
 def prepare_counting(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
                      attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> Counting:
-    """Check that ``table`` has every schema column (reading its catalog entry, no rows) and
-    build the counting query, so that every failure that does not depend on the rows happens
-    here, before the kernel charges the budget. Arguments as for :func:`measure_marginals`."""
+    """Check that ``table`` has every schema column (reading its catalog entry, no rows), build
+    the counting query and plan it (:meth:`Backend.check`), so that every failure that does not
+    depend on the rows happens here, before the kernel charges the budget. Arguments as for :func:`measure_marginals`."""
     if not subsets:
         return Counting(list)
     backend = backend_for(source)
     try:
         types = _column_types(backend, table, schema)
         plan = _Plan(schema, attributes, subsets, backend.source(table), types, backend.dialect)
+        backend.check(plan.query)
     except BackendError as e:
         raise _fail(table, e, backend.dialect) from None
     return Counting(lambda: _run(backend, table, plan))
@@ -671,8 +683,8 @@ def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema:
     slowest; a merged attribute's index is the C-order index of its
     columns'), as float64 of length ``prod(sizes)`` (1 for the empty subset).
 
-    Rows with any column the marginals read outside its declared domain are dropped
-    before counting, from every marginal alike; with a privacy unit, at most
+    Rows with any declared column outside its domain are dropped before counting,
+    from every marginal alike; with a privacy unit, at most
     ``max_rows`` random rows per unit are counted (see the module docstring).
     Database failures raise :class:`MeasurementError` without data values.
     """

@@ -761,12 +761,19 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         column = None
     else:
         if not isinstance(arg, exp.Column):
+            looked_up = arg.meta.get("lookup") if isinstance(arg, exp.Expression) else None
+            if looked_up is not None:
+                ctx.fail(UnsupportedSQLError, f"{func.upper()}({looked_up.name}) reads a column of a public lookup "
+                         "table: an aggregate reads a column of the private table (a lookup column may be used in "
+                         f"WHERE and GROUP BY, e.g. COUNT(*) ... WHERE {looked_up.name} IS NOT NULL)",
+                         f"{func.upper()} argument", looked_up)
             ok, _ = literal_value(arg)
             if func == "count" and ok:
                 ctx.fail(UnsupportedSQLError, "COUNT of a constant is not supported; use COUNT(*)",
                          "COUNT(constant)", body)
+            then = {"count": "column or a constant", "sum": "column or 1"}.get(func, "column")
             ctx.fail(UnsupportedSQLError, f"{func.upper()} takes a column name{', *' if func == 'count' else ''} "
-                     "or CASE WHEN condition THEN column END", f"{func.upper()} argument", arg)
+                     f"or CASE WHEN condition THEN {then} END", f"{func.upper()} argument", arg)
         col = schema.column(arg.name)
         if col is None:
             _check_known(arg, schema, ctx)
@@ -855,6 +862,20 @@ def _unique(name: str, used: set[str]) -> str:
     return name
 
 
+def _integral(expr: exp.Expression, integral: set[str]) -> bool:
+    """Whether DuckDB would compute ``expr`` (over output columns) in an integer type, ``integral``
+    naming the outputs that hold integers: integer literals, and + - * // % of integers."""
+    if isinstance(expr, exp.Column):
+        return expr.name in integral
+    if isinstance(expr, exp.Literal):
+        return expr.is_int
+    if isinstance(expr, (exp.Paren, exp.Neg)):
+        return _integral(expr.this, integral)
+    if isinstance(expr, (exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod)):
+        return _integral(expr.this, integral) and _integral(expr.expression, integral)
+    return False
+
+
 class _Rewriter:
     """Rewrites HAVING / ORDER BY expressions over output column names,
     adding hidden aggregates for those not selected."""
@@ -884,10 +905,28 @@ class _Rewriter:
                     expr = safe
                 else:
                     cast.replace(safe)
+        # DuckDB's // divides integers (COUNT, a SUM of integers) truncating, and other numbers
+        # exactly: the noisy answers are DOUBLEs, so their // is spelled out as trunc(a / b)
+        integral = {a.name for a in self.aggregates if self._integral(a)}
+        for div in list(expr.find_all(exp.IntDiv)):
+            if _integral(div.this, integral) and _integral(div.expression, integral):
+                whole = exp.func("trunc", exp.Div(this=div.this, expression=div.expression))
+                if div is expr:
+                    expr = whole
+                else:
+                    div.replace(whole)
         # nor may a function (sqrt, ln, power...) raise on a noisy value: TRY makes that NULL
         if any(type(n) not in SUPPORTED and scalar_function(n) for n in expr.walk()):
             expr = exp.Try(this=expr)
         return expr
+
+    def _integral(self, aggregate: Aggregate) -> bool:
+        """Whether DuckDB's exact answer to ``aggregate`` has an integer type."""
+        if aggregate.func == "count":
+            return True
+        column = self.schema.column(aggregate.column) if aggregate.column else None
+        return (aggregate.func in ("sum", "quantile_disc") and column is not None
+                and column.sql_type not in ("DOUBLE", "VARCHAR", "BOOLEAN"))
 
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
         """One node of a HAVING / ORDER BY expression: an aggregate or a group key becomes its

@@ -100,6 +100,7 @@ def _inline(tree: exp.Select, join: exp.Join, schema: Schema, private_names: set
                                   for key, r in zip(keys, rows)])
         if not value.args["ifs"]:
             value = exp.Null()
+        value.meta["lookup"] = node  # what it stands for, and where: for messages about it
         if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
             return exp.alias_(value, public.columns[pos])
         return value

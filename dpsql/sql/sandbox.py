@@ -30,6 +30,8 @@ from typing import Any, Iterator
 
 import duckdb
 
+from dpsql.released import locked_database
+
 __all__ = ["cursor", "check_deterministic", "aggregate_names"]
 
 _LOCK = threading.Lock()
@@ -47,11 +49,7 @@ def cursor() -> duckdb.DuckDBPyConnection:
     after use."""
     with _LOCK:
         if not _DATABASE:
-            con = duckdb.connect(config={"enable_external_access": False, "autoload_known_extensions": False,
-                                         "autoinstall_known_extensions": False})
-            con.execute("SET TimeZone = 'UTC'")
-            con.execute("SET lock_configuration = true")
-            _DATABASE.append(con)
+            _DATABASE.append(locked_database("SET TimeZone = 'UTC'"))
         return _DATABASE[0].cursor()
 
 

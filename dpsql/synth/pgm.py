@@ -69,9 +69,11 @@ __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGM_ITERATIONS", "PGMResult", "mar
 #: random 3-way marginals, 10 runs: max error 0.0275 against 0.0326 at ε = 0.1 (mean
 #: total variation 0.19 against 0.17), 0.0098 against 0.0117 at ε = 1 (3 runs).
 GAIN_THRESHOLD = 3.0
-#: The most cells a model built greedily (:func:`model_structure`) may have: past it, the sets
-#: added gain little and the fit slows (on ADULT at ε = 0.1, 0.028 at 200,000 cells and 0.031
-#: at 20,000; at 10 MB, 130 to 220 s a run against 20 s).
+#: The most cells a model (:func:`model_structure`) may have, within ``max_model_size``: past
+#: it, the sets added gain little and the fit slows (on ADULT at ε = 0.1, 0.028 at 200,000
+#: cells and 0.031 at 20,000; at 10 MB, 130 to 220 s a run against 20 s). A model of every
+#: measured set larger than this is built greedily too: every pair of 20 binary columns makes
+#: one clique of 2^20 cells, whose fit took seconds a step, hours in all.
 GREEDY_CELLS = 2**16
 #: The most steps of the model's fit, which stops sooner once it converges
 #: (:func:`~dpsql.synth.estimate.estimate`).
@@ -146,7 +148,8 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
     """A junction tree of at most ``max_cells`` cells for a model of ``observations``, and the
     observations it can be fitted to. Chosen from the released measurements alone (free).
 
-    When every measured set fits in the model, that is the tree. Otherwise attribute sets
+    When a model of every measured set fits within ``max_cells`` and :data:`GREEDY_CELLS`, that
+    is the tree. Otherwise attribute sets
     are added greedily to a model of single attributes: the measured sets and their subsets
     of two or more attributes (each with the counts of its most precise measured superset,
     summed down). A set's gain is how much of its noisy counts lies more than
@@ -159,7 +162,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
     """
     domain = tuple(domain)
     full = junction_tree(domain, [o.subset for o in observations])
-    if full.size <= max_cells:
+    if full.size <= min(max_cells, GREEDY_CELLS):
         return full, list(observations)
     candidates: dict[tuple[int, ...], Observation] = {}
     for o in observations:

@@ -116,9 +116,9 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
 
     An int ``k``: every k-way marginal. A list of tuples of column names
     (or merged attribute names; a single name may stand for a one-column
-    tuple): those marginals (a merged column brings its whole attribute).
-    SQL (a text or a list of texts): the attributes each compiled query term
-    does not sum out. Anything else, an empty marginal or no marginal at all
+    tuple, and a list of names alone is their one-way marginals): those
+    marginals (a merged column brings its whole attribute). SQL (a text or a
+    list of texts): the attributes each compiled query term does not sum out. Anything else, an empty marginal or no marginal at all
     is a :class:`~dpsql.errors.WorkloadError`; nothing is read.
     """
     if isinstance(workload, bool) or not isinstance(workload, (numbers.Integral, str, list, tuple)):
@@ -132,7 +132,11 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
             raise ResourceLimitError(f"workload={k} has {math.comb(len(attributes), k):,} marginals, more than the "
                                      f"limit of {MAX_MEASURED_CELLS:,} cells; choose a list of marginals")
         return list(itertools.combinations(range(len(attributes)), k))
-    if isinstance(workload, str) or (workload and all(isinstance(w, str) for w in workload)):
+    texts = [workload] if isinstance(workload, str) else list(workload)
+    names = {c.lower() for a in attributes for c in a.columns} | {a.name.lower() for a in attributes}
+    if texts and all(isinstance(w, str) and w.lower() in names for w in texts):
+        workload = [(w,) for w in texts]  # column names, not SQL: one-way marginals
+    elif texts and all(isinstance(w, str) for w in texts):
         batch = compile_batch(workload if isinstance(workload, str) else list(workload), schema)
         if tuple(a.columns for a in batch.attributes) != tuple(a.columns for a in attributes):
             raise WorkloadError("these statements couple columns across attributes; synthesize over them "
@@ -143,7 +147,8 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
             if kept and kept not in out:
                 out.append(kept)
         if not out:
-            raise WorkloadError("these statements group and filter on no column, so they leave no marginal to learn")
+            raise WorkloadError("these statements measure no column (no aggregate reads one; group keys alone, as "
+                                "in SELECT DISTINCT, come from the public domain), so they leave no marginal to learn")
         return out
     if not workload:
         raise WorkloadError("the workload needs at least one marginal")
@@ -226,7 +231,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   nothing); with ``rounds``, ``eta`` is the largest that fits (it always exists).
 #: * ``fem``: ``eps0`` (float > 0) or ``rounds`` (int >= 1) or both, ``samples`` (int >= 1, 50),
 #:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
-#:   ``processes`` (int >= 1 or None), ``bounded_range`` (bool, True).
+#:   ``processes`` (int >= 1, 1), ``bounded_range`` (bool, True).
 #: * ``pgm``: ``iterations`` (int >= 1, 10,000: the most steps of the model fit, which stops
 #:   once it converges), ``max_model_size`` (megabytes of float64 cells the graphical model may
 #:   hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the sampled records toward every measured
@@ -532,9 +537,9 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     noise = real("noise", option(options, "noise", PUBLISHED_NOISE))
     oracle = choice("oracle", option(options, "oracle", "heuristic"), ORACLES)
     time_limit = real("time_limit", option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
-    processes = None if options.get("processes") is None else integer("processes", options["processes"])
-    if processes is not None:
-        processes = min(processes, os.cpu_count() or 1)
+    # one process unless asked: spawned workers rerun a script's top level, spending again
+    # where it lacks an ``if __name__ == "__main__":`` guard
+    processes = min(integer("processes", option(options, "processes", 1)), os.cpu_count() or 1)
     width = sum(a.size for a in attributes)
     if samples * width > limits.MAX_SYNTHETIC_CELLS:
         raise ResourceLimitError(f"FEM perturbs samples={samples} records of {width:,} attribute values a round, "

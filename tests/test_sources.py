@@ -1,0 +1,126 @@
+"""What ``dpsql.connect`` reads the private table from: files and their formats, and the errors
+for a source or ledger it cannot use (each a :class:`dpsql.Error` naming the file or argument).
+
+Oracles: a CSV file that differs from a plain one only in its encoding details (a byte-order
+mark, unnamed columns) releases exactly what the plain one releases, with the same seeded noise;
+a file read through :func:`~dpsql.private.backend.csv_view` has exactly one row per line.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+
+import dpsql
+from dpsql.private.backend import csv_view
+
+SCHEMA = {"table": "people", "columns": {
+    "age": {"type": "integer", "min": 0, "max": 9},
+    "sex": {"type": "categorical", "values": ["F", "M"]}}}
+ROWS = [(i % 10, "F" if i % 3 == 0 else "M") for i in range(200)]
+
+
+def release(source, seed=3):
+    """The seeded-noise answers of one GROUP BY on ``source`` (same seed: same noise)."""
+    db = dpsql.connect(source, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False,
+                       source_of_noise=np.random.default_rng(seed))
+    out = db.query("SELECT age, sex, COUNT(*) AS n FROM people GROUP BY age, sex", epsilon=1.0,
+                   noise="laplace").df["n"].to_numpy()
+    db.close()
+    return out
+
+
+def write_csv(path, header, lines, eol="\n", encoding="utf-8"):
+    path.write_bytes((eol.join([header, *lines]) + eol).encode(encoding))
+    return path
+
+
+@pytest.fixture
+def plain(tmp_path):
+    return release(write_csv(tmp_path / "plain.csv", "age,sex", [f"{a},{s}" for a, s in ROWS]))
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_csv_with_a_byte_order_mark_reads_like_one_without(tmp_path, plain, eol):
+    """Excel's "CSV UTF-8" starts with a byte-order mark: it is not part of the first column's name
+    (which used to be '\ufeffage', so no query found the column 'age')."""
+    bom = write_csv(tmp_path / "bom.csv", "age,sex", [f"{a},{s}" for a, s in ROWS], eol, "utf-8-sig")
+    assert bom.read_bytes().startswith(b"\xef\xbb\xbfage")
+    np.testing.assert_array_equal(release(bom), plain)
+
+
+@pytest.mark.parametrize("header,line", [(",age,sex", "{i},{a},{s}"),      # pandas' to_csv with its index
+                                         ("age,sex,", "{a},{s},"),        # a trailing delimiter
+                                         ("age,,sex", "{a},x,{s}")])
+def test_unnamed_csv_columns_are_not_read(tmp_path, plain, header, line):
+    """A column whose header name is empty is never read, and the others are read as usual (it used
+    to make connect fail with DuckDB's binder error)."""
+    path = write_csv(tmp_path / "unnamed.csv", header, [line.format(i=i, a=a, s=s) for i, (a, s) in enumerate(ROWS)])
+    np.testing.assert_array_equal(release(path), plain)
+
+
+def test_a_large_crlf_csv_reads_each_line_once(tmp_path):
+    """Past DuckDB's 32 MiB buffer, a border that falls between a line's \\r and its \\n made a
+    multi-threaded read count that line twice; the file is read by one thread. Each line is
+    8 bytes after a 9-byte header, so every line's \\r ends on a multiple of 8 bytes, the border too."""
+    lines = 4_400_000
+    path = tmp_path / "big.csv"
+    path.write_bytes(b"age,sex\r\n" + b"31,Fab\r\n" * lines)
+    con = duckdb.connect()
+    con.execute(csv_view(path, "people", dpsql.load_schema(SCHEMA)))
+    assert con.sql("SELECT count(*) FROM people").fetchall() == [(lines,)]
+
+
+def _file(tmp_path, name, content=b"not a database"):
+    (tmp_path / name).write_bytes(content)
+    return tmp_path / name
+
+
+def _directory(tmp_path, name):
+    (tmp_path / name).mkdir()
+    return tmp_path / name
+
+
+#: (what dpsql.connect is given, beside the schema and a budget; what its error says)
+BAD_SOURCES = {
+    "missing": (lambda d: {"source": d / "nope.csv"}, r"source: no such data file: .*nope\.csv"),
+    "unknown suffix": (lambda d: {"source": _file(d, "x.txt", b"age,sex\n1,F\n")},
+                       r"cannot tell the format of .*x\.txt from its name: use \.duckdb, \.csv"),
+    "compressed": (lambda d: {"source": _file(d, "x.csv.gz")}, r"x\.csv\.gz .*decompress"),
+    "not a source": (lambda d: {"source": 42}, r"source must be a DuckDB connection.*got int"),
+    "ledger": (lambda d: {"source": duckdb.connect(), "ledger": 5}, r"ledger must be a file path.*got int"),
+    "directory": (lambda d: {"source": _directory(d, "dir.csv")}, r"dir\.csv is a directory, not a data file"),
+    "corrupt parquet": (lambda d: {"source": _file(d, "b.parquet")}, r"cannot open .*b\.parquet as a parquet file"),
+    "corrupt duckdb": (lambda d: {"source": _file(d, "b.duckdb")}, r"cannot open .*b\.duckdb as a duckdb file"),
+    "empty csv": (lambda d: {"source": _file(d, "e.csv", b"")}, r"first line of .*e\.csv is empty"),
+    "header not utf-8": (lambda d: {"source": _file(d, "l.csv", "\u00e2ge,sex\n1,F\n".encode("latin-1"))},
+                         r"first line of .*l\.csv \(its header\) is not UTF-8 text"),
+    "semicolons": (lambda d: {"source": _file(d, "s.csv", b"age;sex\n1;F\n")},
+                   r"header of .*s\.csv \(1 field split at ','\) names none of the schema's columns age, sex"),
+    "repeated name": (lambda d: {"source": _file(d, "r.csv", b"age,age,sex\n1,2,F\n")},
+                      r"header of .*r\.csv names fields 1 and 2 the same"),
+    "repeated in another case": (lambda d: {"source": _file(d, "c.csv", b"sex,age,AGE\nF,1,2\n")},
+                                 r"names fields 2 and 3 the same \(names are compared case-insensitively\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SOURCES))
+def test_a_source_or_ledger_that_cannot_be_used_is_a_dpsql_error(tmp_path, case):
+    """Each used to escape as a builtin or DuckDB exception (FileNotFoundError, ValueError,
+    TypeError, IsADirectoryError, BinderException, ParserException, InvalidInputException,
+    IOException), or, for a repeated header name, to drop every row silently."""
+    make, message = BAD_SOURCES[case]
+    with pytest.raises(dpsql.ArgumentError, match=message):
+        dpsql.connect(schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False, **make(tmp_path))
+
+
+def test_header_errors_quote_no_line_of_the_file(tmp_path):
+    """A file without a header has a row of data on its first line: the header's errors give
+    positions and counts, never its text."""
+    path = tmp_path / "noheader.csv"
+    for first in ("Alice Smith,Alice Smith,F", "Alice Smith;F"):
+        path.write_text(f"{first}\n3,F\n")
+        with pytest.raises(dpsql.ArgumentError) as info:
+            dpsql.connect(path, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+        assert "Alice" not in str(info.value)
