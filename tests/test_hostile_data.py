@@ -179,7 +179,8 @@ def test_a_view_that_cannot_be_planned_is_refused_before_the_charge(monkeypatch)
             column.replace(backend.exp.Try(this=backend.exp.Explode(this=column.copy())))
     monkeypatch.setattr(backend, "_guard_query", unbindable)
     con = duckdb.connect()
-    con.execute("CREATE TABLE raw AS SELECT (i % 90)::INTEGER AS a, 'F' AS sex, 'dx:secret' AS note FROM range(50) r(i)")
+    con.execute("CREATE TABLE raw AS SELECT (i % 90)::INTEGER AS a, 'F' AS sex, 'dx:secret' AS note "
+                "FROM range(50) r(i)")
     con.execute("CREATE VIEW t AS SELECT a AS age, sex FROM raw WHERE note <> 'dx:other-secret'")
     db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
     with pytest.raises(MeasurementError) as info:

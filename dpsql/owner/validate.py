@@ -100,7 +100,7 @@ class ValidationReport:
 
     def __str__(self) -> str:
         lines = [f"table {self.table}: {self.rows:,} rows, {self.clean_rows:,} with every column in its "
-                 f"declared domain ({self.rows - self.clean_rows:,} dropped by a query reading all columns)"]
+                 f"declared domain ({self.rows - self.clean_rows:,} dropped from every answer)"]
         for name in self.missing:
             lines.append(f"  {name}: MISSING from the table (every query fails)")
         for c in self.columns:

@@ -655,7 +655,8 @@ def prepare_counting(source: "Backend | Any", table: "str | exp.Table", schema: 
                      attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> Counting:
     """Check that ``table`` has every schema column (reading its catalog entry, no rows), build
     the counting query and plan it (:meth:`Backend.check`), so that every failure that does not
-    depend on the rows happens here, before the kernel charges the budget. Arguments as for :func:`measure_marginals`."""
+    depend on the rows happens here, before the kernel charges the budget. Arguments as for
+    :func:`measure_marginals`."""
     if not subsets:
         return Counting(list)
     backend = backend_for(source)

@@ -118,8 +118,9 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     (or merged attribute names; a single name may stand for a one-column
     tuple, and a list of names alone is their one-way marginals): those
     marginals (a merged column brings its whole attribute). SQL (a text or a
-    list of texts): the attributes each compiled query term does not sum out. Anything else, an empty marginal or no marginal at all
-    is a :class:`~dpsql.errors.WorkloadError`; nothing is read.
+    list of texts): the attributes each compiled query term does not sum out.
+    Anything else, an empty marginal or no marginal at all is a
+    :class:`~dpsql.errors.WorkloadError`; nothing is read.
     """
     if isinstance(workload, bool) or not isinstance(workload, (numbers.Integral, str, list, tuple)):
         raise WorkloadError("a workload is k (every k-way marginal), a list of tuples of column names, or SQL; "
