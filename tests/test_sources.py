@@ -11,24 +11,13 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pytest
+from test_trust_boundary import SCHEMA  # age 0..9, sex F/M
+from test_trust_boundary import _release as release  # the seeded-noise answers of one GROUP BY
 
 import dpsql
 from dpsql.private.backend import csv_view
 
-SCHEMA = {"table": "people", "columns": {
-    "age": {"type": "integer", "min": 0, "max": 9},
-    "sex": {"type": "categorical", "values": ["F", "M"]}}}
 ROWS = [(i % 10, "F" if i % 3 == 0 else "M") for i in range(200)]
-
-
-def release(source, seed=3):
-    """The seeded-noise answers of one GROUP BY on ``source`` (same seed: same noise)."""
-    db = dpsql.connect(source, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False,
-                       source_of_noise=np.random.default_rng(seed))
-    out = db.query("SELECT age, sex, COUNT(*) AS n FROM people GROUP BY age, sex", epsilon=1.0,
-                   noise="laplace").df["n"].to_numpy()
-    db.close()
-    return out
 
 
 def write_csv(path, header, lines, eol="\n", encoding="utf-8"):
