@@ -104,6 +104,9 @@ SELECT age, COUNT(*) AS n FROM adult GROUP BY age ORDER BY n DESC, age LIMIT 10;
 -- rule: order_item, offset_clause
 SELECT sex, SUM(income) FROM adult GROUP BY sex ORDER BY SUM(income) ASC, 1 LIMIT 1 OFFSET 1;
 
+-- rule: order_by_clause, limit_clause
+SELECT sex, age, COUNT(*) AS n FROM adult GROUP BY ALL ORDER BY ALL DESC LIMIT ALL;
+
 -- rule: function_call, duckdb_operator
 SELECT lower(substr(education, 1, 1)) AS initial, age // 10 * 10 AS decade, COUNT(*)
 FROM adult

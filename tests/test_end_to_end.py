@@ -580,6 +580,19 @@ def test_integer_division_of_integer_aggregates_truncates_as_duckdb_does():
     assert (got["d"] != np.trunc(got["d"])).any()  # AVG's // is a division
 
 
+def test_order_by_all_and_limit_all_are_duckdbs():
+    """ORDER BY ALL sorts by every output column, left to right; LIMIT ALL limits nothing. Both
+    were refused, at line 1, column 1, with DuckDB's parser message."""
+    con = make_table(300, seed=2)
+    db = connect(con)
+    for sql in ["SELECT region, sex, COUNT(*) AS n FROM people GROUP BY ALL ORDER BY ALL DESC LIMIT ALL",
+                "SELECT region, sex, COUNT(*) AS n FROM people GROUP BY ALL ORDER BY ALL LIMIT 5"]:
+        got = db.query(sql, epsilon=1e9).df[["region", "sex"]]
+        want = con.sql(sql).df()[["region", "sex"]]
+        assert [tuple(_py(v) for v in r) for r in got.itertuples(index=False)] == \
+            [tuple(_py(v) for v in r) for r in want.itertuples(index=False)]
+
+
 def test_quantile_intervals_cover_duckdb_quantiles():
     """MEDIAN and a 90th percentile per group, released at a small budget: the CDF band's interval
     holds DuckDB's exact quantile in most draws (the band is pointwise at 95%, so coverage is

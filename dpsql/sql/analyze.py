@@ -379,6 +379,9 @@ def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],
         return order
     for o in order_node.expressions:
         target = o.this
+        if isinstance(target, exp.Var) and target.name.upper() == "ALL":  # ORDER BY ALL: every output, in order
+            order.extend((exp.column(name, quoted=True), bool(o.args.get("desc"))) for name in outputs)
+            continue
         ok, lit = literal_value(target)
         if ok and isinstance(lit, int) and not isinstance(lit, bool):
             if not 1 <= lit <= len(outputs):
@@ -975,6 +978,8 @@ def _count_clause(node: exp.Expression | None, name: str, ctx: _Context) -> int 
     if node is None:
         return None
     value = node.args.get("expression") or node.this
+    if name == "LIMIT" and isinstance(value, exp.Var) and value.name.upper() == "ALL":
+        return None  # LIMIT ALL: no limit
     ok, lit = literal_value(value) if value is not None else (False, None)
     if not ok or not isinstance(lit, int) or isinstance(lit, bool) or lit < 0:
         ctx.fail(UnsupportedSQLError, f"{name} takes a non-negative integer literal", name, value or node)
