@@ -275,6 +275,8 @@ def _view_definition(con: "duckdb.DuckDBPyConnection", name: str) -> tuple[str, 
 #: set-returning functions (UNNEST) and lambdas.
 _NOT_ROW_LEVEL = (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, exp.SetOperation, exp.Unnest, exp.Explode,
                   exp.Lambda, *_VOLATILE)
+#: Comparisons, whose sides are wrapped rather than the comparison (see :func:`_guard`).
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 #: Nodes no row's value can make fail: nothing to wrap.
 _ATOMS = (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Star, exp.Identifier, exp.Var, exp.Placeholder,
           exp.Parameter, exp.Try)
@@ -303,6 +305,13 @@ def _guard(node: exp.Expression) -> exp.Expression:
     (:func:`_guard_select`)."""
     if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation, *_ATOMS)) or node.find(exp.Column) is None:
         return node  # what reads no column fails on every table or on none
+    if isinstance(node, (exp.PropertyEQ, exp.Kwarg)):  # a named argument (x := v): its value
+        node.set("expression", _guard(node.expression))
+        return node
+    if isinstance(node, (exp.Connector, exp.Not, exp.Paren, *_COMPARISONS)):
+        # each side on its own: a join's equalities (ASOF's inequality) must stay visible to
+        # DuckDB, or a hash join becomes a nested loop; two columns compared cannot fail
+        return _map_args(node, _guard)
     if isinstance(node, exp.Condition) and _row_level(node):
         return exp.Try(this=node)
     if isinstance(node, exp.Window):  # ROW_NUMBER() and the like must stay the window's function
@@ -354,8 +363,12 @@ def _guard_select(select: exp.Select) -> None:
     arguments). A GROUP BY key that is an expression is wrapped the same way
     wherever it appears in the SELECT, so DuckDB still matches the outputs to the key."""
     group = select.args.get("group")
-    keys = [k for k in (_group_key(select, k) for k in (group.expressions if group else []))
-            if not isinstance(k, _ATOMS) and k.find(exp.Column) is not None and _row_level(k)]
+    items = list(group.expressions) if group else []
+    for node in group.find_all(exp.GroupingSets, exp.Rollup, exp.Cube) if group else ():
+        items.extend(e for x in node.expressions for e in (x.expressions if isinstance(x, exp.Tuple) else [x]))
+    keys = [k for k in (_group_key(select, k) for k in items)
+            if not isinstance(k, (*_ATOMS, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Tuple))
+            and k.find(exp.Column) is not None and _row_level(k)]
 
     def same_key(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
