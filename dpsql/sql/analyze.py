@@ -910,7 +910,7 @@ class _Rewriter:
                     cast.replace(safe)
         # DuckDB's // divides integers (COUNT, a SUM of integers) truncating, and other numbers
         # exactly: the noisy answers are DOUBLEs, so their // is spelled out as trunc(a / b)
-        integral = {a.name for a in self.aggregates if self._integral(a)}
+        integral = {a.name for a in self.aggregates if self._integer_typed(a)}
         for div in list(expr.find_all(exp.IntDiv)):
             if _integral(div.this, integral) and _integral(div.expression, integral):
                 whole = exp.func("trunc", exp.Div(this=div.this, expression=div.expression))
@@ -923,7 +923,7 @@ class _Rewriter:
             expr = exp.Try(this=expr)
         return expr
 
-    def _integral(self, aggregate: Aggregate) -> bool:
+    def _integer_typed(self, aggregate: Aggregate) -> bool:
         """Whether DuckDB's exact answer to ``aggregate`` has an integer type."""
         if aggregate.func == "count":
             return True
