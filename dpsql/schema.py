@@ -40,6 +40,7 @@ several columns is indexed in C order (the first column varies slowest).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -507,20 +508,69 @@ def _read_schema_file(path: str) -> str:
 
 
 def _parse_text(text: str, source: str | None) -> Any:
-    if source and source.endswith(".json"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SchemaError([(f"line {exc.lineno}", f"invalid JSON: {exc.msg}")], source) from None
-    import yaml  # JSON is a subset of YAML
-
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SchemaError([(where, f"invalid YAML: {problem}")], source) from None
+        if source and source.endswith(".json"):
+            try:
+                return json.loads(text, object_pairs_hook=_json_object)
+            except json.JSONDecodeError as exc:
+                raise SchemaError([(f"line {exc.lineno}", f"invalid JSON: {exc.msg}")], source) from None
+        import yaml  # JSON is a subset of YAML
+
+        try:
+            return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise SchemaError([(where, f"invalid YAML: {problem}")], source) from None
+    except _DuplicateKey as exc:
+        raise SchemaError([("", f"invalid JSON: key {exc.args[0]!r} appears twice in one object")], source) from None
+    except RecursionError:
+        raise SchemaError([("", "nested too deeply to read")], source) from None
+    except ValueError as exc:  # Python's limit on the digits of an integer
+        raise SchemaError([("", f"cannot be read: {exc}")], source) from None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object, refusing a key given twice (``json`` would keep the last silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    """PyYAML's SafeLoader, but a mapping that gives a key twice is an error (PyYAML keeps the last
+    silently), and an unquoted date stays the text it is, as a quoted one would: a schema's values
+    are strings and numbers."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: SafeLoader says so
+                    break
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping (first at line "
+                        f"{first.start_mark.line + 1})", key_node.start_mark)
+            return super().construct_mapping(node, deep)
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    return Loader
 
 
 _COMMON_KEYS = {"type", "nullable", "bounds", "description"}

@@ -135,3 +135,34 @@ def test_unwritable_directory_raises_cache_error(tmp_path):
     sel = select(Workload.of(Prefix(4)), LAP, operators=["OPT_0"], restarts=1)
     with pytest.raises(CacheError):
         cache.put("k", sel.strategy)
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_selection_goes_on(tmp_path):
+    """A read-only home or cache directory must not stop every measured query."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    W = Workload.of(Prefix(6))
+    with pytest.warns(RuntimeWarning, match="cannot write strategy cache entry.*the strategy is used, not cached"):
+        sel = select(W, LAP, operators=["OPT_0"], restarts=1, cache=StrategyCache(blocker / "sub"))
+    plain = select(W, LAP, operators=["OPT_0"], restarts=1)
+    assert not sel.cached and sel.rmse == pytest.approx(plain.rmse)
+
+
+@pytest.mark.parametrize("edit", ["nan", "zero"])
+def test_an_entry_that_is_not_finite_or_measures_nothing_is_a_miss(tmp_path, edit):
+    """A hand-edited entry: NaN made every later selection fail in the SVD, zeros a strategy of
+    sensitivity 0 that no noise can calibrate."""
+    cache = StrategyCache(tmp_path)
+    W, operators = marginals_workload((3, 4), k=1), ["OPT_M"]  # zero weights: a strategy of sensitivity 0
+    select(W, LAP, operators=operators, restarts=1, cache=cache)
+    (path,) = tmp_path.glob("*.npz")
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    for k, a in arrays.items():
+        if a.dtype.kind == "f":
+            arrays[k] = np.full_like(a, np.nan if edit == "nan" else 0.0)
+    np.savez(path, **arrays)
+    assert cache.get(path.stem) is None
+    again = select(W, LAP, operators=operators, restarts=1, cache=cache)
+    assert not again.cached and np.isfinite(again.rmse)
+    assert select(W, LAP, operators=operators, restarts=1, cache=cache).cached

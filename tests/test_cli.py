@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -528,6 +529,35 @@ def test_out_file_that_is_a_directory_is_refused_before_spending(data, tmp_path,
     (line,) = err.strip().splitlines()
     assert line == f"dpsql: --out {outdir}: {blocked} is a directory, not a file that can be written; nothing was spent"
     assert not ledger.exists() and os.listdir(outdir) == [blocked.name] and os.listdir(blocked) == []
+
+
+@pytest.mark.parametrize("target, flag", [("ledger", "--ledger"), ("data", "--data"), ("schema", "--schema"),
+                                          ("sql", "the batch file")])
+def test_an_out_file_that_is_an_input_is_refused_before_spending(data, tmp_path, capsys, target, flag):
+    """Writing the result over the ledger would erase the spend; over the data, the next request
+    would measure the noisy result."""
+    files = {"ledger": tmp_path / "l.csv", "data": tmp_path / "people.csv", "schema": tmp_path / "s.csv",
+             "sql": tmp_path / "b.csv"}
+    shutil.copy(data["csv"], files["data"])
+    files["schema"].write_text(json.dumps(SCHEMA))
+    files["sql"].write_text(REGION_SQL)
+    before = {name: path.read_bytes() for name, path in files.items() if path.exists()}
+    out = tmp_path / "." / files[target].name  # the same file by another spelling
+    rc, stdout, err = run(capsys, "batch", str(files["sql"]), "--data", str(files["data"]), "--schema",
+                          str(files["schema"]), "--ledger", str(files["ledger"]), "--out", str(out), *HUGE)
+    assert rc == 2, err
+    (line,) = error_lines(err)
+    assert line == f"dpsql: --out {out}: {out} is {flag}, which the output would replace; nothing was spent"
+    assert not files["ledger"].exists()
+    assert {name: path.read_bytes() for name, path in files.items() if path.exists()} == before
+
+
+@pytest.mark.parametrize("ledger", ["", ":memory:"])
+def test_a_ledger_that_would_not_outlive_the_command_is_refused(data, capsys, ledger):
+    rc, stdout, err = run(capsys, "query", REGION_SQL, "--data", data["parquet"], "--schema", data["yaml"],
+                          "--ledger", ledger, *HUGE)
+    assert rc == 2 and stdout == ""
+    assert error_lines(err) == [f"dpsql: --ledger {ledger!r}: give the ledger file's path"]
 
 
 # -- budget flags -------------------------------------------------------------------------------

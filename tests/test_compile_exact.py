@@ -267,7 +267,7 @@ def test_forty_statement_batch_compiles():
     covered = set()
     for s in batch.statements:
         for b in s.blocks:
-            assert 0 <= b.start < b.stop <= batch.workload.num_queries or (b.start == b.stop and not s.groups)
+            assert 0 <= b.start < b.stop <= batch.workload.num_queries or (b.start == b.stop and b.term is None)
             covered.update(range(b.start, b.stop))
     assert covered == set(range(batch.workload.num_queries))
 

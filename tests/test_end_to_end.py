@@ -450,6 +450,27 @@ def test_groups_the_where_clause_rules_out_are_not_output_and_cost_nothing_alone
     assert db.ledger.spent().epsilon == pytest.approx(1e9)
 
 
+def test_a_statement_without_group_by_whose_where_rules_out_the_domain_is_answered_as_duckdb_does():
+    """One row, as over no rows: COUNT 0 and every other aggregate NULL, exactly, with nothing
+    measured or spent; beside a measured statement, only that one is paid for."""
+    con = make_table(300, seed=4)
+    db = connect(con, budget=Budget(epsilon=1e10))
+    sql = ("SELECT COUNT(*) AS n, COUNT(age) AS c, SUM(age) AS s, AVG(age) AS m, STDDEV(age) AS sd, MEDIAN(age) AS q, "
+           "COUNT(*) + 1 AS n1, SUM(age) * 2 AS s2 FROM people WHERE age > 30 AND sex = 'F'")
+    res = db.query(sql, epsilon=1.0)
+    exact = con.sql(sql).df()
+    assert res.epsilon == 0.0 and db.ledger.spent().epsilon == 0.0 and "nothing spent" in repr(res)
+    for col in exact.columns:
+        want, got = exact[col].iloc[0], res.df[col].iloc[0]
+        assert (pd.isna(want) and pd.isna(got)) or want == got, col
+        error = res.df[f"{col}_std_error"].iloc[0]
+        assert (pd.isna(error) if pd.isna(want) else error == 0.0), col
+    both = db.batch([sql, "SELECT COUNT(*) AS n FROM people WHERE sex = 'F'"], epsilon=1e9)
+    assert both[0].df["n"].tolist() == [0.0] and pd.isna(both[0].df["s"].iloc[0])
+    assert both[1].df["n"].round().tolist() == [con.sql("SELECT COUNT(*) FROM people WHERE sex = 'F'").fetchall()[0][0]]
+    assert db.ledger.spent().epsilon == pytest.approx(1e9)
+
+
 @pytest.mark.parametrize("sql, groups", [
     ("SELECT DISTINCT sex, region FROM people WHERE region <> 'E'",
      [(s, r) for s in ("F", "M", None) for r in ("N", "S", "W")]),

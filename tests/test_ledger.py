@@ -115,6 +115,9 @@ def test_not_a_ledger(tmp_path):
         Ledger(tmp_path, Budget(epsilon=1.0))
     with pytest.raises(LedgerError, match="no_such_dir"):
         Ledger(tmp_path / "no_such_dir" / "l.db", Budget(epsilon=1.0))
+    # SQLite opens "" as a temporary database, deleted on close: each run would get the budget anew
+    with pytest.raises(LedgerError, match="the ledger's path is empty"):
+        Ledger("", Budget(epsilon=1.0))
 
 
 def test_corrupt_ledger(tmp_path):

@@ -306,3 +306,17 @@ def test_sparse_masks_give_the_same_search(monkeypatch):
     sparse = best_response(SMALL, queries, weights, linear, method="heuristic", seed=4)
     assert sparse.record == dense.record and sparse.objective == pytest.approx(dense.objective, abs=1e-12)
     assert sparse.objective == pytest.approx(brute_force(SMALL, raw, weights, linear)[0], abs=1e-9)
+
+
+def test_the_mip_oracle_prints_nothing():
+    """HiGHS writes a banner to file descriptor 1 with its first solver object, whatever its
+    options; it would land in a user's output (a CSV the command line writes to stdout)."""
+    import subprocess
+    import sys
+
+    code = ("from dpsql.synth import best_response\n"
+            "r = best_response((3, 2), [], [], [[0.1, 0.7, -0.2], [0.0, 1.0]], method='mip', seed=0)\n"
+            "assert r.record == (1, 1) and r.method == 'mip-optimal'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == ""

@@ -367,6 +367,7 @@ def test_an_impossible_where_alone_is_answered_without_measuring():
                        epsilon=1.0, delta=1e-6 if noise == "gaussian" else None, noise=noise)
         assert res.df.empty and list(res.df.columns[:2]) == ["region", "n"] and res.epsilon == 0.0
     assert db.ledger.spent().epsilon == 0.0
-    # without GROUP BY there is one row, measured: a query whose every weight is zero
+    # without GROUP BY there is one row, the answer over no rows, exact and unmeasured
     res = db.query("SELECT COUNT(*) AS n FROM t WHERE sex = 'F' AND sex = 'M'", epsilon=1.0, noise="laplace")
-    assert list(res.df["n"]) == [0.0] and list(res.df["std_error"]) == [0.0]
+    assert list(res.df["n"]) == [0.0] and list(res.df["std_error"]) == [0.0] and res.epsilon == 0.0
+    assert db.ledger.spent().epsilon == 0.0

@@ -171,6 +171,35 @@ def test_yaml_syntax_error_has_a_line(tmp_path):
     assert "line" in info.value.problems[0][0] and str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("name, text, where, problem", [
+    ("s.yaml", "table: t\ncolumns:\n  age: {type: integer, min: 0, max: 90}\n  age: {type: integer, min: 0, max: 5}\n",
+     "line 4, column 3", "invalid YAML: key 'age' appears twice in one mapping (first at line 3)"),
+    ("s.yaml", "table: t\ncolumns:\n  age: {type: integer, min: 0, max: 90, max: 5}\n",
+     "line 3, column 41", "invalid YAML: key 'max' appears twice in one mapping (first at line 3)"),
+    ("s.json", '{"table": "t", "columns": {"age": {"type": "integer", "min": 0, "max": 90, "max": 5}}}',
+     "", "invalid JSON: key 'max' appears twice in one object"),
+    ("s.yaml", "[" * 5000, "", "nested too deeply to read"),
+    ("s.json", "[" * 100_000, "", "nested too deeply to read"),
+    ("s.yaml", "table: t\ncolumns:\n  a: {type: integer, min: 0, max: " + "9" * 5001 + "}\n", "",
+     "cannot be read: Exceeds the limit (4300 digits) for integer string conversion"),
+])
+def test_schema_text_that_cannot_be_read_as_written_is_refused(tmp_path, name, text, where, problem):
+    """A key given twice was resolved to its last value silently (a domain of 0..5 for 0..90, say);
+    deep nesting and long integers escaped as RecursionError and ValueError."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(SchemaError) as info:
+        load_schema(str(tmp_path / name))
+    ((got_where, got_problem),) = info.value.problems
+    assert got_where == where and got_problem.startswith(problem)
+
+
+def test_an_unquoted_yaml_date_is_the_text_it_reads():
+    """PyYAML makes 2020-01-31 a date, which a schema's values cannot be; quoted, it is text."""
+    plain = load_schema("table: t\ncolumns:\n  d: {type: categorical, values: [2020-01-31, 2020-02-01]}\n")
+    quoted = load_schema("table: t\ncolumns:\n  d: {type: categorical, values: ['2020-01-31', '2020-02-01']}\n")
+    assert plain.column("d") == quoted.column("d") and plain.column("d").values == ("2020-01-31", "2020-02-01")
+
+
 def test_list_form_of_columns():
     s = load_schema({"table": "t", "columns": [{"name": "a", "type": "boolean"},
                                                {"name": "b", "type": "integer", "min": 1, "max": 3}]})

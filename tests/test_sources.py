@@ -89,6 +89,11 @@ BAD_SOURCES = {
                    r"header of .*s\.csv \(1 field split at ','\) names none of the schema's columns age, sex"),
     "repeated name": (lambda d: {"source": _file(d, "r.csv", b"age,age,sex\n1,2,F\n")},
                       r"header of .*r\.csv names fields 1 and 2 the same"),
+    # DuckDB would read p1.parquet for "p[1].parquet", every matching file for "p?.csv"
+    "pattern in a parquet name": (lambda d: {"source": _file(_file(d, "p1.parquet").parent, "p[1].parquet")},
+                                  r"DuckDB reads \*, \? and \[ in a file's path as a pattern.*p\[1\]\.parquet"),
+    "pattern in a csv name": (lambda d: {"source": _file(_file(d, "pa.csv", b"age\n1\n").parent, "p?.csv")},
+                              r"can match other files than .*p\?\.csv: rename it"),
     "repeated in another case": (lambda d: {"source": _file(d, "c.csv", b"sex,age,AGE\nF,1,2\n")},
                                  r"names fields 2 and 3 the same \(names are compared case-insensitively\)"),
 }

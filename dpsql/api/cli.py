@@ -180,6 +180,8 @@ def _check_args(args: argparse.Namespace) -> None:
     input files (a batch's SQL, a --workload .sql file) that cannot be read. Reads those files
     into ``args`` (``sql_text``, ``workload_value``), so nothing is read after the spend, and
     sets ``out_paths``, the files --out will write."""
+    if args.ledger in ("", ":memory:"):  # a ledger kept in this process would forget the spend when it ends
+        raise UsageError(f"--ledger {args.ledger!r}: give the ledger file's path")
     if _budget(args) is None and not os.path.exists(args.ledger):
         raise UsageError(f"{args.ledger}: no ledger exists here; a new ledger needs its total budget: "
                          "give --budget-epsilon (and --budget-delta) or --budget-rho")
@@ -207,10 +209,16 @@ def _checked_out_paths(args: argparse.Namespace, out: Path) -> list[Path]:
         raise UsageError(f"--out {out}: a batch of {count} statements writes one file per statement into a "
                          "directory: give a directory name, not a .csv or .parquet file name; nothing was spent")
     paths = [out] if _is_out_file(out) else [out / f"q{i:02d}.{args.format}" for i in range(1, count + 1)]
+    inputs = {os.path.realpath(f): flag for flag, f in [("--ledger", args.ledger), ("--data", args.data),
+                                                        ("--schema", args.schema), ("the batch file", getattr(args, "file", None))]
+              if f}
     for path in paths:
         if path.is_dir():
             raise UsageError(f"--out {out}: {path} is a directory, not a file that can be written; "
                              "nothing was spent")
+        if os.path.realpath(path) in inputs:
+            raise UsageError(f"--out {out}: {path} is {inputs[os.path.realpath(path)]}, which the output would "
+                             "replace; nothing was spent")
     return paths
 
 

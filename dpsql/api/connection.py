@@ -275,7 +275,7 @@ class Connection:
             out = df[[k.name for k in st.plan.keys]].copy()
             for agg in st.plan.aggregates:
                 blocks = st.blocks_of(agg.name)
-                out[f"{agg.name}_std_error"] = (se[blocks[0].rows] * blocks[0].scale if len(blocks) == 1
+                out[f"{agg.name}_std_error"] = (blocks[0].take(se, len(df)) if len(blocks) == 1
                                                 else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
@@ -589,7 +589,7 @@ def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, i
     var = np.zeros(size)
     with np.errstate(invalid="ignore"):
         for i, (a, ga) in enumerate(terms):
-            var = var + (ga * a.scale * se[a.rows]) ** 2
+            var = var + (ga * a.take(se, size)) ** 2
             for b, gb in terms[i + 1:]:
                 if a.term is not None and b.term is not None and covariance is not None:
                     var = var + 2.0 * ga * gb * covariance(a.term, b.term) * a.scale * b.scale
@@ -619,14 +619,18 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
         if not agg.visible:
             continue
         name, lo, hi = _error_names(st, agg.name)
+        if agg.func in QUANTILES and not st.measured(agg.name):  # NULL, exactly
+            out[name] = out[lo] = out[hi] = np.full(size, np.nan)
+            continue
         if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
             parts = st.parts(agg.name, answers)
-            spread = {b.measure: se[b.rows] * b.scale for b in st.blocks_of(agg.name)}
+            spread = {b.measure: b.take(se, size) for b in st.blocks_of(agg.name)}
             out[name] = np.full(size, np.nan)
             out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
                                                  np.array(st.thresholds[agg.name]), parts, spread, z)
             continue
         err = _delta_method(grads[agg.name], se, covariance, size)
+        err[np.isnan(values[agg.name])] = np.nan  # a NULL answer has no standard error
         out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
@@ -641,6 +645,7 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
         value, d = dual
         pairs = [(b, g * d[a]) for a in d for b, g in grads[a]]
         err = _delta_method(pairs, se, covariance, size)
+        err[np.isnan(value)] = np.nan
         out[name], out[lo], out[hi] = err, value - z * err, value + z * err
     return out
 

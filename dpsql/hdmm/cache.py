@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.errors import CacheError
+from dpsql.errors import CacheError, WorkloadError
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
 from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones
 from dpsql.hdmm.pidentity import PIdentity
@@ -154,16 +154,20 @@ class StrategyCache:
         return self.directory / f"{key}.npz"
 
     def get(self, key: str) -> Strategy | None:
-        """The cached strategy, or ``None`` on a miss or an unreadable entry."""
+        """The cached strategy, or ``None`` on a miss or an unusable entry: unreadable, or (a file
+        edited by hand, say) with entries that are not finite or a strategy that measures nothing."""
         path = self.path(key)
         try:
             with np.load(path, allow_pickle=False) as data:
                 spec = json.loads(str(data["__spec__"]))
                 arrays = {k: data[k] for k in data.files if k != "__spec__"}
-            return _decode_strategy(spec, arrays)
+            if not all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind in "fc"):
+                return None
+            strategy = _decode_strategy(spec, arrays)
+            return strategy if strategy.sensitivity(1) > 0 and strategy.sensitivity(2) > 0 else None
         except FileNotFoundError:
             return None
-        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, CacheError):
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, CacheError, WorkloadError):
             return None
 
     def put(self, key: str, strategy: Strategy) -> Path:

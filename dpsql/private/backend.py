@@ -598,6 +598,9 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     if suffix not in (*_DATABASE_SUFFIXES, ".parquet", *_CSV_DELIMITERS):
         raise ArgumentError(f"source: cannot tell the format of {path} from its name: use .duckdb, .csv, .tsv or "
                             ".parquet (compressed files are not read: decompress them first)")
+    if suffix not in _DATABASE_SUFFIXES and any(c in str(path) for c in "*?["):
+        raise ArgumentError(f"source: DuckDB reads *, ? and [ in a file's path as a pattern, which can match other "
+                            f"files than {path}: rename it, or give a DuckDB connection that reads it")
     try:
         if suffix in _DATABASE_SUFFIXES:
             return DuckDBBackend(duckdb.connect(str(path), read_only=True))

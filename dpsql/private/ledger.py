@@ -233,6 +233,9 @@ class Ledger:
         # (fingerprint, rows) of the last verified read: rows identical to these need no rehashing
         self._verified: "Tuple[str, list]" = ("", [])
         if self._path is not None:
+            if not self._path:  # SQLite would open a temporary database, deleted on close: a budget anew each time
+                raise LedgerError("the ledger's path is empty: give a file's path, or None for a ledger kept in "
+                                  "this process only")
             if os.path.isdir(self._path):
                 raise LedgerError(f"{self._path}: is a directory, not a ledger file")
             if budget is None and not os.path.exists(self._path):

@@ -97,6 +97,12 @@ class Block:
     def rows(self) -> slice | np.ndarray:
         return slice(self.start, self.stop) if self.index is None else self.index
 
+    def take(self, v: np.ndarray, groups: int) -> np.ndarray:
+        """The block's entries of a per-query vector ``v`` (answers, or standard errors) times
+        ``scale``, one per group: zeros for a block that measures nothing, since WHERE rules out
+        every cell of the public domain and no row of any table counts in it."""
+        return np.zeros(groups) if self.term is None else v[self.rows] * self.scale
+
 
 @dataclass(frozen=True, eq=False)
 class CompiledStatement:
@@ -126,11 +132,17 @@ class CompiledStatement:
 
     def parts(self, aggregate: str, y: np.ndarray) -> dict[str, np.ndarray]:
         """An aggregate's measured queries per group, from workload answers ``y``."""
-        return {b.measure: y[b.rows] * b.scale for b in self.blocks_of(aggregate)}
+        return {b.measure: b.take(y, len(self.groups)) for b in self.blocks_of(aggregate)}
+
+    def measured(self, aggregate: str) -> bool:
+        """Whether an aggregate is measured: False when WHERE rules out the whole public domain."""
+        return any(b.term is not None for b in self.blocks_of(aggregate))
 
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
         """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
         agg = next(a for a in self.plan.aggregates if a.name == aggregate)
+        if not self.measured(aggregate):  # over no rows: COUNT is 0, and every other aggregate NULL
+            return np.full(len(self.groups), 0.0 if agg.func == "count" else np.nan)
         if agg.func in QUANTILES:
             return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
                             self.parts(aggregate, y))
@@ -405,7 +417,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                 kept[a] = np.unique(group[:0] if impossible else group if where[a] is None else group[where[a]])
 
         # answers: one per group and measured aggregate, refused before the groups are listed
-        n_groups = math.prod(len(rows) for rows in kept if rows is not None)
+        # (a statement without GROUP BY keeps its one group, answered as over no rows, unmeasured)
+        n_groups = 0 if impossible else math.prod(len(rows) for rows in kept if rows is not None)
         thresholds = {a.name: tuple(sorted(schema.column(a.column).values)) for a in plan.aggregates
                       if a.func in QUANTILES}
         queries += n_groups * sum(len(measures(a.func, len(thresholds.get(a.name, ())))) for a in plan.aggregates)

@@ -33,12 +33,13 @@ import logging
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from dpsql.errors import WorkloadError
+from dpsql.errors import CacheError, WorkloadError
 from dpsql.hdmm.cache import StrategyCache
 from dpsql.hdmm.error_analysis import max_variance
 from dpsql.hdmm.error_analysis import rmse as expected_rmse
@@ -211,7 +212,10 @@ def select(
     if not math.isfinite(best.rmse):
         raise WorkloadError("no strategy operator could answer this workload")
     if cache is not None:
-        cache.put(key, best.strategy)
+        try:
+            cache.put(key, best.strategy)
+        except CacheError as e:  # a cache that cannot be written (a read-only home, say) costs only the reuse
+            warnings.warn(f"{e}; the strategy is used, not cached", RuntimeWarning, stacklevel=2)
     return finish(best.strategy, candidates, False)
 
 

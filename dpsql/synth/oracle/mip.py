@@ -10,7 +10,11 @@ it was stopped and HiGHS's dual bound. It is the exact half of the oracle;
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
+import os
+import sys
 import warnings
 from typing import Any, Mapping
 
@@ -45,6 +49,7 @@ def solve_mip(problem: CompiledProblem, seconds: float, mip_gap: float, start: n
     """
     import cvxpy as cp
 
+    _silence_highs_banner()
     n_cols = len(problem.linear)
     d = len(problem.domain)
     z = cp.Variable(n_cols, boolean=True, name="z")
@@ -107,6 +112,33 @@ def solve_mip(problem: CompiledProblem, seconds: float, mip_gap: float, start: n
     else:
         label = "mip-time-limit"
     return record, label, bound
+
+
+@functools.cache
+def _silence_highs_banner() -> None:
+    """Make the process's first ``highspy.Highs`` with standard output pointed at /dev/null.
+
+    HiGHS writes its banner to file descriptor 1 when the first one is made, whatever its
+    options, and CVXPY makes one before it passes any; the banner would land in the middle of
+    a user's output (a CSV the command line writes to standard output, say). Later ones print
+    nothing. Where the C library cannot be reached (not a POSIX system), the banner stays.
+    """
+    import highspy
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+            libc.fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _one_hot(problem: CompiledProblem, record: np.ndarray) -> np.ndarray:
