@@ -49,16 +49,26 @@ class SQLError(Error):
     """A SQL statement cannot be compiled. ``construct`` names the offending
     piece of SQL (``"JOIN"``, ``"column 'foo'"``), ``line`` and ``column`` are
     1-based positions in the text that was compiled (a whole batch file, when
-    compiling a file), or None when no position is known."""
+    compiling a file), or None when no position is known; ``item`` is that
+    text's 1-based place in a batch given as a list of several texts."""
 
     def __init__(self, message: str, construct: "str | None" = None,
-                 line: "int | None" = None, column: "int | None" = None) -> None:
+                 line: "int | None" = None, column: "int | None" = None, item: "int | None" = None) -> None:
         self.reason = message
         self.construct = construct
         self.line = line
         self.column = column
+        self.item = item
         where = f" at line {line}, column {column}" if line is not None else ""
+        if item is not None:
+            where += f" {'of' if line is not None else 'in'} item {item} of the batch"
         super().__init__(f"{message}{where}")
+
+    def in_item(self, item: int) -> "SQLError":
+        """The same error, placed in item ``item`` of a batch given as a list of texts."""
+        err = type(self).__new__(type(self))
+        SQLError.__init__(err, self.reason, self.construct, self.line, self.column, item)
+        return err
 
 
 class ParseError(SQLError):

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "NestingLimitError", "check_queries", "check_measured_cells",
+           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries", "check_measured_cells",
            "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
@@ -50,6 +50,10 @@ MAX_SQL_DEPTH = 25
 MAX_QUERIES = 2_000_000
 #: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
 MAX_MEASURED_CELLS = 20_000_000
+#: Largest magnitude a SUM's (or AVG's, a variance's) bounds may reach: 2^53, below which float64
+#: holds every integer. Beyond, one row's value is a noise scale no answer survives, and squares
+#: and Gram matrices overflow (1e155 did, in the strategy's SVD).
+MAX_SUM_MAGNITUDE = 2.0**53
 #: Rows of a table the owner marks public when connecting: a lookup join inlines one CASE
 #: branch per row whose key is in the private column's domain.
 MAX_PUBLIC_ROWS = 100_000

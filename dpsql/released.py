@@ -34,10 +34,13 @@ _duckdb.PermissionException: Permission Error: ...
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import duckdb
+
+from dpsql.errors import ArgumentError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,29 +76,44 @@ class ReleasedData:
         """The connection itself, for any SQL over released tables (no budget)."""
         return self._con
 
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection, one caller at a time; ArgumentError if the analyst has closed it."""
+        with self._lock:
+            try:
+                yield self._con
+            except duckdb.ConnectionException:
+                raise ArgumentError("the released database (db.released) is closed: connect again") from None
+
+    def check_open(self) -> None:
+        """ArgumentError if the database is closed: called before a request spends whose
+        answers are registered here, so that it fails before the spend, not after."""
+        with self._using() as con:
+            con.execute("SELECT 1")
+
     def relation(self, df: "pd.DataFrame") -> duckdb.DuckDBPyRelation:
         """``df`` (released values) as a relation on this database."""
-        with self._lock:
-            return self._con.from_df(df)
+        with self._using() as con:
+            return con.from_df(df)
 
     def has(self, name: str) -> bool:
         """Whether a table or view called ``name`` (any case) exists here."""
-        with self._lock:
-            return self._con.execute(
+        with self._using() as con:
+            return con.execute(
                 "SELECT count(*) FROM (SELECT table_name AS name FROM duckdb_tables() UNION ALL "
                 "SELECT view_name FROM duckdb_views() WHERE NOT internal) WHERE lower(name) = lower(?)",
                 [name]).fetchall()[0][0] > 0
 
     def register(self, name: str, df: "pd.DataFrame") -> None:
         """Make ``df`` (released values) queryable as ``name``."""
-        with self._lock:
-            self._con.register(name, df)
+        with self._using() as con:
+            con.register(name, df)
 
     def table(self, name: str) -> duckdb.DuckDBPyRelation:
         """The registered table ``name`` (any characters: it is quoted) as a relation."""
         quoted = '"' + name.replace('"', '""') + '"'
-        with self._lock:
-            return self._con.sql(f"SELECT * FROM {quoted}")
+        with self._using() as con:
+            return con.sql(f"SELECT * FROM {quoted}")
 
     def close(self) -> None:
         """Close the database (relations made from it stop working)."""

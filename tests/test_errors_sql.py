@@ -255,3 +255,38 @@ def test_privacy_unit_column_must_be_the_schemas_unit():
         assert info.value.construct == "privacy_unit_column" and info.value.line == 1
     with pytest.raises(E.UnsupportedSQLError, match="must name a column"):
         compile_batch(sql.format("1"), SCHEMA)
+
+
+@pytest.mark.parametrize("column", [{"type": "categorical", "values": [0, 1e155]},
+                                    {"type": "numeric", "bins": [-1.7e308, 0, 1.7e308]},
+                                    {"type": "categorical", "values": [-(2**53) - 2, 0]}])
+def test_sums_of_values_beyond_2_to_the_53_are_refused_until_bounds_clamp_them(column):
+    """They escaped as OverflowError, LinAlgError or ZeroDivisionError from the strategy selection."""
+    schema = {"table": "t", "columns": {"x": column}}
+    with pytest.raises(E.DomainError, match=r"cannot AVG 'x': its values reach .*, beyond 2\^53 .*declare the "
+                                            r"column's bounds: \[lo, hi\]") as info:
+        compile_batch("SELECT COUNT(*) AS n, AVG(x) AS m FROM t", load_schema(schema))
+    assert (info.value.line, info.value.column) == (1, 23)
+    clamped = load_schema({"table": "t", "columns": {"x": {**column, "bounds": [0, 1e6]}}})
+    assert compile_batch("SELECT AVG(x) AS m FROM t", clamped).statements[0].plan.aggregates[0].bounds[1] <= 1e6
+
+
+@pytest.mark.parametrize("second, cls, message, position", [
+    ("SELECT COUNT(*) FROM u", E.UnknownColumnError, "unknown table 'u'", (1, 22)),
+    ("EXPLAIN SELECT COUNT(*) FROM t", E.UnsupportedSQLError, "EXPLAIN is not supported", (1, 1)),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t", E.UnsupportedSQLError, "UNION is not supported",
+     (1, 24)),
+    ("SELEC age", E.ParseError, "syntax error: a statement starts with SELECT, not 'SELEC'", (1, 1)),
+])
+def test_an_error_in_a_batch_given_as_a_list_names_its_item(second, cls, message, position, capfd):
+    """Positions are within the item's own text, so the error says which item; sqlglot's warning
+    that it reads EXPLAIN as a 'Command' is not printed, and a batch text places EXPLAIN at its start."""
+    with pytest.raises(cls) as info:
+        compile_batch(["SELECT COUNT(*) FROM t", second], SCHEMA)
+    assert info.value.reason.startswith(message) and (info.value.line, info.value.column) == position
+    assert info.value.item == 2 and str(info.value).endswith(f"at line {position[0]}, column {position[1]} of item 2 "
+                                                             "of the batch")
+    with pytest.raises(cls) as info:
+        compile_batch(f"SELECT COUNT(*) FROM t;\n{second}", SCHEMA)
+    assert (info.value.line, info.value.column, info.value.item) == (position[0] + 1, position[1], None)
+    assert capfd.readouterr().err == ""

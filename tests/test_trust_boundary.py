@@ -124,6 +124,21 @@ def test_no_public_attribute_leads_to_the_owners_connection(owner):
     assert not hasattr(db, "backend")
 
 
+def test_a_request_whose_answers_go_to_a_closed_released_database_is_refused_before_the_spend(owner):
+    """The analyst can close ``db.released``; ``db.sql`` spent, then failed with DuckDB's exception."""
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    res = db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
+    db.released.close()
+    for request in (lambda: db.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0),
+                    lambda: db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="s", seed=0),
+                    lambda: res.relation):
+        with pytest.raises(dpsql.ArgumentError, match=r"the released database \(db.released\) is closed"):
+            request()
+    assert db.spent().epsilon == 1.0
+    assert len(db.query("SELECT COUNT(*) AS n FROM people", epsilon=1.0).df) == 1  # answers still come as frames
+
+
 @pytest.mark.parametrize("name", ["people", "PEOPLE", "taken", "existing_view"])
 def test_a_synthetic_table_never_replaces_an_existing_one(owner, name):
     con, _ = owner

@@ -286,6 +286,7 @@ class Connection:
             objective: str = "total", std_error: float | None = None) -> duckdb.DuckDBPyRelation:
         """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`
         (for ``EXPLAIN``, the statement's groups with their expected standard errors)."""
+        self._released.check_open()  # where the answers go: refused before the spend, not after
         out = self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error)
         return self._released.relation(out.statements[0]) if isinstance(out, Explanation) else out.relation
 

@@ -33,7 +33,7 @@ from typing import NoReturn
 from sqlglot import exp
 
 from dpsql import limits
-from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError
+from dpsql.errors import DomainError, GroupingError, ParseError, SQLError, UnknownColumnError, UnsupportedSQLError
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
@@ -213,6 +213,9 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
 
 def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp.Select:
     """Check that the statement is a SELECT using only supported clauses and nodes, before anything reads it."""
+    if isinstance(tree, (exp.Condition, exp.Alias)):  # sqlglot reads any expression, "SELEC x" too
+        first = next(t.text for t in ctx.stmt.source.tokens if t.start >= ctx.stmt.offset)
+        ctx.fail(ParseError, f"syntax error: a statement starts with SELECT, not {first[:40]!r}", first[:40])
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
@@ -790,6 +793,10 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
                 ctx.fail(DomainError, f"cannot {func.upper()} the {col.kind} column {col.name!r}",
                          f"{func.upper()}({col.name})", body)
     bounds = schema.column(column).sum_bounds if (column and func != "count") else None
+    if bounds is not None and max(abs(bounds[0]), abs(bounds[1])) > limits.MAX_SUM_MAGNITUDE:
+        ctx.fail(DomainError, f"cannot {func.upper()} {column!r}: its values reach {max(map(abs, bounds)):.3g}, beyond "
+                 f"2^53 ({limits.MAX_SUM_MAGNITUDE:.3g}), the largest magnitude dpsql sums; declare the column's "
+                 "bounds: [lo, hi] to clamp it", f"{func.upper()}({column})", body)
     if name is None:
         name = f"{func.upper()}({column or '*'})" if func != "count" or column else "COUNT(*)"
         if condition is not None:

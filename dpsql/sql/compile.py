@@ -39,18 +39,19 @@ slice(1, 11, None)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 from sqlglot import exp
 
 from dpsql import limits
-from dpsql.errors import ArgumentError, UnsupportedSQLError
+from dpsql.errors import ArgumentError, SQLError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
@@ -244,13 +245,20 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
         if not isinstance(text, str):
             raise ArgumentError(f"SQL must be text: item {i + 1} of the batch is of type {type(text).__name__}")
     _check_size(texts)
-    for text in texts:
-        statements.extend(parse_statements(text))
+    items: list[int] = []  # each statement's text, for the errors of a list of several
+    for i, text in enumerate(texts):
+        with _placed(i, len(texts)):
+            found = parse_statements(text)
+        statements.extend(found)
+        items.extend([i] * len(found))
     if not statements:
         raise UnsupportedSQLError("no SQL statement to compile", "empty batch", 1, 1)
     if len(statements) > limits.MAX_STATEMENTS:
         raise limits.refuse("this batch has", len(statements), "statements", limits.MAX_STATEMENTS)
-    plans = [analyze(st, schema) for st in statements]
+    plans = []
+    for st, i in zip(statements, items):
+        with _placed(i, len(texts)):
+            plans.append(analyze(st, schema))
     try:
         attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
         batch = _compile(schema, plans, attributes)
@@ -258,6 +266,18 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
         raise limits.nesting_error(None, None, ", or its syntax tree is too deep for the Python stack left") from None
     check_postprocessing(batch)
     return batch
+
+
+@contextlib.contextmanager
+def _placed(item: int, items: int) -> Iterator[None]:
+    """A SQL error in text ``item`` (0-based) of a batch given as a list of ``items`` texts says
+    which text it is in: its line and column are within that text."""
+    try:
+        yield
+    except SQLError as e:
+        if items == 1 or e.item is not None:
+            raise
+        raise e.in_item(item + 1) from None
 
 
 def _check_size(texts: Sequence[str]) -> None:

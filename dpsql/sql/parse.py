@@ -26,10 +26,12 @@ The clause is recognised on tokens only, right after a statement's first
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -113,7 +115,13 @@ class Statement:
         if node is None:
             return self.source.position(self.offset)
         off = self.offset_of(node)
-        if isinstance(node, exp.Join):
+        if node is self.tree and not isinstance(node, exp.Select):  # a statement of another kind
+            # a set operation at its keyword (its tokens start at its first SELECT's columns); any
+            # other (EXPLAIN, a sqlglot Command) at its start
+            kw = (self.source.token_after(self.offset, {TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT})
+                  if isinstance(node, exp.SetOperation) else None)
+            off = kw if kw is not None else self.offset
+        elif isinstance(node, exp.Join):
             kw = self.source.token_before(off if off is not None else 10**12,
                                           {TokenType.JOIN, TokenType.COMMA})
             off = kw if kw is not None else off
@@ -452,7 +460,8 @@ def parse_statements(text: str) -> list[Statement]:
         _check_nesting([tokens[i] for i in chunk_tokens], original)
         chunk = work[begin:end]
         try:
-            trees = sqlglot.parse(chunk, read=DIALECT)
+            with _no_command_fallback_warning():
+                trees = sqlglot.parse(chunk, read=DIALECT)
         except _SqlglotParseError as exc:
             err = exc.errors[0] if exc.errors else {}
             line, col = _chunk_position(original, begin, chunk, err)
@@ -475,6 +484,24 @@ def parse_statements(text: str) -> list[Statement]:
         opts = dict(options_of.get(chunk_tokens[0], {}))
         statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin))
     return statements
+
+
+class _CommandFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _no_command_fallback_warning() -> Iterator[None]:
+    """Keep sqlglot from logging that it reads a statement it does not know (EXPLAIN ANALYZE,
+    PRAGMA...) as a 'Command': dpsql refuses that statement with its own message and position."""
+    logger = logging.getLogger("sqlglot")
+    quiet = _CommandFallback()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _chunk_position(source: Source, begin: int, chunk: str, err: dict) -> tuple[int | None, int | None]:
