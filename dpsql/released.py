@@ -23,7 +23,8 @@ it is post-processing of noisy values, so any SQL over it is free.
 
 >>> import pandas as pd
 >>> released = ReleasedData()
->>> released.register("answers", pd.DataFrame({"n": [1.5, 2.5]}))
+>>> with released.reserve("answers"):
+...     released.register("answers", pd.DataFrame({"n": [1.5, 2.5]}), {"n": "DOUBLE"})
 >>> released.con.sql("SELECT SUM(n) FROM answers").fetchall()
 [(4.0,)]
 >>> released.con.sql("SELECT * FROM read_csv('/etc/passwd')")  # doctest: +ELLIPSIS
@@ -35,12 +36,13 @@ _duckdb.PermissionException: Permission Error: ...
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import duckdb
 
-from dpsql.errors import ArgumentError
+from dpsql.errors import ArgumentError, WorkloadError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,6 +72,7 @@ class ReleasedData:
         self._con = locked_database()
         # DuckDB connections are not safe to share between threads: one call at a time
         self._lock = threading.Lock()
+        self._reserved: set[str] = set()  # names held by :meth:`reserve`, case-folded
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -96,26 +99,51 @@ class ReleasedData:
         with self._using() as con:
             return con.from_df(df)
 
-    def has(self, name: str) -> bool:
-        """Whether a table or view called ``name`` (any case) exists here."""
+    @contextlib.contextmanager
+    def reserve(self, name: str) -> Iterator[None]:
+        """Hold ``name`` for a table about to be made here (a synthetic table, while it is learned).
+        Refused (WorkloadError) if a table or view of that name, in any case, exists here or is held
+        already: two requests for one name cannot both spend. Held until the block ends."""
+        key = name.casefold()
         with self._using() as con:
-            return con.execute(
+            taken = key in self._reserved or con.execute(
                 "SELECT count(*) FROM (SELECT table_name AS name FROM duckdb_tables() UNION ALL "
                 "SELECT view_name FROM duckdb_views() WHERE NOT internal) WHERE lower(name) = lower(?)",
                 [name]).fetchall()[0][0] > 0
+            if taken:
+                raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
+                                    "synthetic table (it never replaces an existing one)")
+            self._reserved.add(key)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reserved.discard(key)
 
-    def register(self, name: str, df: "pd.DataFrame") -> None:
-        """Make ``df`` (released values) queryable as ``name``."""
+    def register(self, name: str, df: "pd.DataFrame", types: Mapping[str, str]) -> None:
+        """Make ``df`` (released values) the table ``name``, its columns cast to ``types`` (DuckDB
+        types by column name): the schema's, not what DuckDB would infer from these rows (no
+        type at all for a column of NULLs only, the narrowest integer type the values fit)."""
+        hidden = f"__dpsql_frame_{secrets.token_hex(8)}"
+        items = ", ".join(f"CAST({_quote(c)} AS {types[c]}) AS {_quote(c)}" for c in df.columns)
         with self._using() as con:
-            con.register(name, df)
+            con.register(hidden, df)
+            try:
+                con.execute(f"CREATE TABLE {_quote(name)} AS SELECT {items} FROM {_quote(hidden)}")
+            finally:
+                con.unregister(hidden)
 
     def table(self, name: str) -> duckdb.DuckDBPyRelation:
         """The registered table ``name`` (any characters: it is quoted) as a relation."""
-        quoted = '"' + name.replace('"', '""') + '"'
         with self._using() as con:
-            return con.sql(f"SELECT * FROM {quoted}")
+            return con.sql(f"SELECT * FROM {_quote(name)}")
 
     def close(self) -> None:
         """Close the database (relations made from it stop working)."""
         with self._lock:
             self._con.close()
+
+
+def _quote(name: str) -> str:
+    """``name`` as a quoted DuckDB identifier (any characters)."""
+    return '"' + name.replace('"', '""') + '"'

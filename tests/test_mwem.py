@@ -347,6 +347,12 @@ def test_workload_descriptions():
         workload_marginals(7, schema, attrs)
     with pytest.raises(WorkloadError, match="group keys alone, as in SELECT DISTINCT"):
         workload_marginals("SELECT DISTINCT a FROM t", schema, attrs)
+    # names beside SQL were compiled as SQL ("COLUMN is not supported"); OPTIONS were ignored
+    with pytest.raises(WorkloadError, match="this workload mixes column names \\('b'\\) with SQL"):
+        workload_marginals(["b", "SELECT COUNT(*) FROM t"], schema, attrs)
+    with pytest.raises(WorkloadError, match="OPTIONS in a synthetic table's workload: its spend is synthesize's"):
+        workload_marginals("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 5) a, COUNT(*) FROM t GROUP BY a",
+                           schema, attrs)
 
 
 def cli_files(tmp_path, rows: int):

@@ -12,7 +12,7 @@ import dpsql.hdmm.optimize.union as union_module
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.error_analysis import expected_error, rmse, svd_bound
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
-from dpsql.hdmm.matrix import AllRange, Identity, IdentityTotal, Prefix, Total, WidthRange
+from dpsql.hdmm.matrix import AllRange, Dense, Identity, IdentityTotal, Prefix, Total, WidthRange
 from dpsql.hdmm.optimize import opt_0, opt_kron, opt_marginal, opt_plus, select
 from dpsql.hdmm.optimize.gaussian import optimize_l2
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
@@ -352,3 +352,26 @@ def test_gaussian_product_strategy_answers_every_query_exactly():
     W, x = batch.workload, histogram(make_table(500, seed=3), batch)
     S = opt_kron(W, Gaussian(1.0, 1e-6))
     assert np.allclose(least_squares(W, S, S.matrix.matvec(x)), W.matvec(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=IDS)
+def test_parts_on_disjoint_cells_each_take_the_whole_budget(noise):
+    """The budget split assumed the parts' sensitivities add up. Two statements whose WHERE
+    clauses never meet (v >= 4 and v < 2 here) read disjoint cells: measured at full weight each,
+    the union's exact sensitivity is still 1, and its error is the parts' errors summed, well
+    below the split's (which gave one answer 4.6 times the standard error it needed)."""
+    from dpsql.hdmm.optimize.baseline import direct
+
+    high = np.diag([0.0] * 4 + [1.0] * 4)[4:]  # the counts of v = 4..7, one by one
+    low = np.array([[1.0, 1.0] + [0.0] * 6])  # the count of v < 2
+    W = Workload((8,), [(1.0, (Dense(high),)), (1.0, (Dense(low),))])
+    U = direct(W, noise)
+    assert U.weights == pytest.approx([1.0, 1.0]) and U.sensitivity(noise.norm) == pytest.approx(1.0)
+    exact = union_oracle_tse(W, U, noise)
+    assert expected_error(W, U, noise) == pytest.approx(exact)
+    assert exact == pytest.approx(noise.variance(1.0) * (4 + 1))  # each answer as if measured alone
+    # overlapping parts keep the split: the whole budget each would double their sensitivity
+    both = Workload((8,), [(1.0, (Dense(np.eye(8)),)), (1.0, (Dense(np.ones((1, 8))),))])
+    V = direct(both, noise)
+    assert V.sensitivity(noise.norm) == pytest.approx(1.0) and not np.allclose(V.weights, [1.0, 1.0])
+    assert union_oracle_tse(both, V, noise) < union_oracle_tse(both, UnionStrategy(V.parts, [1.0, 1.0], V.groups), noise)

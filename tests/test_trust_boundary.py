@@ -152,6 +152,74 @@ def test_a_synthetic_table_never_replaces_an_existing_one(owner, name):
     assert con.sql("SELECT COUNT(*) FROM people").fetchall()[0][0] == 500
 
 
+def test_two_requests_for_one_synthetic_name_spend_once(owner, monkeypatch):
+    """The name was checked before the run and registered after it: two threads both spent, and
+    the second table silently replaced the first under the first's feet."""
+    import threading
+
+    import dpsql.synth.synthesize as synthesize
+
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    inside = threading.Barrier(2, timeout=60)
+    plan = synthesize._plan
+
+    def slow_plan(*args, **kwargs):  # both requests pass their checks before either registers
+        run = plan(*args, **kwargs)
+        inside.wait()
+        return run
+
+    monkeypatch.setattr(synthesize, "_plan", slow_plan)
+    outcomes = []
+
+    def request(rows):
+        try:
+            outcomes.append(len(db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, rows=rows, name="same").df))
+        except WorkloadError as e:
+            outcomes.append(str(e))
+
+    threads = [threading.Thread(target=request, args=(rows,)) for rows in (100, 101)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    refused = [o for o in outcomes if isinstance(o, str)]
+    made = [o for o in outcomes if isinstance(o, int)]
+    assert len(made) == 1 and len(refused) == 1 and "a table or view named 'same' already exists" in refused[0]
+    assert db.spent().epsilon == 1.0
+    assert db.released.sql("SELECT count(*) FROM same").fetchall()[0][0] == made[0]
+
+
+def test_a_synthetic_table_has_the_schemas_column_types(owner):
+    """Types were inferred from the sampled rows: bins as text labels (``WHERE score >= 50``
+    failed where the private table answers it), no type at all for 0 rows or only NULLs."""
+    con, _ = owner
+    con.execute("CREATE TABLE scored AS SELECT i % 100 + 0.5 AS score, i % 2 = 0 AS flag, i % 7 AS k, "
+                "CASE WHEN i % 3 = 0 THEN 'a' END AS tag, i % 3 AS code FROM range(2000) t(i)")
+    schema = {"table": "scored", "columns": {
+        "score": {"type": "numeric", "bins": [0, 25, 50, 75, 100]}, "flag": {"type": "boolean"},
+        "k": {"type": "integer", "min": 0, "max": 6}, "tag": {"type": "categorical", "values": ["a"], "nullable": True},
+        "code": {"type": "categorical", "values": [0, 1.5, 2]}}}
+    db = dpsql.connect(con, schema=schema, budget=dpsql.Budget(epsilon=1e6), cache=False, progress=False)
+    want = {"score": "DOUBLE", "flag": "BOOLEAN", "k": "BIGINT", "tag": "VARCHAR", "code": "DOUBLE"}
+    for rows in (0, 300):
+        name = f"syn{rows}"
+        db.synthesize("mwem", workload=1, epsilon=1e4, rounds=5, rows=rows, name=name, seed=1)
+        assert {c: t for c, t, *_ in db.released.sql(f"DESCRIBE {name}").fetchall()} == want
+    scores = db.released.sql("SELECT DISTINCT score FROM syn300 ORDER BY score").fetchall()
+    assert {s for (s,) in scores} <= {12.5, 37.5, 62.5, 87.5}  # each bin's midpoint
+    sql = "SELECT flag, COUNT(*) FROM {} WHERE score >= 50 GROUP BY flag"
+    assert len(db.released.sql(sql.format("syn300")).fetchall()) == 2
+
+
+def test_a_synthetic_name_that_is_not_unicode_text_is_a_dpsql_error(owner):
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    with pytest.raises(WorkloadError, match="holds a lone surrogate"):
+        db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="\ud800")
+    assert db.spent().epsilon == 0.0
+
+
 @pytest.mark.parametrize("name", ['my "synth"', "with space", "select"])
 def test_a_synthetic_table_of_any_name_is_a_relation(owner, name):
     """A name that must be quoted in SQL: its relation is the table (it was a raw DuckDB

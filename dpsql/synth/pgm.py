@@ -56,7 +56,7 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "PGM_ITERATIONS", "PGMResult", "marginal_weights", "measurement", "model_structure",
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult", "marginal_weights", "measurement", "model_structure",
            "one_way_observations", "one_way_weights", "pgm", "pgm_compressed", "unit_weights"]
 
 
@@ -75,6 +75,11 @@ GAIN_THRESHOLD = 3.0
 #: measured set larger than this is built greedily too: every pair of 20 binary columns makes
 #: one clique of 2^20 cells, whose fit took seconds a step, hours in all.
 GREEDY_CELLS = 2**16
+#: The most attributes on which OPT_M's Laplace weights are searched for (L-BFGS over ``2^d``
+#: weights, from several starts): all pairs of 12 binary columns took 16 s, of 14 five minutes,
+#: of 20 hours. Beyond, and beyond :data:`~dpsql.hdmm.marginals.MAX_ATTRIBUTES` for the Gaussian
+#: closed form, each workload marginal has weight 1.
+LAPLACE_SEARCH_ATTRIBUTES = 12
 #: The most steps of the model's fit, which stops sooner once it converges
 #: (:func:`~dpsql.synth.estimate.estimate`).
 PGM_ITERATIONS = 10_000
@@ -108,14 +113,15 @@ def marginal_weights(domain: Sequence[int], marginals: Sequence[tuple[int, ...]]
     """The marginals (sorted attribute positions) that measure ``marginals``, with their weights:
     OPT_M's for ``noise``'s norm when OPT_M is weighted marginals (at most
     :data:`~dpsql.hdmm.marginals.MAX_ATTRIBUTES` attributes, the marginal algebra's ``2^d``
-    weights), else 1 on each workload marginal. Data-independent.
+    weights, or :data:`LAPLACE_SEARCH_ATTRIBUTES` under Laplace noise, whose weights are
+    searched for), else 1 on each workload marginal. Data-independent.
 
     >>> from dpsql.privacy import Gaussian
     >>> sorted(marginal_weights((2, 2, 2), [(0, 1), (1, 2)], Gaussian(rho=1.0)))
     [(0, 1), (1, 2)]
     """
     d = len(domain)
-    if d <= MAX_ATTRIBUTES:
+    if d <= (MAX_ATTRIBUTES if noise.norm == 2 else LAPLACE_SEARCH_ATTRIBUTES):
         terms = [(1.0, tuple(Identity(n) if a in m else Total(n) for a, n in enumerate(domain))) for m in marginals]
         strategy = opt_marginal(Workload(tuple(domain), terms), noise).strategy
         if isinstance(strategy, Marginals):

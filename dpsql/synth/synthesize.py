@@ -34,7 +34,7 @@ from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_ro
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
-from dpsql.schema import Attribute
+from dpsql.schema import Attribute, Binned
 from dpsql.sql.compile import compile_batch
 from dpsql.synth.accounting import (
     dualquery_epsilon,
@@ -138,7 +138,14 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     if texts and all(isinstance(w, str) and w.lower() in names for w in texts):
         workload = [(w,) for w in texts]  # column names, not SQL: one-way marginals
     elif texts and all(isinstance(w, str) for w in texts):
+        known = [w for w in texts if w.lower() in names]
+        if known:
+            raise WorkloadError(f"this workload mixes column names ({known[0]!r}) with SQL: give names alone, "
+                                "tuples of names, or SQL statements")
         batch = compile_batch(workload if isinstance(workload, str) else list(workload), schema)
+        if any(st.plan.options for st in batch.statements):
+            raise WorkloadError("WITH DIFFERENTIAL_PRIVACY OPTIONS in a synthetic table's workload: its spend is "
+                                "synthesize's epsilon, delta or rho, and the workload's statements are never answered")
         if tuple(a.columns for a in batch.attributes) != tuple(a.columns for a in attributes):
             raise WorkloadError("these statements couple columns across attributes; synthesize over them "
                                 "needs the schema's merge section to declare those columns together")
@@ -171,15 +178,19 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
 
 
 def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema") -> "pd.DataFrame":
-    """Domain-index records back to column values (labels; None is NULL), in schema column order."""
+    """Domain-index records back to column values (None is NULL), in schema column order: a
+    binned column's value is its bin's midpoint, so that it stays a number, which SQL written
+    for the private table compares and averages (its bin label is text)."""
     import pandas as pd
 
     data = {}
     for a, attr in enumerate(attributes):
         idx = np.unravel_index(records[:, a], attr.sizes) if len(attr.columns) > 1 else (records[:, a],)
         for col_name, col_idx in zip(attr.columns, idx):
-            labels = schema.column(col_name).labels
-            data[col_name] = pd.Series(np.asarray(labels, dtype=object)[col_idx])
+            col = schema.column(col_name)
+            values = ([(lo + hi) / 2 for lo, hi, _ in col.intervals()] + ([None] if col.nullable else [])
+                      if isinstance(col, Binned) else list(col.labels))
+            data[col_name] = pd.Series(np.asarray(values, dtype=object)[col_idx])
     return pd.DataFrame({c.name: data[c.name] for c in schema.columns})
 
 
@@ -203,17 +214,17 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
     taken nothing is refused. The result reports exactly what the ledger
     charged, never more than was asked.
     """
-    run = _plan(private, released, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name,
-                seed, options)
-    private.check(run.cost)  # the whole spend fits now; nothing read yet
-    bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
-               disable=progress is False, delay=0 if progress else 2.0)
-    try:
-        records, report, oracle, spent = run.execute(bar, np.random.default_rng(seed))
-    finally:
-        bar.close()
-    df = decode(records, attributes, schema)
-    released.register(name, df)
+    run = _plan(private, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name, seed, options)
+    with released.reserve(name):  # refused if taken; held until registered, so no other request spends for it
+        private.check(run.cost)  # the whole spend fits now; nothing read yet
+        bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
+                   disable=progress is False, delay=0 if progress else 2.0)
+        try:
+            records, report, oracle, spent = run.execute(bar, np.random.default_rng(seed))
+        finally:
+            bar.close()
+        df = decode(records, attributes, schema)
+        released.register(name, df, {c.name: c.sql_type for c in schema.columns})
     return SyntheticTable(name=name, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
                           rho=spent.rho, report=report, records=records, oracle=oracle,
                           _released=released)
@@ -324,7 +335,7 @@ class _Request:
         return n
 
 
-def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", attributes: Sequence[Attribute],
+def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribute],
           method: Any, workload: Any, budget: Budget, epsilon: Any, delta: Any, rho: Any, rows: Any, name: Any,
           seed: Any, options: dict) -> _Run:
     """Validate a whole request (reading no data) and return the run that carries it out."""
@@ -343,7 +354,9 @@ def _plan(private: PrivateTable, released: "ReleasedData", schema: "Schema", att
         seed = integer("seed", seed, low=0)
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r:.80}")
-    if released.has(name) or private.has_table(name):
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+        raise WorkloadError(f"the synthetic table's name {name!r:.80} holds a lone surrogate: it is not Unicode text")
+    if private.has_table(name):
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
     marginals = workload_marginals(workload, schema, attributes)
@@ -720,6 +733,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     domain = [a.size for a in attributes]
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
+    _check_cells("PGM", measured, attributes)  # before the weights, whose search takes seconds
     weights = marginal_weights(domain, measured, noise)
     model.check_one_ways(domain, "PGM's smallest model")
     try:

@@ -153,6 +153,21 @@ def weighted_union(parts: Sequence[KronStrategy | MarginalStrategy], errors: Seq
             groups[live[0]] = groups[live[0]] + groups[l]
     # errors are at unit sensitivity; OPT_M's Gaussian weights, for one, are not normalized
     sens = np.array([parts[l].sensitivity(norm) for l in live])
-    weights = budget_weights(np.array([errors[l] for l in live]), norm) if len(live) > 1 else np.ones(1)
-    return UnionStrategy([parts[l] for l in live], [float(c) for c in weights / sens], [groups[l] for l in live],
-                         operator=operator)
+    errs = np.array([errors[l] for l in live])
+
+    def union(weights: np.ndarray) -> UnionStrategy:
+        return UnionStrategy([parts[l] for l in live], [float(c) for c in weights / sens], [groups[l] for l in live],
+                             operator=operator)
+
+    if len(live) == 1:
+        return union(np.ones(1))
+    # The split assumes the parts' sensitivities add up; parts on disjoint cells (statements whose
+    # WHERE clauses never meet) do not add, and each may then take the whole budget. The union's
+    # error is its exact sensitivity squared times Σ e_l / w_l²: the better of the two is kept.
+    best: tuple[float, np.ndarray] | None = None
+    for weights in (budget_weights(errs, norm), np.ones(len(live))):
+        exact = union(weights).sensitivity(norm)
+        error = exact**2 * float(np.sum(errs / weights**2))
+        if best is None or error < best[0]:
+            best = (error, weights / exact)
+    return union(best[1])
