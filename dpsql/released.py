@@ -92,7 +92,7 @@ class ReleasedData:
         """ArgumentError if the database is closed: called before a request spends whose
         answers are registered here, so that it fails before the spend, not after."""
         with self._using() as con:
-            con.execute("SELECT 1")
+            con.execute("SELECT 1").fetchall()
 
     def relation(self, df: "pd.DataFrame") -> duckdb.DuckDBPyRelation:
         """``df`` (released values) as a relation on this database."""

@@ -523,7 +523,7 @@ def test_explain_statement_through_query_and_sql():
     direct = db.explain(sql, epsilon=0.5, noise="laplace")
     assert repr(via_query) == repr(direct)
     rel = db.sql(f"EXPLAIN {sql}", epsilon=0.5, noise="laplace")
-    assert rel.columns == ["region", "n_std_error"] and len(rel.fetchall()) == 4
+    assert rel.columns == ["region", "std_error"] and len(rel.fetchall()) == 4  # named as a Result's
     assert db.ledger.spent().epsilon == 0.0
     with pytest.raises(dpsql.UnsupportedSQLError, match="EXPLAIN ANALYZE is not supported"):
         db.query(f"EXPLAIN ANALYZE {sql}", epsilon=0.5)

@@ -244,8 +244,9 @@ class Connection:
         answer's expected standard error. These depend on the public schema,
         the SQL and the budget alone (that is why they can be known before
         measuring); an AVG's or a variance's standard error depends on the
-        answers, and is NULL here. The budget is not checked: the cost is
-        shown, whether or not it fits.
+        answers, and is NULL here. The error columns are named as a result's
+        (``std_error`` for a statement's one aggregate, else ``n_std_error``...).
+        The budget is not checked: the cost is shown, whether or not it fits.
 
         >>> import duckdb, dpsql
         >>> con = duckdb.connect()
@@ -253,7 +254,7 @@ class Connection:
         >>> db = dpsql.connect(con, schema={"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}},
         ...                    budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
         >>> plan = db.explain("SELECT a, COUNT(*) AS n FROM t GROUP BY a", epsilon=0.5, noise="laplace")
-        >>> plan.statements[0]["n_std_error"].round(3).tolist(), db.spent().epsilon
+        >>> plan.statements[0]["std_error"].round(3).tolist(), db.spent().epsilon
         ([2.828, 2.828, 2.828], 0.0)
         """
         if objective not in OBJECTIVES:
@@ -275,7 +276,7 @@ class Connection:
             out = df[[k.name for k in st.plan.keys]].copy()
             for agg in st.plan.aggregates:
                 blocks = st.blocks_of(agg.name)
-                out[f"{agg.name}_std_error"] = (blocks[0].take(se, len(df)) if len(blocks) == 1
+                out[_error_names(st, agg.name)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
                                                 else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
