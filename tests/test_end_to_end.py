@@ -342,6 +342,20 @@ def test_nonnegative_answers_are_consistent():
     assert exact == pytest.approx(300, abs=1e-3)
 
 
+@pytest.mark.parametrize("item", ["CAST(COUNT(*) AS SMALLINT) * 100", "CAST(SUM(age) AS INTEGER) * 1000000",
+                                  "CASE WHEN COUNT(*) > 1 THEN 9223372036854775807 * 2 ELSE 0 END"])
+def test_an_expression_over_noisy_answers_that_overflows_is_null_not_a_failure_after_the_charge(item):
+    """Only casts and functions were made safe: integer arithmetic past its type's range failed
+    the whole request after the charge, on a noisy value (whether it fails depends on the noise)."""
+    con = make_table(3000, seed=2)
+    db = connect(con, budget=Budget(epsilon=10.0))
+    res = db.query(f"SELECT sex, {item} AS x, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
+    assert res.df["x"].isna().all() and (res.df["n"] > 100).all()
+    assert db.spent().epsilon == 1.0
+    with pytest.raises(duckdb.OutOfRangeException):  # what DuckDB does on the table itself
+        con.sql(f"SELECT sex, {item} AS x FROM people GROUP BY sex").fetchall()
+
+
 def test_relation_on_read_only_database(tmp_path):
     path = tmp_path / "people.duckdb"
     src = make_table(50)

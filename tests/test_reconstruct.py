@@ -74,3 +74,25 @@ def test_union_with_marginal_part_least_squares_is_local():
     want = np.concatenate([W.dense()[W.term_rows(k)] @ np.linalg.pinv(A) @ y_part
                            for k, (A, y_part) in sorted(own.items())])
     np.testing.assert_allclose(least_squares(W, U, y), want, atol=1e-9)
+
+
+@pytest.mark.parametrize("strategy", [KronStrategy((Identity(4), Identity(3))),
+                                      KronStrategy((Prefix(4), Identity(3)))], ids=["identity", "prefix"])
+def test_the_nonnegative_fit_is_nnls_and_stops_at_its_time_limit(strategy):
+    """Against scipy's exact NNLS on the dense strategy; with no time left it warns and returns
+    the vector it has, non-negative (the census batch of 448,000 cells ran for over 18 minutes)."""
+    import scipy.optimize
+
+    from dpsql.hdmm.reconstruct import nonnegative
+
+    rng = np.random.default_rng(3)
+    W = Workload((4, 3), [(1.0, (Prefix(4), Total(3))), (1.0, (Identity(4), Identity(3)))])
+    A = strategy.matrix.dense()
+    y = A @ rng.integers(0, 5, 12).astype(float) + rng.normal(scale=3.0, size=A.shape[0])
+    x_star, _ = scipy.optimize.nnls(A, y)
+    np.testing.assert_allclose(nonnegative(W, strategy, y), W.matvec(x_star), atol=1e-5)
+    if isinstance(strategy.factors[0], Identity):  # the least-squares start, clipped, is the fit: nothing to stop
+        return
+    with pytest.warns(RuntimeWarning, match="the non-negative fit stopped after 0 s, before it converged"):
+        early = nonnegative(W, strategy, y, seconds=0.0)
+    assert early.min() >= 0.0

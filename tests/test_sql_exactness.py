@@ -837,3 +837,23 @@ def test_nesting_is_checked_before_parsing():
         compile_batch(sql, SCHEMA)
     assert time.perf_counter() - start < 60  # a hang guard: parsing it would overflow the stack
     assert (info.value.line, info.value.column) == (1, 30 + LIMIT)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT d::DATE - DATE '2020-01-01' AS k, COUNT(*) AS n FROM dates GROUP BY k",
+    "SELECT d::TIMESTAMP - TIMESTAMP '2020-01-01' AS k, COUNT(*) AS n FROM dates GROUP BY k",
+    "SELECT d::DATE + 30 > DATE '2020-03-01' AS k, COUNT(*) AS n FROM dates GROUP BY k",
+    "SELECT d::DATE + INTERVAL 1 MONTH AS k, COUNT(*) AS n FROM dates GROUP BY k",
+])
+def test_date_arithmetic_is_duckdbs(sql):
+    """Dates, timestamps and intervals were refused in + and - ("needs numbers; cast a boolean")."""
+    con = duckdb.connect()
+    days = ["2020-01-15", "2020-02-20", "2021-03-05", None]
+    con.execute("CREATE TABLE dates AS SELECT [" + ", ".join(f"'{d}'" if d else "NULL" for d in days) +
+                "][1 + i % 4] AS d FROM range(40) r(i)")
+    schema = load_schema({"table": "dates", "columns": {"d": {"type": "categorical", "values": days[:3],
+                                                              "nullable": True}}})
+    batch = compile_batch(sql, schema)
+    y = batch.workload.matvec(histogram(con, batch, table="dates"))
+    got = dict(zip(batch.statements[0].groups, np.round(y)))
+    assert got == {(k,): n for k, n in con.sql(sql).fetchall()}

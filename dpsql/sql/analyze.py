@@ -925,8 +925,9 @@ class _Rewriter:
                     expr = whole
                 else:
                     div.replace(whole)
-        # nor may a function (sqrt, ln, power...) raise on a noisy value: TRY makes that NULL
-        if any(type(n) not in SUPPORTED and scalar_function(n) for n in expr.walk()):
+        # nor may arithmetic (an integer product past its type's range: COUNT(*)::SMALLINT * 100) or
+        # a function (sqrt, ln, power...) raise on a noisy value: TRY makes that NULL
+        if not isinstance(expr, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
             expr = exp.Try(this=expr)
         return expr
 

@@ -330,10 +330,13 @@ class Grid:
         return acc
 
     def _binary(self, node: exp.Expression, left: Value, right: Value) -> Value:
+        if "other" in (left.kind, right.kind):  # dates, timestamps, intervals: DuckDB's own arithmetic
+            return self._by_duckdb(node)
         for side in (left, right):
             if side.kind not in ("num", "null"):
-                self._raise(DomainError, f"arithmetic '{node.key}' needs numbers; "
-                            f"cast a boolean with CAST(x AS INTEGER)", "arithmetic", node)
+                hint = "; cast a boolean with CAST(x AS INTEGER)" if side.kind == "bool" else ""
+                what = {"bool": "a boolean", "str": "text", "bin": "a binned column"}[side.kind]
+                self._raise(DomainError, f"arithmetic '{node.key}' needs numbers, not {what}{hint}", "arithmetic", node)
         null = np.logical_or(left.null, right.null)
         if "null" in (left.kind, right.kind):
             return Value(np.asarray(0), np.asarray(True), "num")
