@@ -124,8 +124,10 @@ def test_the_spend_is_given_in_one_place():
             db.query(stated, **kwargs)
     with pytest.raises(ArgumentError, match="std_error, or the statements' WITH DIFFERENTIAL_PRIVACY OPTIONS"):
         db.query(stated, std_error=5.0)
-    with pytest.raises(PrivacyError, match="statement 2 of the batch set epsilon .* statements 1, 3 do not"):
+    with pytest.raises(PrivacyError, match="statement 2 of the batch sets epsilon .* statements 1, 3 do not"):
         db.batch(["SELECT COUNT(*) FROM people", stated, "SELECT sex, COUNT(*) FROM people GROUP BY sex"])
+    with pytest.raises(PrivacyError, match="statements 2, 3 of the batch set epsilon .* statement 1 does not"):
+        db.batch(["SELECT COUNT(*) FROM people", stated, stated])
     with pytest.raises(ArgumentError, match="not std_error="):
         db.query("EXPLAIN SELECT COUNT(*) FROM people", std_error=5.0)
     assert db.ledger.entries() == []

@@ -541,8 +541,10 @@ def _statement_options(compiled: CompiledBatch) -> tuple[float, float | None] | 
     if len(stated) < len(opts):
         missing = [i + 1 for i, o in enumerate(opts) if "epsilon" not in o]
         raise PrivacyError(f"statement{'s' if len(stated) > 1 else ''} {', '.join(map(str, stated))} of the batch "
-                           f"set epsilon in WITH DIFFERENTIAL_PRIVACY OPTIONS, and statement"
-                           f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} do not: give every "
+                           f"set{'' if len(stated) > 1 else 's'} epsilon in WITH DIFFERENTIAL_PRIVACY OPTIONS, "
+                           "and statement"
+                           f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                           f"{'do' if len(missing) > 1 else 'does'} not: give every "
                            "statement its epsilon, or none and pass epsilon= to the call")
     eps = math.fsum(float(o["epsilon"]) for o in opts)
     delta = math.fsum(float(o.get("delta", 0.0)) for o in opts) if any("delta" in o for o in opts) else None
