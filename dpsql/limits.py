@@ -30,8 +30,8 @@ from __future__ import annotations
 from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries", "check_measured_cells",
-           "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
+           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries",
+           "check_measured_cells", "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
 #: compiling takes about 10 s per million).

@@ -374,4 +374,5 @@ def test_parts_on_disjoint_cells_each_take_the_whole_budget(noise):
     both = Workload((8,), [(1.0, (Dense(np.eye(8)),)), (1.0, (Dense(np.ones((1, 8))),))])
     V = direct(both, noise)
     assert V.sensitivity(noise.norm) == pytest.approx(1.0) and not np.allclose(V.weights, [1.0, 1.0])
-    assert union_oracle_tse(both, V, noise) < union_oracle_tse(both, UnionStrategy(V.parts, [1.0, 1.0], V.groups), noise)
+    whole = UnionStrategy(V.parts, [1.0, 1.0], V.groups)
+    assert union_oracle_tse(both, V, noise) < union_oracle_tse(both, whole, noise)

@@ -209,9 +209,9 @@ def _checked_out_paths(args: argparse.Namespace, out: Path) -> list[Path]:
         raise UsageError(f"--out {out}: a batch of {count} statements writes one file per statement into a "
                          "directory: give a directory name, not a .csv or .parquet file name; nothing was spent")
     paths = [out] if _is_out_file(out) else [out / f"q{i:02d}.{args.format}" for i in range(1, count + 1)]
-    inputs = {os.path.realpath(f): flag for flag, f in [("--ledger", args.ledger), ("--data", args.data),
-                                                        ("--schema", args.schema), ("the batch file", getattr(args, "file", None))]
-              if f}
+    named = [("--ledger", args.ledger), ("--data", args.data), ("--schema", args.schema),
+             ("the batch file", getattr(args, "file", None))]
+    inputs = {os.path.realpath(f): flag for flag, f in named if f}
     for path in paths:
         if path.is_dir():
             raise UsageError(f"--out {out}: {path} is a directory, not a file that can be written; "

@@ -56,8 +56,9 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult", "marginal_weights", "measurement", "model_structure",
-           "one_way_observations", "one_way_weights", "pgm", "pgm_compressed", "unit_weights"]
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
+           "marginal_weights", "measurement", "model_structure", "one_way_observations", "one_way_weights", "pgm",
+           "pgm_compressed", "unit_weights"]
 
 
 #: A set's gain toward the model (:func:`model_structure`) counts its cells' distance from the
