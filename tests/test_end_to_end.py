@@ -487,6 +487,33 @@ def test_a_statement_without_group_by_whose_where_rules_out_the_domain_is_answer
     assert db.ledger.spent().epsilon == pytest.approx(1e9)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(b) AS x FROM t WHERE b IS NULL",
+    "SELECT SUM(b) FILTER (WHERE b IS NULL) AS x, COUNT(*) AS n FROM t",
+    "SELECT SUM(CASE WHEN a > 100 THEN b END) AS x, COUNT(*) AS n FROM t",
+    "SELECT b, SUM(b) AS x FROM t GROUP BY b",
+    "SELECT a, COALESCE(SUM(b) FILTER (WHERE a = 3), -1) AS x FROM t GROUP BY a",
+])
+def test_a_sum_the_domain_proves_empty_is_null_as_duckdbs(sql):
+    """Where a group's WHERE, FILTER or keys leave no cell with a non-NULL value, its SUM is NULL
+    (exactly, from the public domain); it was 0, with a standard error of 0."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 10 AS a, CASE WHEN i % 3 = 0 THEN NULL ELSE i % 7 END AS b "
+                "FROM range(300) r(i)")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 9},
+                                        "b": {"type": "integer", "min": 0, "max": 6, "nullable": True}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1e10), cache=False, progress=False)
+    got = db.query(sql, epsilon=1e9).df
+    want = con.sql(sql).df()
+    for _, row in want.iterrows():
+        keys = [c for c in want.columns if c in ("a", "b")]
+        match = got if not keys else got[np.logical_and.reduce([
+            got[k].isna() if pd.isna(row[k]) else got[k] == row[k] for k in keys])]
+        assert len(match) == 1, (sql, row)
+        x = match["x"].iloc[0]
+        assert (pd.isna(x) and pd.isna(row["x"])) or x == pytest.approx(row["x"], abs=1e-3), (sql, row, x)
+
+
 @pytest.mark.parametrize("sql, groups", [
     ("SELECT DISTINCT sex, region FROM people WHERE region <> 'E'",
      [(s, r) for s in ("F", "M", None) for r in ("N", "S", "W")]),

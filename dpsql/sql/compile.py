@@ -93,6 +93,9 @@ class Block:
     #: the rows, when not ``start:stop``: a quantile's prefix count ``j`` of each group, within the
     #: one term that holds all of the column's prefix counts (``start`` is the term's first row)
     index: np.ndarray | None = field(default=None, compare=False)
+    #: for a SUM, the groups in which no row of any table has a non-NULL value (their WHERE,
+    #: FILTER and keys rule out every such cell of the domain): their SUM is NULL, as DuckDB's
+    empty: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def rows(self) -> slice | np.ndarray:
@@ -147,7 +150,9 @@ class CompiledStatement:
         if agg.func in QUANTILES:
             return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
                             self.parts(aggregate, y))
-        return value(agg.func, self.parts(aggregate, y))
+        out = value(agg.func, self.parts(aggregate, y))
+        empty = self.block(aggregate).empty
+        return out if empty is None or agg.func != "sum" else np.where(empty, np.nan, out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -500,12 +505,14 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                 # a power of two, so that dividing and multiplying back are exact in binary floating point
                 scale = 2.0 ** math.ceil(math.log2(agg.sensitivity)) if measure == "sumsq" and agg.sensitivity > 0 else 1.0
                 factors = []
+                nonempty = np.ones(1, dtype=bool)  # for a SUM: the groups with a cell whose value is not NULL
                 for a, attr in enumerate(attributes):
                     mask = masks[a]
                     weights = endpoints = None
+                    keys_here = ([key_domains[k] for k in hosted[a]], [plan.keys[k] for k in hosted[a]], kept[a])
                     if col is not None and attr_of[col.name] == a:
+                        nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
                         if measure == "count":
-                            nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
                             mask = nn if mask is None else (mask & nn)
                         elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
                             endpoints = (col.name, col.endpoint_weights(agg.bounds))
@@ -513,12 +520,16 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                             w = col.sum_weights(agg.bounds)
                             w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
-                    factor = _factor(attr, grids[a], mask, weights, [key_domains[k] for k in hosted[a]],
-                                     [plan.keys[k] for k in hosted[a]], kept[a])
+                        if measure == "sum":
+                            counted = _factor(attr, grids[a], nn if mask is None else (mask & nn), None, *keys_here)
+                            nonempty = np.kron(nonempty, counted.row_sums() > 0)
+                    elif measure == "sum":
+                        nonempty = np.kron(nonempty, _factor(attr, grids[a], mask, None, *keys_here).row_sums() > 0)
+                    factor = _factor(attr, grids[a], mask, weights, *keys_here)
                     factors.append(_split(factor, split_attributes[a], schema, endpoints))
                 nrows = math.prod(f.shape[0] for f in factors)
                 blk = Block(s_index, agg.name, measure, column, agg.bounds if measure in ("sum", "sumsq") else None,
-                            row, row + nrows, len(terms), scale)
+                            row, row + nrows, len(terms), scale, empty=~nonempty if measure == "sum" else None)
                 terms.append((1.0, tuple(factors)))
                 row += nrows
                 made[sig] = blk
