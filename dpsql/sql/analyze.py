@@ -886,6 +886,12 @@ def _integral(expr: exp.Expression, integral: set[str]) -> bool:
     return False
 
 
+#: Post-processing nodes that no value makes fail (comparisons of numbers, connectives): an
+#: expression of these alone needs no TRY.
+_CANNOT_FAIL = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or, exp.Not,
+                exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
 class _Rewriter:
     """Rewrites HAVING / ORDER BY expressions over output column names,
     adding hidden aggregates for those not selected."""
@@ -927,7 +933,7 @@ class _Rewriter:
                     div.replace(whole)
         # nor may arithmetic (an integer product past its type's range: COUNT(*)::SMALLINT * 100) or
         # a function (sqrt, ln, power...) raise on a noisy value: TRY makes that NULL
-        if not isinstance(expr, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+        if not all(isinstance(n, _CANNOT_FAIL) for n in expr.walk()):
             expr = exp.Try(this=expr)
         return expr
 
