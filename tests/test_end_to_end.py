@@ -489,6 +489,7 @@ def test_a_statement_without_group_by_whose_where_rules_out_the_domain_is_answer
 
 @pytest.mark.parametrize("sql", [
     "SELECT SUM(b) AS x FROM t WHERE b IS NULL",
+    "SELECT AVG(b) AS m, SUM(b) AS x FROM t WHERE b IS NULL",  # SUM reads AVG's measured SUM
     "SELECT SUM(b) FILTER (WHERE b IS NULL) AS x, COUNT(*) AS n FROM t",
     "SELECT SUM(CASE WHEN a > 100 THEN b END) AS x, COUNT(*) AS n FROM t",
     "SELECT b, SUM(b) AS x FROM t GROUP BY b",

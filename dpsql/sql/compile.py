@@ -493,10 +493,9 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                 sig = (measure, column if (measure != "count" or (col is not None and col.nullable)) else None,
                        filter_sql)
                 if sig in made:
-                    prev = made[sig]
-                    blocks.append(Block(s_index, agg.name, measure, column,
-                                        agg.bounds if measure in ("sum", "sumsq") else None,
-                                        prev.start, prev.stop, prev.term, prev.scale))
+                    # the same rows (and, for a SUM, the same empty groups) under this aggregate's name
+                    blocks.append(replace(made[sig], aggregate=agg.name, column=column,
+                                          bounds=agg.bounds if measure in ("sum", "sumsq") else None))
                     continue
                 if not n_groups:
                     made[sig] = Block(s_index, agg.name, measure, column, None, row, row, None)
@@ -510,21 +509,20 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                     mask = masks[a]
                     weights = endpoints = None
                     keys_here = ([key_domains[k] for k in hosted[a]], [plan.keys[k] for k in hosted[a]], kept[a])
+                    counted = mask  # the cells a COUNT(column) would count here
                     if col is not None and attr_of[col.name] == a:
                         nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
+                        counted = nn if mask is None else (mask & nn)
                         if measure == "count":
-                            mask = nn if mask is None else (mask & nn)
+                            mask = counted
                         elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
                             endpoints = (col.name, col.endpoint_weights(agg.bounds))
                         else:
                             w = col.sum_weights(agg.bounds)
                             w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
-                        if measure == "sum":
-                            counted = _factor(attr, grids[a], nn if mask is None else (mask & nn), None, *keys_here)
-                            nonempty = np.kron(nonempty, counted.row_sums() > 0)
-                    elif measure == "sum":
-                        nonempty = np.kron(nonempty, _factor(attr, grids[a], mask, None, *keys_here).row_sums() > 0)
+                    if measure == "sum":
+                        nonempty = np.kron(nonempty, _factor(attr, grids[a], counted, None, *keys_here).row_sums() > 0)
                     factor = _factor(attr, grids[a], mask, weights, *keys_here)
                     factors.append(_split(factor, split_attributes[a], schema, endpoints))
                 nrows = math.prod(f.shape[0] for f in factors)
