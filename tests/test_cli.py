@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_query_out_csv_exact_counts(data, tmp_path, capsys):
                           "--ledger", str(ledger), "--out", str(out), *HUGE)
     assert rc == 0, err
     assert "wrote 1 file" in stdout and str(out) in stdout
-    assert "-- remaining budget: epsilon=9e+09, delta=0" in stdout
+    assert "-- remaining budget: epsilon=9000000000.0, delta=0.0" in stdout
     df = pd.read_csv(out)
     assert list(df.columns) == ["region", "n", "std_error", "ci_low", "ci_high"]
     assert sorted(df["region"]) == REGIONS and len(df) == 4  # one row per declared value
@@ -209,6 +210,20 @@ def _budget_report(stdout: str) -> dict:
     return fields
 
 
+def test_the_printed_remaining_budget_can_be_spent_exactly(data, tmp_path, capsys):
+    """The remaining budget was printed with 6 significant digits (0.876544 of 0.8765436 left), so
+    spending what was printed was refused; every number now reads back as what the ledger holds."""
+    common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(tmp_path / "l.ledger"),
+              "--noise", "laplace"]
+    rc, stdout, err = run(capsys, "query", SEX_SQL, *common, "--epsilon", "0.1234564", "--budget-epsilon", "1")
+    assert rc == 0, err
+    printed = re.search(r"-- remaining budget: epsilon=(\S+), delta=0.0", stdout).group(1)
+    assert printed == repr(1 - 0.1234564)
+    rc, stdout, err = run(capsys, "query", SEX_SQL, *common, "--epsilon", printed)
+    assert rc == 0, err
+    assert "-- remaining budget: epsilon=0.0, delta=0.0" in stdout
+
+
 def test_budget_subcommand_matches_ledger(data, tmp_path, capsys):
     ledger = tmp_path / "l.ledger"
     common = ["--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger), "--noise", "laplace"]
@@ -219,14 +234,14 @@ def test_budget_subcommand_matches_ledger(data, tmp_path, capsys):
     with Ledger(ledger) as led:
         spent, remaining, recorded = led.spent(), led.remaining(), led.entries()
     assert spent.epsilon == 0.75
-    assert _budget_report(stdout) == {"budget": "epsilon=1, delta=0",
-                                      "spent": f"epsilon={spent.epsilon:g}, delta={spent.delta:g}",
-                                      "remaining": f"epsilon={remaining.epsilon:g}, delta={remaining.delta:g}"}
+    assert _budget_report(stdout) == {"budget": "epsilon=1.0, delta=0.0",
+                                      "spent": f"epsilon={spent.epsilon!r}, delta={spent.delta!r}",
+                                      "remaining": f"epsilon={remaining.epsilon!r}, delta={remaining.delta!r}"}
     assert "2 releases" in stdout
     lines = [line.strip() for line in stdout.splitlines() if line.strip().startswith("#")]
     assert len(lines) == len(recorded) == 2
     for line, e, sql in zip(lines, recorded, [REGION_SQL, SEX_SQL]):
-        assert line.startswith(f"#{e.id} {e.time} {e.mechanism} epsilon={e.cost.epsilon:g}, delta=0")
+        assert line.startswith(f"#{e.id} {e.time} {e.mechanism} epsilon={e.cost.epsilon!r}, delta=0.0")
         assert line.endswith(sql)
 
 
@@ -284,7 +299,7 @@ def test_zcdp_gaussian(data, tmp_path, capsys):
     # a fresh zCDP ledger reports its spend in rho, not epsilon
     rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger), "--budget-rho", "1")
     assert rc == 0, err
-    assert _budget_report(stdout) == {"budget": "rho=1", "spent": "rho=0", "remaining": "rho=1"}
+    assert _budget_report(stdout) == {"budget": "rho=1.0", "spent": "rho=0.0", "remaining": "rho=1.0"}
     out = tmp_path / "sex.csv"
     rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["parquet"], "--schema", data["yaml"],
                           "--ledger", str(ledger), "--budget-rho", "1", "--rho", "0.1", "--noise", "gaussian",
@@ -301,7 +316,7 @@ def test_zcdp_gaussian(data, tmp_path, capsys):
         assert led.spent().rho == pytest.approx(0.1) and led.spent().epsilon == 0
         assert e.mechanism.startswith("gaussian")
     rc, stdout, err = run(capsys, "budget", "--ledger", str(ledger))
-    assert _budget_report(stdout) == {"budget": "rho=1", "spent": "rho=0.1", "remaining": "rho=0.9"}
+    assert _budget_report(stdout) == {"budget": "rho=1.0", "spent": "rho=0.1", "remaining": "rho=0.9"}
     assert f"#{e.id} {e.time} {e.mechanism} rho=0.1  {SEX_SQL}" in stdout
     # epsilon is the wrong currency for this ledger: refused, nothing spent
     rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["parquet"], "--schema", data["yaml"],

@@ -32,6 +32,9 @@ CASES = [
     ("SELECT COUNT(*) FROM t WHERE sex = 'F", E.ParseError, "unterminated", "'F"),
     ("SELECT COUNT(*) FROM WHERE age > 1", E.ParseError, "syntax error", "WHERE"),
     ("SELECT COUNT(*) FROM t GROUP age", E.ParseError, "syntax error", None),
+    # a byte that is not UTF-8 in a command-line argument (was UnicodeEncodeError, in the ledger's write)
+    ("SELECT COUNT(*) FROM t -- caf\udce9", E.ParseError, "lone surrogate (U+DCE9)", "\udce9"),
+    ("SELECT COUNT(*) FROM t WHERE sex = '\ud800'", E.ParseError, "not Unicode text", "\ud800"),
     # -- more than one table
     ("SELECT COUNT(*) FROM t JOIN u ON t.age = u.age", E.UnsupportedSQLError, "JOIN", "JOIN"),
     ("SELECT COUNT(*) FROM t\nLEFT JOIN u USING (age)", E.UnsupportedSQLError, "JOIN", "JOIN"),

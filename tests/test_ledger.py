@@ -198,6 +198,17 @@ def test_exact_fill_then_refuse_in_memory():
         assert len(ledger.entries()) == 11
 
 
+def test_a_total_beyond_the_largest_float_is_over_budget():
+    """With a budget near the largest float, the recorded total plus a request can overflow a
+    double: that total exceeds the budget (it was OverflowError from math.fsum)."""
+    with Ledger(":memory:", Budget(epsilon=1.7e308)) as ledger:
+        ledger.spend(Cost(epsilon=1e308))
+        for attempt in (ledger.check, ledger.spend):
+            with pytest.raises(BudgetExceededError, match=r"only epsilon=6\.9+\d*e\+307.* remains"):
+                attempt(Cost(epsilon=1e308))
+        assert ledger.spent() == Cost(epsilon=1e308) and len(ledger.entries()) == 1
+
+
 def test_currency_mismatch_records_nothing():
     with Ledger(None, Budget(rho=1.0)) as ledger:
         with pytest.raises(PrivacyError, match="currency") as info:

@@ -75,7 +75,8 @@ def _charged(db, before: list) -> Cost:
     ("mwem", {"rows": 2.5}, ArgumentError, r"rows must be an integer >= 0, got rows=2.5"),
     ("mwem", {"seed": -1}, ArgumentError, r"seed must be an integer >= 0, got seed=-1"),
     ("mwem", {"seed": "7"}, ArgumentError, r"seed must be an integer >= 0, got seed='7'"),
-    ("mwem", {"rounds": 10**15}, PrivacyError, r"MWEM with rounds=1000000000000000 splits .* too small to measure"),
+    ("mwem", {"rounds": 10**15}, ArgumentError, r"rounds must be at most 10,000, got rounds=1000000000000000"),
+    ("mwem", {"replays": 10**6}, ArgumentError, r"replays must be at most 10,000, got replays=1000000"),
     ("dualquery", {"eta": 0.0}, ArgumentError, r"eta must be a finite number > 0, got eta=0.0"),
     ("dualquery", {"eta": 1e7}, ArgumentError, r"eta must be at most 1e\+06, got eta=10000000.0"),
     ("dualquery", {"count_share": 1.0}, ArgumentError, r"count_share must be in \(0, 1\), got count_share=1.0"),
@@ -87,6 +88,20 @@ def _charged(db, before: list) -> Cost:
 def test_options_are_validated_before_anything_is_spent(method, kwargs, error, match):
     spend = {"epsilon": 1.0} if method == "mwem" else {"epsilon": 1.0, "delta": 1e-6}
     _refused(_db(Budget(epsilon=10.0, delta=1e-5)), error, match, method, **spend, **kwargs)
+
+
+def test_mwem_refuses_steps_below_the_smallest_epsilon():
+    """10,000 rounds of 0.01 are 20,001 steps of 5e-7 each, below the floor of a measurement (rounds
+    of 10**7 ran for days, one ledger entry a step, at 5e-9 each)."""
+    _refused(_db(Budget(epsilon=10.0)), PrivacyError, r"MWEM with rounds=10000 splits .* too small to measure",
+             "mwem", epsilon=0.01, rounds=10_000)
+
+
+@pytest.mark.parametrize("option", ["progress", "budget", "schema", "attributes", "private", "released"])
+def test_an_option_named_like_an_internal_argument_is_unknown(option):
+    """These collided with synthesize's own parameters: a TypeError (got multiple values)."""
+    _refused(_db(Budget(epsilon=10.0)), WorkloadError, rf"mwem takes no option {option}; its options are rounds",
+             "mwem", epsilon=1.0, **{option: 1})
 
 
 @pytest.mark.parametrize("workload, match", [

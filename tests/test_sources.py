@@ -8,6 +8,8 @@ a file read through :func:`~dpsql.private.backend.csv_view` has exactly one row 
 
 from __future__ import annotations
 
+import warnings
+
 import duckdb
 import numpy as np
 import pytest
@@ -97,6 +99,45 @@ BAD_SOURCES = {
     "repeated in another case": (lambda d: {"source": _file(d, "c.csv", b"sex,age,AGE\nF,1,2\n")},
                                  r"names fields 2 and 3 the same \(names are compared case-insensitively\)"),
 }
+
+
+def _parquet_with_bad_utf8(tmp_path, column):
+    """A Parquet file of ROWS whose last ``column`` string is the bytes Q, 0xFF, 0xFE, Q (not UTF-8)."""
+    path = tmp_path / "bad.parquet"
+    con = duckdb.connect()
+    con.execute("CREATE TABLE p AS SELECT * FROM (VALUES " + ", ".join(f"({a}, '{s}', 'n')" for a, s in ROWS)
+                + ") v(age, sex, note)")
+    con.execute(f"UPDATE p SET {column} = 'QQQQ' WHERE rowid = (SELECT max(rowid) FROM p)")
+    con.execute(f"COPY p TO '{path}' (FORMAT parquet, COMPRESSION uncompressed)")
+    path.write_bytes(path.read_bytes().replace(b"QQQQ", b"Q\xff\xfeQ"))
+    return path
+
+
+def test_a_parquet_string_that_is_not_utf8_is_found_when_connecting(tmp_path):
+    """DuckDB fails a whole Parquet scan on one string that is not UTF-8: in a schema column, every
+    measurement would have failed after its charge, on this data set only. Connecting reads the
+    schema's string columns once, so it is the owner's error; in another column it is never read."""
+    with pytest.raises(dpsql.ArgumentError, match=r"cannot open .*bad\.parquet as a parquet file: .*UTF8"):
+        dpsql.connect(_parquet_with_bad_utf8(tmp_path, "sex"), schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0),
+                      cache=False)
+    db = dpsql.connect(_parquet_with_bad_utf8(tmp_path, "note"), schema=SCHEMA, budget=dpsql.Budget(epsilon=1e12),
+                       cache=False)
+    assert db.query("SELECT COUNT(*) AS n FROM people", epsilon=1e9).df["n"][0] == pytest.approx(len(ROWS), abs=1e-3)
+
+
+def test_a_registered_dataframe_is_warned_of_when_connecting():
+    """DuckDB types a registered DataFrame's object columns from a sample: a later value can fail
+    every read or be converted (2.5 counted as 2). The owner is told to copy it into a table."""
+    import pandas as pd
+
+    con = duckdb.connect()
+    con.register("people", pd.DataFrame({"age": [1, 2], "sex": ["F", "M"]}))
+    with pytest.warns(UserWarning, match="registered Python object .* copy it into a table first"):
+        dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    con.execute("CREATE TABLE copied AS SELECT * FROM people")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dpsql.connect(con, schema=SCHEMA, table="copied", budget=dpsql.Budget(epsilon=1.0), cache=False)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SOURCES))

@@ -239,11 +239,12 @@ def _release(source, seed=5):
     return out
 
 
-@pytest.mark.parametrize("hostile", ["abc,F", '3,"M', "4,F,extra", "5", '"6","F', "7;F"])
+@pytest.mark.parametrize("hostile", ["abc,F", '3,"M', "4,F,extra", "5", '"6","F', "7;F", "7.5,F", "1.9e0,M", "0x1,F"])
 def test_one_hostile_csv_line_changes_no_other_row(tmp_path, hostile):
     """A CSV file is read line by line with no sniffing: a hostile line (a text age, an unclosed
-    quote, a wrong field count) is at most dropped itself. Sniffed, 'abc' would have made every age
-    text (so every row out of domain), and an unclosed quote would swallow the lines after it."""
+    quote, a wrong field count, an age that is not an integer) is at most dropped itself. Sniffed,
+    'abc' would have made every age text (so every row out of domain), and an unclosed quote would
+    swallow the lines after it; DuckDB's text-to-integer cast counted 7.5 as 8 and 1.9e0 as 2."""
     rows = [f"{i % 10},{'F' if i % 3 == 0 else 'M'}" for i in range(200)]
     clean, dirty = tmp_path / "clean.csv", tmp_path / "dirty.csv"
     clean.write_text("age,sex\n" + "\n".join(rows) + "\n")

@@ -325,10 +325,11 @@ def _run_synth(args: argparse.Namespace) -> int:
 
 
 def _format_cost(c: Cost, budget: Budget) -> str:
-    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``)."""
+    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``), each number as
+    Python's shortest text that reads back exactly: a rounded remaining budget could be more than is left."""
     if budget.rho is not None:
-        return f"rho={c.rho:g}"
-    return f"epsilon={c.epsilon:g}, delta={c.delta:g}"
+        return f"rho={c.rho!r}"
+    return f"epsilon={c.epsilon!r}, delta={c.delta!r}"
 
 
 def _run_budget(args: argparse.Namespace) -> int:

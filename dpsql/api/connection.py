@@ -49,6 +49,7 @@ import dataclasses
 import math
 import numbers
 import os
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
@@ -67,7 +68,7 @@ from dpsql.hdmm.reconstruct import least_squares, nonnegative
 from dpsql.hdmm.strategy import Strategy
 from dpsql.limits import MAX_PUBLIC_ROWS
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
-from dpsql.private.backend import Backend, backend_for, open_source, public_table
+from dpsql.private.backend import Backend, backend_for, open_source, public_table, scans_python_object
 from dpsql.private.budget import APPROX_DP, MIN_EPSILON, MIN_RHO, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.private.ledger import Ledger
@@ -136,6 +137,11 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     if ledger is not None and not isinstance(ledger, (str, os.PathLike)):
         raise ArgumentError(f"ledger must be a file path, or None to keep it in memory; got {type(ledger).__name__}")
     backend = open_source(source, name, schema)
+    if scans_python_object(backend, name):
+        warnings.warn(f"the private table {name!r} is a registered Python object (a DataFrame or Arrow table): "
+                      "DuckDB types its object columns from a sample of rows, so one value after the sample can "
+                      "fail every read or be converted into the domain; copy it into a table first "
+                      f"(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=2)
     if public_tables:
         schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
     conn = Connection(backend, schema, Ledger(ledger, budget), cache=cache,
@@ -337,7 +343,7 @@ class Connection:
         name = name or f"{self.schema.table}_synthetic"
         return synthesize(self._private, self._released, self.schema, schema_attributes(self.schema), method,
                           workload, self.budget, epsilon, delta, rho, rows, name, seed=seed,
-                          progress=self._progress, **options)
+                          progress=self._progress, options=options)
 
     def close(self) -> None:
         """Close the ledger and :attr:`released` (results keep their ``df``)."""
@@ -502,7 +508,7 @@ class Connection:
             if fam == "laplace":
                 # under zCDP, epsilon as given (validated above), or the epsilon whose cost is rho
                 eps = (requested.epsilon if budget.currency == APPROX_DP
-                       else float(epsilon) if rho is None else math.sqrt(2.0 * requested.rho))
+                       else float(epsilon) if rho is None else math.sqrt(2.0) * math.sqrt(requested.rho))
                 out.append((Laplace(eps), Cost.laplace(eps, budget)))
                 continue
             if budget.currency == ZCDP:

@@ -132,7 +132,7 @@ def _compatible(column: Any, family: str | None) -> bool:
     if isinstance(column, Categorical) and not column.is_numeric:
         return family == "string"
     if isinstance(column, (Categorical, IntegerRange, Binned)):
-        return family in ("int", "float", "decimal")
+        return family in ("int", "uint", "float", "decimal")
     return True  # pragma: no cover - a closed set of kinds
 
 

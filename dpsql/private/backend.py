@@ -68,17 +68,19 @@ if TYPE_CHECKING:
     from dpsql.schema import Schema
 
 __all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
-           "duckdb_type_family", "is_spark_session", "open_source", "public_table", "safe_view",
+           "duckdb_type_family", "is_spark_session", "open_source", "public_table", "safe_view", "scans_python_object",
            "spark_type_family", "table_expression"]
 
-#: The type families a backend reports (what the domain-index mapping needs to know).
-FAMILIES = ("string", "int", "float", "decimal", "bool", "null", "other")
+#: The type families a backend reports (what the domain-index mapping needs to know). ``uint``: unsigned
+#: integers, which hold no negative value (DuckDB compares a UHUGEINT with a negative literal by casting
+#: it to BIGINT, which fails on a large value).
+FAMILIES = ("string", "int", "uint", "float", "decimal", "bool", "null", "other")
 
 _DUCKDB_FAMILIES = {
     "varchar": "string", "enum": "string", "json": "string",
     "tinyint": "int", "smallint": "int", "integer": "int", "bigint": "int", "hugeint": "int",
-    "utinyint": "int", "usmallint": "int", "uinteger": "int", "ubigint": "int", "uhugeint": "int",
-    "bignum": "int", "varint": "int", "int": "int",
+    "utinyint": "uint", "usmallint": "uint", "uinteger": "uint", "ubigint": "uint", "uhugeint": "uint",
+    "bignum": "int", "varint": "int", "int": "int", "uint": "uint",
     "float": "float", "double": "float", "decimal": "decimal",
     "boolean": "bool", "bool": "bool", "null": "null", "other": "other",
 }
@@ -385,6 +387,14 @@ def _guard_select(select: exp.Select) -> None:
             select.set(key, [fn(v) for v in value] if isinstance(value, list) else fn(value))
 
 
+def scans_python_object(backend: Backend, name: str) -> bool:
+    """Whether ``name`` is a DuckDB view that scans a Python object (a registered pandas DataFrame or
+    Arrow table). DuckDB types such a scan's object columns from a sample of rows, so a value
+    after the sample can fail the read or be converted (2.5 read into an integer column as 2)."""
+    found = _view_definition(backend.con, name) if isinstance(backend, DuckDBBackend) else None
+    return found is not None and any(f"{scan}(" in found[0].lower() for scan in _OBJECT_SCANS)
+
+
 def safe_view(con: "duckdb.DuckDBPyConnection", name: str, depth: int = 0) -> exp.Subquery | None:
     """The view ``name`` of ``con`` as a subquery that no row's value can make fail, or None when
     ``name`` is not a view (or is one whose text cannot be run again: a registered DataFrame).
@@ -576,8 +586,9 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     that cannot be opened as its format, raises :class:`~dpsql.errors.ArgumentError`
     naming the file: found when connecting, from the owner's arguments and the
     file's format. It repeats DuckDB's message for a database or Parquet file
-    (opening one reads its metadata, not rows), only the exception class for a
-    CSV file.
+    (opening one reads its metadata, and for Parquet every string of the schema's
+    columns, since one that is not UTF-8 fails every read), only the exception
+    class for a CSV file.
 
     >>> open_source("no/such/people.csv", "people", None)
     Traceback (most recent call last):
@@ -607,6 +618,7 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
         con = duckdb.connect()
         if suffix == ".parquet":
             con.read_parquet(str(path)).create_view(table)
+            _check_utf8(con, table, schema)
         else:
             con.execute(csv_view(path, table, schema, _CSV_DELIMITERS[suffix]))
     except duckdb.Error as e:  # DuckDB's message, but for a CSV file's (it could quote a line) only its class
@@ -614,6 +626,19 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
         reason = lines[0] if lines else type(e).__name__
         raise ArgumentError(f"source: cannot open {path} as a {suffix[1:]} file: {reason}") from None
     return DuckDBBackend(con)
+
+
+def _check_utf8(con: duckdb.DuckDBPyConnection, table: str, schema: "Schema | None") -> None:
+    """Read every string of the schema's columns in Parquet view ``table`` once: DuckDB fails a whole
+    scan on one string that is not UTF-8, so such a file would fail every measurement after its
+    spend, as only some data sets do. Found here, it is the owner's error when connecting."""
+    declared = {c.name.lower() for c in schema.columns} if schema is not None else set()
+    rel = con.sql(f"SELECT * FROM {exp.to_identifier(table, quoted=True).sql('duckdb')} LIMIT 0")
+    strings = [c for c, t in zip(rel.columns, rel.types) if c.lower() in declared
+               and duckdb_type_family(t) == "string"]
+    if strings:
+        lengths = [exp.func("count", exp.Length(this=exp.column(c, quoted=True))) for c in strings]
+        con.execute(exp.select(*lengths).from_(exp.to_identifier(table, quoted=True)).sql("duckdb")).fetchall()
 
 
 def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
@@ -651,6 +676,17 @@ def _python_value(v: Any) -> Any:
     if v is None or (isinstance(v, float) and v != v):
         return None
     return float(v) if isinstance(v, decimal.Decimal) else v
+
+
+def _typed(field: exp.Expression, sql_type: str) -> exp.Expression:
+    """``TRY_CAST(field AS sql_type)``; into an integer type only a field that reads as an integral number
+    (DuckDB's text-to-integer cast rounds ``'17.5'`` to 18, where a DOUBLE 17.5 is outside the domain)."""
+    if duckdb_type_family(sql_type) == "int":
+        as_double = exp.TryCast(this=field.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
+        integral = exp.EQ(this=exp.Mod(this=as_double, expression=exp.Literal.number(1)),
+                          expression=exp.Literal.number(0))
+        field = exp.Case(ifs=[exp.If(this=integral, true=field)])
+    return exp.TryCast(this=field, to=exp.DataType.build(sql_type), safe=True)
 
 
 def _unquoted(field: exp.Expression) -> exp.Expression:
@@ -718,8 +754,8 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
     with the wrong number of fields is dropped (as an out-of-domain row would be), and so is one
     that is not UTF-8 or longer than DuckDB's ``max_line_size``; surrounding double quotes are
     stripped from each field, an empty field is NULL, and each schema column is ``TRY_CAST`` to
-    its domain's type (a value that does not convert is NULL, outside the domain unless the
-    column is nullable). Fields holding the delimiter or a line break inside quotes are not
+    its domain's type (a value that does not convert, such as ``17.5`` for an integer, is NULL,
+    outside the domain unless the column is nullable). Fields holding the delimiter or a line break inside quotes are not
     supported: such a line is dropped, or read as the separate lines it is.
 
     How: ``strict_mode`` is off, since with it a line end other than the one DuckDB expects fails
@@ -760,8 +796,8 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
 
     position = {n.lower(): i for i, n in enumerate(names) if n}
     wanted = [c for c in schema.columns if c.name.lower() in position]
-    items = [exp.alias_(exp.TryCast(this=field(position[c.name.lower()]), to=exp.DataType.build(c.sql_type),
-                                    safe=True), exp.to_identifier(c.name, quoted=True)) for c in wanted]
+    items = [exp.alias_(_typed(field(position[c.name.lower()]), c.sql_type), exp.to_identifier(c.name, quoted=True))
+             for c in wanted]
     unit = schema.privacy_unit.column
     if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
         items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))

@@ -560,8 +560,7 @@ class Ledger:
             snapshot = self._verify()
             self._check_continues(snapshot)
             rows = snapshot.rows
-            if not self._budget.admits(self._sum(rows, cost)):
-                raise self._exceeded(cost, self._sum(rows))
+            self._require_room(rows, cost)
             entry_id = len(rows) + 1  # ids are 1..n (verified), and so is the sequence
             time = datetime.now(timezone.utc).isoformat(timespec="microseconds")
             # + 0.0 turns -0.0 into 0.0: SQLite stores an integral REAL as an integer and reads back 0.0
@@ -591,9 +590,7 @@ class Ledger:
         not fit in the remaining budget now. Writes nothing; use it to refuse
         a query before any data is touched (``spend`` checks again)."""
         self._validate(cost)
-        rows = self._snapshot().rows
-        if not self._budget.admits(self._sum(rows, cost)):
-            raise self._exceeded(cost, self._sum(rows))
+        self._require_room(self._snapshot().rows, cost)
 
     def spent(self) -> Cost:
         """The total of every recorded cost (exact sums, :func:`math.fsum`)."""
@@ -650,6 +647,16 @@ class Ledger:
             return Cost(*(math.fsum(column) for column in columns))
         except (TypeError, PrivacyError) as e:
             raise LedgerError(f"{self._where}: the ledger holds an invalid entry: {e}") from e
+
+    def _require_room(self, rows: list, cost: Cost) -> None:
+        """Raise :class:`~dpsql.errors.BudgetExceededError` unless ``cost`` fits beside ``rows``. A total
+        beyond the largest float (a budget near it, and a request near it) does not fit either."""
+        try:
+            fits = self._budget.admits(self._sum(rows, cost))
+        except OverflowError:
+            fits = False
+        if not fits:
+            raise self._exceeded(cost, self._sum(rows))
 
     def _exceeded(self, cost: Cost, spent: Cost) -> BudgetExceededError:
         remaining = self._budget.remaining(spent)

@@ -104,7 +104,7 @@ def sql_type_family(sql_type: Any) -> str | None:
 
     ``sql_type`` is a ``duckdb`` type object (its ``id`` is used), a DuckDB
     type name, or already a family (what :meth:`dpsql.private.backend.Backend.column_types`
-    returns). Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``,
+    returns). Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``, ``"uint"`` (unsigned),
     ``"float"`` (FLOAT, DOUBLE), ``"decimal"``, ``"bool"``, ``"null"`` (the
     type of an all-NULL column), ``"other"`` (dates, lists, blobs, ...), or
     None when ``sql_type`` is None (unknown).
@@ -315,11 +315,14 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         return _lookup(x, [(exp.Literal.string(s), s, i) for i, s in enumerate(column.values)], outside)
     if family == "string":  # numbers only from here on
         return _nothing(outside)
-    integral = family == "int"
+    integral = family in ("int", "uint")
+    # an unsigned column holds no negative value: compare it with none (DuckDB would cast a UHUGEINT to BIGINT)
+    least = 0 if family == "uint" else None
     if isinstance(column, Categorical):
         if integral:
             x = c.copy()
-            keys = [(_int(int(v)), int(v), i) for i, v in enumerate(column.values) if float(v).is_integer()]
+            keys = [(_int(int(v)), int(v), i) for i, v in enumerate(column.values)
+                    if float(v).is_integer() and (least is None or v >= least)]
         else:
             x = _try_cast(c, "DOUBLE")
             keys = [(_double(v), float(v), i) for i, v in enumerate(column.values)
@@ -329,7 +332,9 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         lo, hi = column.min, column.max
         to = integer_cast_type(lo, hi)
         if integral and to is not None:
-            inside = exp.Between(this=c.copy(), low=_int(lo), high=_int(hi))
+            if least is not None and hi < least:
+                return _nothing(outside)
+            inside = exp.Between(this=c.copy(), low=_int(lo if least is None else max(lo, least)), high=_int(hi))
             # c - lo in c's own type could overflow (a TINYINT 100 minus -100): widen first; and
             # the index is always of type ``to`` (numpy cannot fetch a BIGNUM column)
             index = _try_cast(c, to) if lo == 0 else exp.Sub(this=_try_cast(c, to), expression=_int(lo))

@@ -406,6 +406,20 @@ def explained(text: str) -> str | None:
     return rest.strip()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The offset of the first lone surrogate in ``text`` (not Unicode text: what Python makes of a
+    byte that is not UTF-8 in a command-line argument), or None.
+
+    >>> lone_surrogate("caf\\udce9"), lone_surrogate("café")
+    (3, None)
+    """
+    found = _SURROGATE.search(text)
+    return found.start() if found else None
+
+
 def parse_statements(text: str) -> list[Statement]:
     """Split ``text`` into statements and parse each with sqlglot (DuckDB dialect).
 
@@ -418,6 +432,11 @@ def parse_statements(text: str) -> list[Statement]:
     if not isinstance(text, str):
         raise TypeError(f"SQL must be a string, got {type(text).__name__}")
     original = Source(text)
+    bad = lone_surrogate(text)
+    if bad is not None:
+        line, col = original.position(bad)
+        raise ParseError(f"the SQL text holds a lone surrogate (U+{ord(text[bad]):04X}), which is not Unicode text; "
+                         "was it read from bytes that are not UTF-8?", text[bad], line, col)
     dialect = Dialect.get_or_raise(DIALECT)
     try:
         tokens = dialect.tokenize(text)

@@ -26,12 +26,14 @@ from dpsql.errors import ArgumentError
 __all__ = ["integer", "real", "option", "choice", "flag"]
 
 
-def integer(name: str, value: Any, low: int = 1) -> int:
-    """``value`` as an int of at least ``low`` (bools, floats and strings are refused)."""
+def integer(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
+    """``value`` as an int of at least ``low`` and at most ``high`` (bools, floats and strings are refused)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r:.80}")
     if value < low:
         raise ArgumentError(f"{name} must be an integer >= {low}, got {name}={value!r}")
+    if high is not None and value > high:
+        raise ArgumentError(f"{name} must be at most {high:,}, got {name}={value!r:.80}")
     return int(value)
 
 

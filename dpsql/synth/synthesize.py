@@ -32,10 +32,11 @@ from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, Worklo
 from dpsql.hdmm.matrix import is_total
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
-from dpsql.private.budget import ZCDP, Budget, Cost
+from dpsql.private.budget import MIN_EPSILON, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
 from dpsql.schema import Attribute, Binned
 from dpsql.sql.compile import compile_batch
+from dpsql.sql.parse import lone_surrogate
 from dpsql.synth.accounting import (
     dualquery_epsilon,
     dualquery_eta,
@@ -198,7 +199,8 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
                attributes: Sequence[Attribute], method: str,
                workload: "int | Sequence[Sequence[str]] | str | Sequence[str]", budget: "Budget",
                epsilon: float | None, delta: float | None, rho: float | None, rows: int | None, name: str,
-               seed: int | None = None, progress: bool | None = None, **options) -> SyntheticTable:
+               seed: int | None = None, progress: bool | None = None,
+               options: "dict[str, Any] | None" = None) -> SyntheticTable:
     """Learn privately with ``method``, spending ``epsilon`` (and ``delta``) or
     ``rho`` in ``budget``'s currency (:meth:`~dpsql.private.budget.Budget.request`),
     sample ``rows`` rows and register them as table ``name`` on ``released``,
@@ -214,7 +216,8 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
     taken nothing is refused. The result reports exactly what the ledger
     charged, never more than was asked.
     """
-    run = _plan(private, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name, seed, options)
+    run = _plan(private, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name, seed,
+                options or {})
     with released.reserve(name):  # refused if taken; held until registered, so no other request spends for it
         private.check(run.cost)  # the whole spend fits now; nothing read yet
         bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
@@ -278,6 +281,10 @@ ONE_WAY_SHARE = 0.3
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
+
+#: Most rounds and replays MWEM takes: each round reads the private table once and each replay
+#: passes over every measurement so far, so more would run for days.
+MWEM_MAX_ROUNDS = MWEM_MAX_REPLAYS = 10_000
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0
@@ -354,7 +361,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
         seed = integer("seed", seed, low=0)
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"the synthetic table's name must be a nonempty string, got {name!r:.80}")
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+    if lone_surrogate(name) is not None:
         raise WorkloadError(f"the synthetic table's name {name!r:.80} holds a lone surrogate: it is not Unicode text")
     if private.has_table(name):
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
@@ -413,13 +420,15 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     if total.delta > 0:
         raise PrivacyError(f"MWEM is pure epsilon-DP and would never use delta={total.delta!r}: leave delta out "
                            "(dualquery and fem use a delta)")
-    rounds = integer("rounds", option(options, "rounds", 10))
-    replays = integer("replays", option(options, "replays", 100))
+    rounds = integer("rounds", option(options, "rounds", 10), high=MWEM_MAX_ROUNDS)
+    replays = integer("replays", option(options, "replays", 100), high=MWEM_MAX_REPLAYS)
     init = choice("init", option(options, "init", "uniform"), INITS)
     average = flag("average", option(options, "average", False))
     steps = mwem_steps(rounds, init)
     step_eps = math.sqrt(2.0 * total.rho / steps) if request.zcdp else total.epsilon / steps
     try:
+        if step_eps < MIN_EPSILON:
+            raise PrivacyError(f"epsilon={step_eps!r} is below the floor {MIN_EPSILON!r} of a measurement")
         step_cost = Cost.laplace(step_eps, budget)
         check_mwem(private, attributes, request.marginals, step_eps, rounds, replays, init, average)
     except PrivacyError as e:
@@ -796,10 +805,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     domain = [a.size for a in attributes]
-    rounds = integer("rounds", option(options, "rounds", 16 * len(domain)))
+    rounds = integer("rounds", option(options, "rounds", 16 * len(domain)), high=AIM_MAX_ROUNDS)
     share, threshold = _compression(options, domain, True)
-    if rounds > AIM_MAX_ROUNDS:
-        raise ArgumentError(f"rounds must be at most {AIM_MAX_ROUNDS:,}, got rounds={rounds}")
     if not (request.zcdp or total.delta > 0):
         raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
                            "takes a pure epsilon)")
