@@ -705,6 +705,23 @@ def test_a_column_of_half_a_million_values_is_queried_like_any_other():
     assert np.abs(cells.sort_values("income")["c"].to_numpy() - exact).max() < 25 * math.sqrt(2.0)
 
 
+def test_a_where_of_one_column_conditions_on_large_columns_is_answered_exactly():
+    """``income > 50000 AND age >= 18`` over 500,001 × 101 values: each conjunct reads one column,
+    but the WHERE was validated on the joint domain (refused as coupling columns beyond 5 million
+    cells), and the size check counted the unreduced 50-million-cell marginal, where the kernel
+    counts the 2 × 2 cells the query tells apart."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT (i * 37) % 500001 AS income, i % 101 AS age FROM range(20000) r(i)")
+    schema = {"table": "t", "columns": {"income": {"type": "integer", "min": 0, "max": 500_000},
+                                        "age": {"type": "integer", "min": 0, "max": 100}}}
+    db = dpsql.connect(con, schema=schema, budget=HUGE, cache=False, progress=False)
+    for where in ("income > 50000 AND age >= 18", "NOT (income <= 50000 OR age < 18)"):
+        sql = f"SELECT age >= 65 AS old, COUNT(*) AS n FROM t WHERE {where} GROUP BY old ORDER BY old"
+        got = db.query(sql, epsilon=1e9).df
+        exact = con.sql(f"SELECT age >= 65 AS old, COUNT(*) FROM t WHERE {where} GROUP BY old ORDER BY old").fetchall()
+        assert [(k, round(n, 3)) for k, n in zip(got["old"], got["n"])] == [(k, float(n)) for k, n in exact]
+
+
 def test_pairs_of_group_by_keys_with_a_column_of_100000_values_take_a_residual_strategy():
     """Under Gaussian noise, OPT_M answers these three two-way tables with residual queries:
     their contrast basis on the 100,000-value column was a dense 99,999 × 100,000 matrix (a

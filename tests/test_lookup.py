@@ -168,11 +168,11 @@ def test_only_the_owner_marks_tables_and_what_is_marked_is_checked(con, tmp_path
         connect(["PEOPLE"])
     with pytest.raises(dpsql.ArgumentError, match="list of table names"):
         connect("regions")
-    with pytest.raises(ValueError, match="cannot read public table 'nowhere'"):
+    with pytest.raises(dpsql.ArgumentError, match="public_tables: cannot read public table 'nowhere'"):
         connect(["nowhere"])
     with pytest.raises(SchemaError, match="already declared in the schema"):
         connect(["regions"], schema=SCHEMA)
-    with pytest.raises(ValueError, match="more than 3 rows"):
+    with pytest.raises(dpsql.ArgumentError, match="more than 3 rows"):
         public_table(DuckDBBackend(con), "regions", 3)
     assert len(public_table(DuckDBBackend(con), "regions", 4)["rows"]) == 4
     # the analyst's connection has no way to mark a table: nothing on it takes a table to publish

@@ -65,6 +65,7 @@ from dpsql.hdmm.error_analysis import rmse as expected_rmse
 from dpsql.hdmm.optimize import select
 from dpsql.hdmm.optimize.selector import OBJECTIVES
 from dpsql.hdmm.reconstruct import least_squares, nonnegative
+from dpsql.hdmm.reduction import reduce_domain
 from dpsql.hdmm.strategy import Strategy
 from dpsql.limits import MAX_PUBLIC_ROWS
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -273,7 +274,7 @@ class Connection:
             return Explanation("none", Cost(0.0, 0.0, 0.0), "none", 0.0,
                                [df[[k.name for k in st.plan.keys]] for st, df in zip(compiled.statements, frames)])
         W = compiled.workload
-        W.check_size()
+        reduce_domain(W).workload.check_size()  # what the kernel counts: the values the queries tell apart
         model, cost, strategy = self._choose(W, requested, objective)
         plan = self._private.plan(strategy, model, attributes=compiled.attributes)
         se = plan.std * np.sqrt(np.concatenate(strategy.query_variances(W)))
@@ -376,7 +377,7 @@ class Connection:
                     for st, df in zip(compiled.statements, frames)]
         W = compiled.workload
         k = self._private.rows_per_unit
-        W.check_size()
+        reduce_domain(W).workload.check_size()  # what the kernel counts: the values the queries tell apart
         affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
         if not affordable:
             self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization

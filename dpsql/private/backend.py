@@ -646,8 +646,9 @@ def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
     (``{"columns": [...], "rows": [[...], ...]}``), for a table the owner marks public when
     connecting. Values become what a schema declares: NULL and NaN are None, numbers and
     booleans Python's, DECIMALs numbers, and any other type (dates, times, lists...) its text as
-    the engine casts it. Raises ValueError when the table has more than ``max_rows`` rows or
-    cannot be read: the owner's own public table, so its size and error are not secret.
+    the engine casts it. Raises :class:`~dpsql.errors.ArgumentError` when the table has more than
+    ``max_rows`` rows or cannot be read: the owner's own public table, so its size and error are
+    not secret.
     """
     try:
         types = backend.column_types(name)
@@ -656,11 +657,11 @@ def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
         data = backend.run(exp.select(*[exp.alias_(e, c, quoted=True) for e, c in zip(items, types)])
                            .from_(table_expression(name)).limit(max_rows + 1))
     except BackendError as e:
-        raise ValueError(f"cannot read public table {name!r}: {e.reason}") from None
+        raise ArgumentError(f"public_tables: cannot read public table {name!r}: {e.reason}") from None
     columns = list(data)
     rows = [list(r) for r in zip(*(_python_values(data[c]) for c in columns))]
     if len(rows) > max_rows:
-        raise ValueError(f"public table {name!r} has more than {max_rows:,} rows (each becomes a branch of the "
+        raise ArgumentError(f"public_tables: public table {name!r} has more than {max_rows:,} rows (each becomes a branch of the "
                          "lookup's CASE); declare a smaller one")
     return {"columns": columns, "rows": rows}
 

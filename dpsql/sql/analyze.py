@@ -36,7 +36,7 @@ from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, ParseError, SQLError, UnknownColumnError, UnsupportedSQLError
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, construct_name, literal_value, number_value
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
 from dpsql.sql.lookup import lookup
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
@@ -259,7 +259,8 @@ def _check_condition(condition: exp.Expression, clause: str, schema: Schema, ctx
     agg = _first_aggregate(condition)
     if agg is not None:
         ctx.fail(GroupingError, f"aggregates are not allowed in {clause}", construct_name(agg), agg)
-    _validate_expression(condition, schema, ctx, predicate=True)
+    for part in conjuncts(condition):  # each on its own columns, as compile measures them
+        _validate_expression(part, schema, ctx, predicate=True)
 
 
 def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],

@@ -56,7 +56,7 @@ from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import GroupKey, QueryPlan
 from dpsql.sql.postprocess import check_postprocessing
@@ -201,29 +201,6 @@ class CompiledBatch:
                 data = {k: np.atleast_1d(v) for k, v in data.items()}
             out.append(pd.DataFrame(data))
         return out
-
-
-def conjuncts(expr: exp.Expression | None) -> list[exp.Expression]:
-    """Top-level conjuncts of a predicate, NOT pushed through AND/OR.
-
-    >>> import sqlglot
-    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("a = 1 AND NOT (b = 2 OR c = 3) AND (d = 1 OR e = 2)"))]
-    ['a = 1', 'NOT b = 2', 'NOT c = 3', 'd = 1 OR e = 2']
-    """
-    out: list[exp.Expression] = []
-    stack = [(expr, False)] if expr is not None else []  # a loop, not recursion: chains may be long
-    while stack:
-        e, negated = stack.pop()
-        while isinstance(e, exp.Paren):
-            e = e.this
-        if isinstance(e, exp.Not):
-            stack.append((e.this, not negated))
-        elif (isinstance(e, exp.And) and not negated) or (isinstance(e, exp.Or) and negated):
-            stack.append((e.expression, negated))
-            stack.append((e.this, negated))  # popped first: conjuncts stay in order
-        else:
-            out.append(exp.Not(this=e.copy()) if negated else e)
-    return out
 
 
 def compile_sql(sql: str, schema: "Schema | dict | str", **kwargs) -> CompiledBatch:

@@ -58,7 +58,7 @@ from dpsql.errors import DomainError, SQLError, UnsupportedSQLError
 from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange
 from dpsql.sql.domain_eval import DomainEvalError, domain_eval
 
-__all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "construct_name"]
+__all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "conjuncts", "construct_name"]
 
 Fail = Callable[..., "SQLError"]
 
@@ -172,6 +172,29 @@ def literal_value(node: exp.Expression) -> tuple[bool, Any]:
     if ok and isinstance(v, Fraction):
         v = float(v)  # 2.0 stays a float: it is not a position in GROUP BY 2.0
     return ok, v
+
+
+def conjuncts(expr: exp.Expression | None) -> list[exp.Expression]:
+    """Top-level conjuncts of a predicate, NOT pushed through AND/OR.
+
+    >>> import sqlglot
+    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("a = 1 AND NOT (b = 2 OR c = 3) AND (d = 1 OR e = 2)"))]
+    ['a = 1', 'NOT b = 2', 'NOT c = 3', 'd = 1 OR e = 2']
+    """
+    out: list[exp.Expression] = []
+    stack = [(expr, False)] if expr is not None else []  # a loop, not recursion: chains may be long
+    while stack:
+        e, negated = stack.pop()
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.Not):
+            stack.append((e.this, not negated))
+        elif (isinstance(e, exp.And) and not negated) or (isinstance(e, exp.Or) and negated):
+            stack.append((e.expression, negated))
+            stack.append((e.this, negated))  # popped first: conjuncts stay in order
+        else:
+            out.append(exp.Not(this=e.copy()) if negated else e)
+    return out
 
 
 def column_refs(node: exp.Expression) -> list[str]:
