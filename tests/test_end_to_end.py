@@ -3,6 +3,7 @@ closed-form variances."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import duckdb
@@ -558,6 +559,23 @@ def test_explain_reads_nothing_spends_nothing_and_foresees_the_standard_errors(n
     assert first["a_std_error"].isna().all()
     assert len(plan.statements[1]) == 4  # every group: HAVING runs on the answers
     assert "would spend" in repr(plan)
+
+
+def test_explain_chooses_among_the_noises_the_budget_still_affords():
+    """With the budget's delta spent, batch can only use Laplace noise; explain, with the same
+    arguments, showed Gaussian noise and its standard errors (it chose among all noises)."""
+    cols = "abcdef"
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT " + ", ".join(f"(i * {k + 3}) % 4 AS {c}" for k, c in enumerate(cols))
+                + " FROM range(500) r(i)")
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 3} for c in cols}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=10.0, delta=1e-3), cache=False, progress=False)
+    sqls = [f"SELECT {a}, {b}, COUNT(*) AS n FROM t GROUP BY {a}, {b}" for a, b in itertools.combinations(cols, 2)]
+    assert db.explain(sqls, epsilon=1.0).mechanism.startswith("gaussian")  # 15 marginals: Gaussian noise wins
+    db.query("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=0.5, delta=1e-3, noise="gaussian")
+    plan, results = db.explain(sqls, epsilon=1.0), db.batch(sqls, epsilon=1.0)
+    assert plan.mechanism == results[0].release.mechanism and plan.mechanism.startswith("laplace")
+    np.testing.assert_allclose(plan.statements[0]["std_error"], results[0].df["std_error"], rtol=1e-12)
 
 
 def test_explain_statement_through_query_and_sql():

@@ -253,7 +253,9 @@ class Connection:
         measuring); an AVG's or a variance's standard error depends on the
         answers, and is NULL here. The error columns are named as a result's
         (``std_error`` for a statement's one aggregate, else ``n_std_error``...).
-        The budget is not checked: the cost is shown, whether or not it fits.
+        The budget is not checked: the cost is shown, whether or not it fits;
+        but like :meth:`batch`, it chooses among the noises whose cost fits
+        when any does (Gaussian noise needs a delta that may be spent).
 
         >>> import duckdb, dpsql
         >>> con = duckdb.connect()
@@ -275,7 +277,7 @@ class Connection:
                                [df[[k.name for k in st.plan.keys]] for st, df in zip(compiled.statements, frames)])
         W = compiled.workload
         reduce_domain(W).workload.check_size()  # what the kernel counts: the values the queries tell apart
-        model, cost, strategy = self._choose(W, requested, objective)
+        model, cost, strategy = self._choose(W, self._affordable(requested) or requested, objective)
         plan = self._private.plan(strategy, model, attributes=compiled.attributes)
         se = plan.std * np.sqrt(np.concatenate(strategy.query_variances(W)))
         frames = []
@@ -378,7 +380,7 @@ class Connection:
         W = compiled.workload
         k = self._private.rows_per_unit
         reduce_domain(W).workload.check_size()  # what the kernel counts: the values the queries tell apart
-        affordable = [(model, cost) for model, cost in requested if self._fits(cost)]
+        affordable = self._affordable(requested)
         if not affordable:
             self.ledger.check(requested[0][1])  # raises BudgetExceededError, before any optimization
         model, cost, strategy = self._choose(W, affordable, objective)
@@ -463,12 +465,16 @@ class Connection:
         _, model, cost, strategy = min(scored, key=lambda o: o[0])
         return model, cost, strategy
 
-    def _fits(self, cost: Cost) -> bool:
-        try:
-            self.ledger.check(cost)
-        except BudgetExceededError:
-            return False
-        return True
+    def _affordable(self, requested: "list[tuple[NoiseModel, Cost]]") -> "list[tuple[NoiseModel, Cost]]":
+        """The noise options whose cost fits in the remaining budget now."""
+        out = []
+        for model, cost in requested:
+            try:
+                self.ledger.check(cost)
+            except BudgetExceededError:
+                continue
+            out.append((model, cost))
+        return out
 
     def _strategy(self, W: Workload, model: NoiseModel, objective: str) -> Strategy:
         key = (W.fingerprint(), model.name, objective)
