@@ -23,6 +23,7 @@ import pytest
 import yaml
 from sql_oracle import SCHEMA, make_table
 
+import dpsql
 from dpsql.api.cli import main
 from dpsql.private.ledger import Ledger
 
@@ -367,6 +368,20 @@ def test_python_dash_m_dpsql(data, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dpsql", "budget", "--ledger", str(tmp_path / "none.ledger")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--budget-epsilon" in proc.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(tmp_path):
+    """``dpsql budget | head -1``: the reader closes the pipe; dpsql printed "[Errno 32] Broken pipe"."""
+    ledger = tmp_path / "l.ledger"
+    with Ledger(ledger, dpsql.Budget(epsilon=10.0)) as led:
+        for _ in range(1000):  # about 100 kB of history lines: more than a pipe holds
+            led.spend(dpsql.Cost(epsilon=0.001), description="SELECT COUNT(*) FROM people", mechanism="laplace")
+    proc = subprocess.Popen([sys.executable, "-m", "dpsql", "budget", "--ledger", str(ledger)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("ledger ")
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 1 and proc.stderr.read() == ""
+    proc.stderr.close()
 
 
 # -- refusals spend nothing ---------------------------------------------------------------------

@@ -561,6 +561,21 @@ def test_explain_reads_nothing_spends_nothing_and_foresees_the_standard_errors(n
     assert "would spend" in repr(plan)
 
 
+def test_explain_names_its_error_columns_as_the_result_does():
+    """A hidden aggregate (HAVING COUNT(*)) got a column of its own, and a computed item none."""
+    db = connect(make_table(300, seed=4), budget=HUGE)
+    for sql in ["SELECT sex, SUM(age) AS s FROM people GROUP BY sex HAVING COUNT(*) > 10",
+                "SELECT sex, SUM(age) / COUNT(*) AS r FROM people GROUP BY sex",
+                "SELECT sex, SUM(age) AS s, SUM(age) / COUNT(*) AS r FROM people GROUP BY sex"]:
+        plan, result = db.explain(sql, epsilon=1.0).statements[0], db.query(sql, epsilon=1.0).df
+        errors = [c for c in result.columns if c.endswith("std_error")]
+        assert list(plan.columns) == ["sex", *errors], sql
+        if "s_std_error" in errors or "HAVING" in sql:  # a SUM's standard error is known before measuring
+            name = errors[0]
+            np.testing.assert_allclose(plan[name], result[name], rtol=1e-12)
+        assert plan[errors[-1]].isna().all() == ("/" in sql), sql  # a ratio's depends on the answers
+
+
 def test_explain_chooses_among_the_noises_the_budget_still_affords():
     """With the budget's delta spent, batch can only use Laplace noise; explain, with the same
     arguments, showed Gaussian noise and its standard errors (it chose among all noises)."""

@@ -25,6 +25,7 @@ quote private data.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -376,6 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"dpsql: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # whatever reads stdout stopped (dpsql budget | head): stop quietly, as cat does
+        with contextlib.suppress(OSError, ValueError):  # else Python reports stdout's failed flush at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (OSError, ValueError) as e:
         print(f"dpsql: {e}", file=sys.stderr)
         return 1

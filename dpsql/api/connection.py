@@ -283,10 +283,11 @@ class Connection:
         frames = []
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
-            for agg in st.plan.aggregates:
-                blocks = st.blocks_of(agg.name)
-                out[_error_names(st, agg.name)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
-                                                else np.full(len(df), np.nan))
+            aggregates = {a.name for a in st.plan.aggregates}
+            for output in _error_outputs(st):  # the result's error columns; one measured block: a COUNT or SUM
+                blocks = st.blocks_of(output) if output in aggregates else []
+                out[_error_names(st, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
+                                                    else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
         return Explanation(model.name, cost, strategy.operator, rmse, frames)

@@ -63,14 +63,17 @@ def optimize_l2(G: np.ndarray, maxiter: int = 200, rtol: float | None = None) ->
     best: dict = {}
 
     def fun(z: np.ndarray):
-        nu = np.exp(z)
-        lam, V, diagX, dual, primal = _evaluate(Gs, nu)
-        if not best or primal < best["primal"]:
-            best.update(primal=primal, nu=nu, lam=lam, V=V, diagX=diagX)
-        best["dual"] = max(best.get("dual", -np.inf), dual)
-        if best["primal"] - best["dual"] <= rtol * best["primal"]:
-            raise StopIteration
-        return -dual, -(nu * (diagX - 1.0))
+        # a long trial step can underflow some ν to 0: the point evaluates to inf/NaN, which the
+        # line search rejects and backtracks from (no warning for the user: nothing is wrong)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            nu = np.exp(z)
+            lam, V, diagX, dual, primal = _evaluate(Gs, nu)
+            if not best or primal < best["primal"]:
+                best.update(primal=primal, nu=nu, lam=lam, V=V, diagX=diagX)
+            best["dual"] = max(best.get("dual", -np.inf), dual)
+            if best["primal"] - best["dual"] <= rtol * best["primal"]:
+                raise StopIteration
+            return -dual, -(nu * (diagX - 1.0))
 
     # Start at ν ∝ 1 scaled so that X(ν) has unit mean diagonal: ν = (tr G^{1/2} / n)².
     lam0 = np.clip(np.linalg.eigvalsh(Gs), 0.0, None)
