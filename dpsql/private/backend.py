@@ -631,7 +631,8 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
 def _check_utf8(con: duckdb.DuckDBPyConnection, table: str, schema: "Schema | None") -> None:
     """Read every string of the schema's columns in Parquet view ``table`` once: DuckDB fails a whole
     scan on one string that is not UTF-8, so such a file would fail every measurement after its
-    spend, as only some data sets do. Found here, it is the owner's error when connecting."""
+    spend, whether it failed depending on the data. Found here, it is the owner's error when
+    connecting."""
     declared = {c.name.lower() for c in schema.columns} if schema is not None else set()
     rel = con.sql(f"SELECT * FROM {exp.to_identifier(table, quoted=True).sql('duckdb')} LIMIT 0")
     strings = [c for c, t in zip(rel.columns, rel.types) if c.lower() in declared
@@ -661,8 +662,8 @@ def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
     columns = list(data)
     rows = [list(r) for r in zip(*(_python_values(data[c]) for c in columns))]
     if len(rows) > max_rows:
-        raise ArgumentError(f"public_tables: public table {name!r} has more than {max_rows:,} rows (each becomes a branch of the "
-                         "lookup's CASE); declare a smaller one")
+        raise ArgumentError(f"public_tables: public table {name!r} has more than {max_rows:,} rows (each becomes "
+                            "a branch of the lookup's CASE); declare a smaller one")
     return {"columns": columns, "rows": rows}
 
 
@@ -756,8 +757,9 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
     that is not UTF-8 or longer than DuckDB's ``max_line_size``; surrounding double quotes are
     stripped from each field, an empty field is NULL, and each schema column is ``TRY_CAST`` to
     its domain's type (a value that does not convert, such as ``17.5`` for an integer, is NULL,
-    outside the domain unless the column is nullable). Fields holding the delimiter or a line break inside quotes are not
-    supported: such a line is dropped, or read as the separate lines it is.
+    outside the domain unless the column is nullable). Fields holding the delimiter or a line
+    break inside quotes are not supported: such a line is dropped, or read as the separate lines
+    it is.
 
     How: ``strict_mode`` is off, since with it a line end other than the one DuckDB expects fails
     the whole read; without it, DuckDB cuts a line with too many fields instead of rejecting it.

@@ -436,7 +436,7 @@ def parse_statements(text: str) -> list[Statement]:
     if bad is not None:
         line, col = original.position(bad)
         raise ParseError(f"the SQL text holds a lone surrogate (U+{ord(text[bad]):04X}), which is not Unicode text; "
-                         "was it read from bytes that are not UTF-8?", text[bad], line, col)
+                         "was it read from bytes that are not UTF-8?", f"U+{ord(text[bad]):04X}", line, col)
     dialect = Dialect.get_or_raise(DIALECT)
     try:
         tokens = dialect.tokenize(text)
