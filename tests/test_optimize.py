@@ -153,6 +153,22 @@ def test_opt_kron_matches_dense_oracle(noise):
         assert rmse(W, S, noise) < ident
 
 
+def test_opt_kron_stops_sweeping_once_every_factor_gets_the_same_problem(monkeypatch):
+    """COUNT and SUM by a key: the key's factor is the identity in both terms, so from the second
+    sweep on each factor is given the problem it solved before. The sweeps went on to their limit
+    of 25 (each re-solve refining the last a little), 60 s for a 201-value column; now they stop."""
+    import dpsql.hdmm.optimize.kron as kron_module
+
+    values = Dense(np.arange(60.0)[None, :])
+    W = Workload((2, 60), [(1.0, (Identity(2), Total(60))), (1.0, (Identity(2), values))])
+    solves = []
+    real = kron_module.optimize_factor
+    monkeypatch.setattr(kron_module, "optimize_factor", lambda G, *a, **k: solves.append(G.shape) or real(G, *a, **k))
+    S = opt_kron(W, LAP)
+    assert solves.count((60, 60)) == 2  # the first sweep, and the second that finds the fixed point
+    assert rmse(W, S, LAP) <= rmse(W, KronStrategy((Identity(2), Identity(60))), LAP)
+
+
 def test_opt_kron_total_attribute():
     """An attribute every term only totals gets the one-query strategy T(n)."""
     W = Workload((3, 4), [(1.0, (AllRange(3), Total(4))), (1.0, (Prefix(3), Total(4)))])

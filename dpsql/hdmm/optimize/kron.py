@@ -4,8 +4,10 @@ For a strategy ``A₁ ⊗ … ⊗ A_d`` the error of a union of products splits 
 ``Σ_k w_k² Π_i tr(G_ki X_i⁻¹)`` (Theorem 6). Fixing all factors but one
 leaves an OPT_0 problem on the surrogate Gram ``Σ_k c_k G_ki`` with
 ``c_k = w_k² Π_{j≠i} tr(G_kj X_j⁻¹)`` (Equation 5), so the factors are
-optimized cyclically until the error stops improving. Attributes that every
-term only totals get the one-query strategy ``T(n)``.
+optimized cyclically until the error stops improving, or until every factor
+is given the same problem (``G`` up to scale) as in the sweep before: a fixed
+point, where more sweeps would only refine the same solves. Attributes that
+every term only totals get the one-query strategy ``T(n)``.
 
 >>> from dpsql.hdmm.matrix import IdentityTotal
 >>> from dpsql.privacy import Laplace
@@ -67,18 +69,25 @@ def kron_search(
     traces = np.array([[np.trace(g[i]) if not fixed[i] else float(np.sum(g[i] * pinvs[i])) for i in range(d)]
                        for g in grams])
     error = math.inf
+    problems: list[np.ndarray | None] = [None] * d  # each attribute's last surrogate Gram, over its trace
     for _ in range(MAX_SWEEPS):
+        same = True
         for i in range(d):
             if fixed[i]:
                 continue
             others = np.prod(np.delete(traces, i, axis=1), axis=1) * w2
             G = sum(c * g[i] for c, g in zip(others, grams))
+            problem = G / max(float(np.trace(G)), 1e-300)
+            same = same and problems[i] is not None and np.allclose(problem, problems[i], rtol=1e-9, atol=1e-12)
+            problems[i] = problem
             A = _factor(G, norm, rng, p[i], thetas[i], memo)
             thetas[i], factors[i] = getattr(A, "theta", None), A
             P = _gram_pinv(A)
             traces[:, i] = [float(np.sum(g[i] * P)) for g in grams]
         new = float(np.sum(w2 * np.prod(traces, axis=1)))
-        converged = error - new <= SWEEP_TOL * new
+        # same: every factor was given the problem it was given last sweep (scaling G does not change
+        # its optimum): the sweeps have reached a fixed point, and more would only refine the same solves
+        converged = error - new <= SWEEP_TOL * new or same
         error = new
         if converged or len(terms) == 1 or all(fixed):
             break
