@@ -142,7 +142,7 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
         warnings.warn(f"the private table {name!r} is a registered Python object (a DataFrame or Arrow table): "
                       "DuckDB types its object columns from a sample of rows, so one value after the sample can "
                       "fail every read or be converted into the domain; copy it into a table first "
-                      f"(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=2)
+                      "(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=2)
     if public_tables:
         schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
     conn = Connection(backend, schema, Ledger(ledger, budget), cache=cache,

@@ -11,7 +11,8 @@ The grammar is written down in ``grammar/dpsql.ebnf``.
 """
 
 from dpsql.sql.analyze import plan_statement
-from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, compile_sql, conjuncts
+from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, compile_sql
+from dpsql.sql.grid import conjuncts
 from dpsql.sql.parse import parse_statements
 from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from dpsql.hdmm.workload import Workload
 
 __all__ = ["Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
-           "conjuncts", "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
+           "schema_attributes", "MAX_ATTRIBUTE_SIZE"]
 
 #: Factors with more entries than this are stored sparse.
 _DENSE_ENTRIES = 200_000
