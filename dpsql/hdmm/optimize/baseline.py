@@ -31,13 +31,15 @@ import numpy as np
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Identity
 from dpsql.hdmm.optimize.union import product_groups, weighted_union
+from dpsql.hdmm.stacking import STACK_LIMIT
 from dpsql.hdmm.strategy import KronStrategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
 from dpsql.limits import MAX_MEASURED_CELLS
 from dpsql.privacy import NoiseModel
 
-#: Largest factor (rows × columns) the direct candidate measures as it is.
-DIRECT_LIMIT = 1 << 20
+#: Largest factor (rows × columns) the direct candidate measures as it is: a stacked factor's
+#: largest (:mod:`dpsql.hdmm.stacking`), so that stacking never changes whether it applies.
+DIRECT_LIMIT = STACK_LIMIT
 
 #: Largest attribute the identity candidate's error analysis takes (a dense ``n × n`` inverse).
 IDENTITY_ATTRIBUTE_LIMIT = 1 << 12

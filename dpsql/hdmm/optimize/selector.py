@@ -6,8 +6,11 @@ independent starts from a seed derived from ``seed``, so a selection is
 deterministic given its inputs.
 
 The workload is first reduced to the values its queries tell apart
-(:mod:`dpsql.hdmm.reduction`); every operator runs on the reduced domain and
-the chosen strategy is expanded back, with the same error. Besides the HDMM
+(:mod:`dpsql.hdmm.reduction`), and its terms that differ in one factor only are
+stacked into one (:mod:`dpsql.hdmm.stacking`: the same queries, fewer terms for
+OPT_+ to search one by one); every operator runs on that workload (the direct
+candidate on the unstacked terms) and the chosen strategy is expanded back, with
+the same error. Besides the HDMM
 operators, the obvious mechanisms (:mod:`dpsql.hdmm.optimize.baseline`:
 identity on the reduced domain, the workload's own queries) are candidates,
 so the result is never worse than either.
@@ -51,6 +54,7 @@ from dpsql.hdmm.optimize.maxvar import opt_max_marginal
 from dpsql.hdmm.optimize.opt0 import opt_0
 from dpsql.hdmm.optimize.union import opt_plus, product_groups
 from dpsql.hdmm.reduction import Reduction, reduce_domain
+from dpsql.hdmm.stacking import Stacking, stack_terms
 from dpsql.hdmm.strategy import Strategy
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
@@ -64,6 +68,10 @@ PROGRESS_AFTER = 2.0
 REWEIGHT_ROUNDS = 6
 
 OBJECTIVES = ("total", "max")
+
+#: Operators given the workload's own terms, not stacked ones: the direct candidate stands for
+#: answering each statement alone (its terms, the budget split among them), the bound it keeps.
+TERMWISE = frozenset({"direct"})
 
 def opt_marginal_max(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> Strategy:
     """The certified max-variance optimum of a Gaussian marginal workload (:mod:`~dpsql.hdmm.optimize.maxvar`)."""
@@ -168,7 +176,8 @@ def select(
         raise WorkloadError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     reduction = reduce_domain(workload) if reduce else None
     W = reduction.workload if reduction is not None else workload
-    names = feasible(W, noise, objective) if operators is None else list(operators)
+    stacking = stack_terms(W)
+    names = feasible(stacking.workload, noise, objective) if operators is None else list(operators)
     unknown = [n for n in names if n not in OPERATORS]
     if unknown:
         raise WorkloadError(f"unknown strategy operator(s) {unknown}; choose from {sorted(OPERATORS)}")
@@ -191,7 +200,7 @@ def select(
         bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
         try:
-            strategy = OPERATORS[name](W, noise, restarts=restarts, seed=seed + 7919 * i)
+            strategy = run(name, W, noise, restarts, seed + 7919 * i, stacking)
             candidates.append(_candidate(name, strategy, W, noise, start, objective))
         except WorkloadError as e:  # beyond this operator (a Gram too large to hold, say): the others may answer
             refused.append(f"{name}: {e}")
@@ -217,6 +226,17 @@ def select(
         except CacheError as e:  # a cache that cannot be written (a read-only home, say) costs only the reuse
             warnings.warn(f"{e}; the strategy is used, not cached", RuntimeWarning, stacklevel=2)
     return finish(best.strategy, candidates, False)
+
+
+def run(name: str, workload: Workload, noise: NoiseModel, restarts: int, seed: int,
+        stacking: Stacking | None = None) -> Strategy:
+    """Operator ``name``'s strategy for ``workload``, searched on its stacked terms (``stacking``, if
+    already made) unless the operator is :data:`TERMWISE`."""
+    if name in TERMWISE:
+        return OPERATORS[name](workload, noise, restarts=restarts, seed=seed)
+    if stacking is None:
+        stacking = stack_terms(workload)
+    return stacking.unstack(OPERATORS[name](stacking.workload, noise, restarts=restarts, seed=seed))
 
 
 def _candidate(name: str, strategy: Strategy, W: Workload, noise: NoiseModel, start: float,
@@ -250,7 +270,7 @@ def reweighted(workload: Workload, noise: NoiseModel, start: Candidate, rounds: 
             break
         scale = [s * math.sqrt(v / top) if v > 0 else s for s, v in zip(scale, worst)]
         terms = [(w * s, fs) for (w, fs), s in zip(workload.terms, scale)]
-        current = OPERATORS[operator](Workload(workload.domain, terms), noise, restarts=restarts, seed=seed + r)
+        current = run(operator, Workload(workload.domain, terms), noise, restarts, seed + r)
         value = max_variance(workload, current, noise)
         if value < best_value:
             best, best_value = current, value
