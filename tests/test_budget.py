@@ -149,6 +149,16 @@ def test_laplace_costs():
         Cost.laplace(1.0, 1.0)
 
 
+def test_a_laplace_cost_near_the_largest_float_does_not_overflow():
+    # epsilon**2 overflows at 1.4e154 although epsilon**2 / 2 is 1e308: a query's rho=1e308 was
+    # refused as "rho must be finite, got inf"
+    eps = math.sqrt(2.0) * math.sqrt(1e308)
+    assert Cost.laplace(eps, Budget(rho=1e308)).rho == pytest.approx(1e308, rel=1e-15)
+    assert Budget(rho=1e308).request(epsilon=eps).rho == pytest.approx(1e308, rel=1e-15)
+    with pytest.raises(PrivacyError, match="too large"):
+        Budget(rho=1e308).request(epsilon=2e154)
+
+
 def test_gaussian_costs():
     approx = Budget(epsilon=1.0, delta=1e-5)
     zcdp = Budget(rho=1.0)

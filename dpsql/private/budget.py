@@ -219,7 +219,7 @@ class Budget:
         if epsilon is None:
             raise PrivacyError(f"say how much to spend: rho=... (or epsilon=...; the budget is {self})")
         eps = _positive("epsilon", epsilon, MIN_EPSILON)
-        cost = eps * eps / 2.0
+        cost = eps * (eps / 2.0)   # halved first (exactly), so that no finite cost overflows on the way
         if not math.isfinite(cost):
             raise PrivacyError(f"epsilon={epsilon!r} is too large: its zCDP cost epsilon**2/2 is not a finite number")
         return Cost(rho=cost)
@@ -337,7 +337,7 @@ class Cost:
         if epsilon <= 0:
             raise PrivacyError(f"epsilon must be > 0, got {epsilon!r}")
         if budget.currency == ZCDP:
-            return cls(rho=epsilon * epsilon / 2.0)
+            return cls(rho=epsilon * (epsilon / 2.0))   # as ε²/2, without overflowing where ε²/2 is finite
         return cls(epsilon=epsilon)
 
     @classmethod
