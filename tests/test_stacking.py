@@ -104,8 +104,8 @@ def test_a_union_strategy_found_on_stacked_terms_answers_the_original_ones(noise
 
 
 def test_selection_searches_a_batch_of_ranges_as_one_term():
-    """137 sliding ranges on one column: one stacked term, so OPT_+ (137 searches before) does not
-    apply, and the selection is exactly OPT_0's on the whole batch or better."""
+    """Sliding ranges on one column: one stacked term, so OPT_+ (a search per range unstacked) does
+    not apply, and OPT_0, which sees the workload through its Gram, finds the same strategy."""
     n = 300
     ranges = [Dense(((np.arange(n) >= i) & (np.arange(n) < i + 41)).astype(float)[None, :]) for i in range(0, 260, 7)]
     W = Workload((n,), [(1.0, (r,)) for r in ranges])
@@ -113,3 +113,8 @@ def test_selection_searches_a_batch_of_ranges_as_one_term():
     assert "OPT_plus" not in {c.operator for c in sel.candidates}
     assert {"OPT_0", "direct"} <= {c.operator for c in sel.candidates}
     assert sel.rmse <= min(c.rmse for c in sel.candidates) * (1 + 1e-12)
+    plain = select(W, Laplace(1.0), restarts=1, progress=False, stack=False)
+    assert "OPT_plus" in {c.operator for c in plain.candidates}
+    both = [{c.operator: c.rmse for c in s.candidates} for s in (sel, plain)]
+    assert both[0]["OPT_0"] == pytest.approx(both[1]["OPT_0"], rel=1e-9)
+    assert both[0]["direct"] == pytest.approx(both[1]["direct"], rel=1e-12)

@@ -151,6 +151,7 @@ def select(
     cache: StrategyCache | None = None,
     objective: str = "total",
     reduce: bool = True,
+    stack: bool = True,
 ) -> Selection:
     """Run the feasible operators (or those named) and keep the best under ``objective``. An
     operator that refuses the workload (a :class:`~dpsql.errors.WorkloadError`: it would form a
@@ -159,8 +160,9 @@ def select(
     workload's shape only, never on data.
 
     ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
-    largest per-query variance. ``reduce=False`` skips the domain reduction, for
-    comparisons: reduction loses nothing in principle (averaging a strategy's
+    largest per-query variance. ``stack=False`` runs the operators on the workload's
+    own terms, unstacked (:mod:`~dpsql.hdmm.stacking`), and ``reduce=False`` skips the
+    domain reduction, both for comparisons: reduction loses nothing in principle (averaging a strategy's
     columns within each group keeps or lowers both its sensitivity and its error,
     so some reduced strategy is at least as good as any unreduced one) and is
     much faster, though the non-convex Laplace searches may still end in other
@@ -176,7 +178,7 @@ def select(
         raise WorkloadError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     reduction = reduce_domain(workload) if reduce else None
     W = reduction.workload if reduction is not None else workload
-    stacking = stack_terms(W)
+    stacking = _stacking(W, stack)
     names = feasible(stacking.workload, noise, objective) if operators is None else list(operators)
     unknown = [n for n in names if n not in OPERATORS]
     if unknown:
@@ -200,7 +202,7 @@ def select(
         bar.set_postfix_str(name, refresh=False)
         start = time.perf_counter()
         try:
-            strategy = run(name, W, noise, restarts, seed + 7919 * i, stacking)
+            strategy = run(name, W, stacking, noise, restarts, seed + 7919 * i)
             candidates.append(_candidate(name, strategy, W, noise, start, objective))
         except WorkloadError as e:  # beyond this operator (a Gram too large to hold, say): the others may answer
             refused.append(f"{name}: {e}")
@@ -215,7 +217,7 @@ def select(
     best = min(candidates, key=score)
     if objective == "max" and math.isfinite(best.max_variance) and best.operator != "OPT_M_max":
         start = time.perf_counter()
-        refined = reweighted(W, noise, best, restarts=restarts, seed=seed)
+        refined = reweighted(W, noise, best, restarts=restarts, seed=seed, stack=stack)
         candidates.append(_candidate(f"{best.operator}:reweighted", refined, W, noise, start, objective))
         best = min(candidates, key=score)
     if not math.isfinite(best.rmse):
@@ -228,14 +230,15 @@ def select(
     return finish(best.strategy, candidates, False)
 
 
-def run(name: str, workload: Workload, noise: NoiseModel, restarts: int, seed: int,
-        stacking: Stacking | None = None) -> Strategy:
-    """Operator ``name``'s strategy for ``workload``, searched on its stacked terms (``stacking``, if
-    already made) unless the operator is :data:`TERMWISE`."""
+def _stacking(workload: Workload, stack: bool) -> Stacking:
+    return stack_terms(workload) if stack else Stacking.alone(workload)
+
+
+def run(name: str, workload: Workload, stacking: Stacking, noise: NoiseModel, restarts: int, seed: int) -> Strategy:
+    """Operator ``name``'s strategy for ``workload``, searched on its terms as ``stacking`` stacks
+    them unless the operator is :data:`TERMWISE`."""
     if name in TERMWISE:
         return OPERATORS[name](workload, noise, restarts=restarts, seed=seed)
-    if stacking is None:
-        stacking = stack_terms(workload)
     return stacking.unstack(OPERATORS[name](stacking.workload, noise, restarts=restarts, seed=seed))
 
 
@@ -255,10 +258,11 @@ def _score(objective: str) -> Callable[[Candidate], tuple[bool, float]]:
 
 
 def reweighted(workload: Workload, noise: NoiseModel, start: Candidate, rounds: int = REWEIGHT_ROUNDS,
-               restarts: int = 1, seed: int = 0) -> Strategy:
+               restarts: int = 1, seed: int = 0, stack: bool = True) -> Strategy:
     """``start``'s operator rerun on the workload with its terms reweighted toward the largest
     variances (multiplicative weights on the dual of ``min max``); the strategy with the lowest
-    largest variance on ``workload`` is returned, ``start``'s own if no round beats it."""
+    largest variance on ``workload`` is returned, ``start``'s own if no round beats it. ``stack``:
+    as for :func:`select`."""
     operator = start.operator
     best, best_value = start.strategy, start.max_variance
     scale = [1.0] * len(workload.terms)
@@ -270,7 +274,8 @@ def reweighted(workload: Workload, noise: NoiseModel, start: Candidate, rounds: 
             break
         scale = [s * math.sqrt(v / top) if v > 0 else s for s, v in zip(scale, worst)]
         terms = [(w * s, fs) for (w, fs), s in zip(workload.terms, scale)]
-        current = run(operator, Workload(workload.domain, terms), noise, restarts, seed + r)
+        scaled = Workload(workload.domain, terms)
+        current = run(operator, scaled, _stacking(scaled, stack), noise, restarts, seed + r)
         value = max_variance(workload, current, noise)
         if value < best_value:
             best, best_value = current, value
