@@ -10,10 +10,10 @@ The workload is first reduced to the values its queries tell apart
 stacked into one (:mod:`dpsql.hdmm.stacking`: the same queries, fewer terms for
 OPT_+ to search one by one); every operator runs on that workload (the direct
 candidate on the unstacked terms) and the chosen strategy is expanded back, with
-the same error. Besides the HDMM
-operators, the obvious mechanisms (:mod:`dpsql.hdmm.optimize.baseline`:
-identity on the reduced domain, the workload's own queries) are candidates,
-so the result is never worse than either.
+the same error. Besides the HDMM operators, the obvious mechanisms
+(:mod:`dpsql.hdmm.optimize.baseline`: identity on the reduced domain, the
+workload's own queries) are candidates, so the result is never worse than
+either.
 
 Two objectives: ``"total"`` (HDMM's, the expected total squared error) and
 ``"max"``, the largest variance of any one query, for tabulations where every
@@ -72,6 +72,7 @@ OBJECTIVES = ("total", "max")
 #: Operators given the workload's own terms, not stacked ones: the direct candidate stands for
 #: answering each statement alone (its terms, the budget split among them), the bound it keeps.
 TERMWISE = frozenset({"direct"})
+
 
 def opt_marginal_max(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> Strategy:
     """The certified max-variance optimum of a Gaussian marginal workload (:mod:`~dpsql.hdmm.optimize.maxvar`)."""
@@ -162,9 +163,9 @@ def select(
     ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
     largest per-query variance. ``stack=False`` runs the operators on the workload's
     own terms, unstacked (:mod:`~dpsql.hdmm.stacking`), and ``reduce=False`` skips the
-    domain reduction, both for comparisons: reduction loses nothing in principle (averaging a strategy's
-    columns within each group keeps or lowers both its sensitivity and its error,
-    so some reduced strategy is at least as good as any unreduced one) and is
+    domain reduction, both for comparisons: reduction loses nothing in principle
+    (averaging a strategy's columns within each group keeps or lowers both its
+    sensitivity and its error, so some reduced strategy is at least as good as any unreduced one) and is
     much faster, though the non-convex Laplace searches may still end in other
     local optima on either domain. ``progress``: ``True`` shows a
     progress bar and a line per operator on stderr, ``False`` never does, and
@@ -231,6 +232,7 @@ def select(
 
 
 def _stacking(workload: Workload, stack: bool) -> Stacking:
+    """``workload``'s terms stacked, or each left alone if not ``stack``."""
     return stack_terms(workload) if stack else Stacking.alone(workload)
 
 
