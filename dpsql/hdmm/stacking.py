@@ -44,7 +44,7 @@ import numpy as np
 from dpsql.hdmm.marginals import in_algebra
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones
 from dpsql.hdmm.strategy import Strategy, UnionStrategy
-from dpsql.hdmm.workload import Term, Workload, factor_key
+from dpsql.hdmm.workload import Term, Workload
 
 __all__ = ["STACK_LIMIT", "Stacking", "stack_terms"]
 
@@ -107,12 +107,14 @@ def stack_terms(workload: Workload) -> Stacking:
 
 
 def _key(f: Matrix) -> bytes:
-    """A digest equal for factors with equal rows (for one too large to hold, with equal Gram matrices)."""
+    """A key equal for factors with equal rows; a factor too large to compare cheaply has one of
+    its own (``stack_terms`` holds every factor it keys, so no two share an ``id``)."""
     if isinstance(f, (Identity, Ones)):
         return f"{type(f).__name__}{f.shape}".encode()
     rows, n = f.shape
-    data = repr(f.shape).encode() + f.dense().tobytes() if rows * n <= STACK_LIMIT else factor_key(f)
-    return hashlib.blake2b(data, digest_size=16).digest()
+    if rows * n > STACK_LIMIT:
+        return f"object {id(f)}".encode()
+    return hashlib.blake2b(repr(f.shape).encode() + f.dense().tobytes(), digest_size=16).digest()
 
 
 def _can_stack(f: Matrix) -> bool:
