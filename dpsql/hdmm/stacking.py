@@ -83,7 +83,7 @@ def stack_terms(workload: Workload) -> Stacking:
 
     def look(f: Matrix) -> tuple[Matrix, bytes, bool]:
         if id(f) not in seen:
-            seen[id(f)] = (f, _key(f), _can_stack(f))
+            seen[id(f)] = (f, *_describe(f))
         return seen[id(f)]
 
     joined = True
@@ -106,24 +106,21 @@ def stack_terms(workload: Workload) -> Stacking:
     return Stacking(workload if len(terms) == len(workload.terms) else Workload(workload.domain, terms), origin)
 
 
-def _key(f: Matrix) -> bytes:
-    """A key equal for factors with equal rows; a factor too large to compare cheaply has one of
-    its own (``stack_terms`` holds every factor it keys, so no two share an ``id``)."""
+def _describe(f: Matrix) -> tuple[bytes, bool]:
+    """A key equal for factors with equal rows, and whether ``f`` may be stacked: small enough to
+    hold, and not in the marginal algebra (a one-row factor is unless constant; an identity or a
+    total always is). A factor too large to compare cheaply has a key of its own (``stack_terms``
+    holds every factor it describes, so no two share an ``id``)."""
+    rows, n = f.shape
     if isinstance(f, (Identity, Ones)):
-        return f"{type(f).__name__}{f.shape}".encode()
-    rows, n = f.shape
+        return f"{type(f).__name__}{f.shape}".encode(), False
     if rows * n > STACK_LIMIT:
-        return f"object {id(f)}".encode()
-    return hashlib.blake2b(repr(f.shape).encode() + f.dense().tobytes(), digest_size=16).digest()
-
-
-def _can_stack(f: Matrix) -> bool:
-    """Whether ``f`` may be stacked: small enough to hold, and not in the marginal algebra (a
-    one-row factor is unless constant)."""
-    rows, n = f.shape
-    if n < 2 or rows * n > STACK_LIMIT:
-        return False
-    return bool(np.ptp(f.dense()) > 0) if rows == 1 else n * n <= STACK_LIMIT and not in_algebra(f)
+        return f"object {id(f)}".encode(), False
+    dense = f.dense()
+    key = hashlib.blake2b(repr(f.shape).encode() + dense.tobytes(), digest_size=16).digest()
+    if n < 2:
+        return key, False
+    return key, bool(np.ptp(dense) > 0) if rows == 1 else n * n <= STACK_LIMIT and not in_algebra(f)
 
 
 def _parts(terms: list[Term], group: list[int], i: int) -> list[list[int]]:

@@ -90,6 +90,12 @@ def _delta(value: Any) -> float:
     return number
 
 
+def _laplace_rho(epsilon: float) -> float:
+    """``ε²/2``, the zCDP cost of an ``ε``-DP mechanism, halved before squaring (exactly) so that
+    no finite cost overflows on the way (``ε·ε`` does from ``ε = 1.4e154``)."""
+    return epsilon * (epsilon / 2.0)
+
+
 def _within(total: float, limit: float) -> bool:
     return total <= limit * (1.0 + RELATIVE_TOLERANCE)
 
@@ -219,7 +225,7 @@ class Budget:
         if epsilon is None:
             raise PrivacyError(f"say how much to spend: rho=... (or epsilon=...; the budget is {self})")
         eps = _positive("epsilon", epsilon, MIN_EPSILON)
-        cost = eps * (eps / 2.0)   # halved first (exactly), so that no finite cost overflows on the way
+        cost = _laplace_rho(eps)
         if not math.isfinite(cost):
             raise PrivacyError(f"epsilon={epsilon!r} is too large: its zCDP cost epsilon**2/2 is not a finite number")
         return Cost(rho=cost)
@@ -337,7 +343,7 @@ class Cost:
         if epsilon <= 0:
             raise PrivacyError(f"epsilon must be > 0, got {epsilon!r}")
         if budget.currency == ZCDP:
-            return cls(rho=epsilon * (epsilon / 2.0))   # as ε²/2, without overflowing where ε²/2 is finite
+            return cls(rho=_laplace_rho(epsilon))
         return cls(epsilon=epsilon)
 
     @classmethod
