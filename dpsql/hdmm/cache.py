@@ -47,8 +47,9 @@ from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
 
 #: Bump when the stored format or the optimizers change in a way that should invalidate entries
-#: (3: keys are on the reduced workload, and the identity and direct candidates joined).
-FORMAT_VERSION = 3
+#: (3: keys are on the reduced workload, and the identity and direct candidates joined; 4: the
+#: Gaussian per-attribute strategy no longer loses its optimum on cells no query reads).
+FORMAT_VERSION = 4
 
 
 def default_directory() -> Path:
