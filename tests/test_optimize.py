@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpsql.hdmm.optimize.union as union_module
 from dpsql.errors import WorkloadError
@@ -110,7 +112,7 @@ def _sdp_optimum(W: np.ndarray) -> float:
     import cvxpy as cp
     X = cp.Variable((W.shape[1], W.shape[1]), PSD=True)
     problem = cp.Problem(cp.Minimize(cp.matrix_frac(W.T, X)), [cp.diag(X) <= 1])
-    problem.solve(solver=cp.SCS, eps=1e-9)
+    problem.solve(solver=cp.CLARABEL)  # SCS is 8% off on some degenerate ones (two cells read alike)
     return float(problem.value)
 
 
@@ -129,6 +131,23 @@ def test_gaussian_opt0_on_ranges_with_unread_cells_reaches_the_sdp_optimum():
     assert err == pytest.approx(best, rel=1e-4)
     workload = Workload.of(Dense(W))
     assert expected_error(workload, opt_0(workload, GAU), GAU) / GAU.variance(1.0) == pytest.approx(best, rel=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(4, 9), ranges=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.floats(0.2, 3.0)),
+                                           min_size=2, max_size=5))
+def test_gaussian_strategy_on_random_ranges_reaches_the_sdp_optimum(n, ranges):
+    """Weighted ranges over a few cells, often leaving some unread: the strategy's exact error is
+    the one reported and the SDP optimum (to the solvers' accuracy)."""
+    W = np.zeros((len(ranges), n))
+    for row, (a, b, w) in zip(W, ranges):
+        lo, hi = sorted((a % n, b % n))
+        row[lo:hi + 1] = w
+    G = W.T @ W
+    A, err, _ = optimize_l2(G)
+    D = A.dense()
+    assert err == pytest.approx(float(np.trace(G @ np.linalg.inv(D.T @ D))), rel=1e-8)
+    assert err == pytest.approx(_sdp_optimum(W), rel=1e-3)
 
 
 def test_opt0_gaussian_published_allrange64():
