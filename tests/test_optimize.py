@@ -124,7 +124,7 @@ def test_gaussian_opt0_on_ranges_with_unread_cells_reaches_the_sdp_optimum():
     W = np.zeros((3, 12))
     W[0, 0:4], W[1, 2:7], W[2, 5:10] = 1, 1, 1
     best = _sdp_optimum(W)
-    A, err, gap = optimize_l2(W.T @ W)
+    A, err, _ = optimize_l2(W.T @ W)
     D = A.dense()
     assert np.sqrt((D ** 2).sum(axis=0)).max() == pytest.approx(1.0, rel=1e-9)
     assert err == pytest.approx(float(np.trace(W.T @ W @ np.linalg.inv(D.T @ D))), rel=1e-8)
