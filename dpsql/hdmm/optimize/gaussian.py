@@ -10,7 +10,8 @@ maximized where ``X(ν) = D⁻¹ (D G D)^{1/2} D⁻¹`` has unit diagonal, and
 ``∂g/∂ν_j = X(ν)_jj − 1``. Equal ``ν`` gives ``X ∝ G^{1/2}``, the SVD-bound
 strategy HDMM starts from. Every iterate yields a feasible strategy
 ``X(ν) / max_j X(ν)_jj`` with error ``max_j X(ν)_jj · tr((DGD)^{1/2})``; the
-best one found is returned, and ``g(ν)`` certifies how far it can be from
+best one found is returned (each column's spare norm then spent on its own
+cell, see :func:`optimize_l2`), and ``g(ν)`` certifies how far it can be from
 optimal. Each evaluation costs one symmetric eigendecomposition.
 
 >>> import numpy as np
