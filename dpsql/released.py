@@ -68,8 +68,9 @@ def locked_database(*setup: str) -> duckdb.DuckDBPyConnection:
 class ReleasedData:
     """A locked-down in-memory DuckDB database for released data (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self._con = locked_database()
+    def __init__(self, *setup: str) -> None:
+        """``setup``: statements run before the database is locked (e.g. its memory limit)."""
+        self._con = locked_database(*setup)
         # DuckDB connections are not safe to share between threads: one call at a time
         self._lock = threading.Lock()
         self._reserved: set[str] = set()  # names held by :meth:`reserve`, case-folded
@@ -120,16 +121,20 @@ class ReleasedData:
             with self._lock:
                 self._reserved.discard(key)
 
-    def register(self, name: str, df: "pd.DataFrame", types: Mapping[str, str]) -> None:
-        """Make ``df`` (released values) the table ``name``, its columns cast to ``types`` (DuckDB
-        types by column name): the schema's, not what DuckDB would infer from these rows (no
-        type at all for a column of NULLs only, the narrowest integer type the values fit)."""
+    def register(self, name: str, df: "pd.DataFrame", types: Mapping[str, str], schema: str | None = None) -> None:
+        """Make ``df`` (released values) the table ``name`` (in ``schema``, made if new), its columns
+        cast to ``types`` (DuckDB types by column name): the schema's, not what DuckDB would infer
+        from these rows (no type at all for a column of NULLs only, the narrowest integer type the
+        values fit)."""
         hidden = f"__dpsql_frame_{secrets.token_hex(8)}"
         items = ", ".join(f"CAST({_quote(c)} AS {types[c]}) AS {_quote(c)}" for c in df.columns)
+        target = _quote(name) if schema is None else f"{_quote(schema)}.{_quote(name)}"
         with self._using() as con:
             con.register(hidden, df)
             try:
-                con.execute(f"CREATE TABLE {_quote(name)} AS SELECT {items} FROM {_quote(hidden)}")
+                if schema is not None:
+                    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+                con.execute(f"CREATE TABLE {target} AS SELECT {items} FROM {_quote(hidden)}")
             finally:
                 con.unregister(hidden)
 

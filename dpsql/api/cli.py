@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import getpass
 import json
 import os
 import secrets
@@ -135,6 +136,12 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
     _add_table(v)
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+    s = sub.add_parser("serve", help="data owner: serve datasets to analysts over the PostgreSQL protocol")
+    s.add_argument("config", help="the server's YAML configuration (see dpsql.server.config)")
+    s.add_argument("--port", type=int, help="listen on this port instead of the configuration's (0: a free one)")
+    s.add_argument("--host", help="listen on this host instead of the configuration's")
+    w = sub.add_parser("passwd", help="make a SCRAM-SHA-256 password verifier for an analyst in a serve config")
+    w.add_argument("--stdin", action="store_true", help="read the password from standard input, not a prompt")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
     g.add_argument("--ledger", required=True)
     # accepted for symmetry with query and batch; the ledger alone holds the budget
@@ -269,17 +276,14 @@ def _connect(args: argparse.Namespace, **options: Any) -> Connection:
 
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
     inner = explained(statements) if single else None
-    if (args.explain or inner is not None) and args.std_error is not None:
-        # Connection.explain takes a spend, not a target standard error: refused, not dropped
-        raise UsageError("--std-error cannot be combined with --explain or an EXPLAIN statement: explain shows "
-                         "the expected standard errors of a spend; give --epsilon or --rho instead")
     db = _connect(args)
     try:
-        spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
-        if args.explain or inner is not None:
+        spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective,
+                     std_error=args.std_error)
+        if args.explain or inner is not None:  # with --std-error: what that accuracy costs
             print(db.explain(inner or statements, **spend))
             return 0
-        kwargs = dict(spend, nonnegative=args.nonnegative, std_error=args.std_error)
+        kwargs = dict(spend, nonnegative=args.nonnegative)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             paths = args.out_paths
@@ -356,6 +360,30 @@ def _run_validate(args: argparse.Namespace) -> int:
     return 3 if report.problems() else 0
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    """Serve until interrupted (the owner's command; see :mod:`dpsql.server.app`)."""
+    from dpsql.server.app import serve
+
+    serve(args.config, port=args.port, host=args.host)
+    return 0
+
+
+def _run_passwd(args: argparse.Namespace) -> int:
+    """Print a verifier for a ``dpsql serve`` configuration's ``password:`` (never the password)."""
+    from dpsql.server.scram import make_verifier
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UsageError("the passwords differ")
+    if not password:
+        raise UsageError("the password is empty")
+    print(make_verifier(password))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status (see the module docstring). Every failure
     is one line on stderr, never a traceback: a traceback, or DuckDB's message, may quote private data."""
@@ -363,6 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _run_validate(args)
+        if args.command == "serve":
+            return _run_serve(args)
+        if args.command == "passwd":
+            return _run_passwd(args)
         _check_args(args)
         if args.command == "budget":
             return _run_budget(args)
