@@ -87,7 +87,8 @@ def test_parts_above_the_total_cannot_exceed_the_total(tmp_path):
         bob = ledger.account("bob", Budget(epsilon=0.75))  # 1.5 in parts of a budget of 1
         for _ in range(6):
             alice.spend(STEP)
-        assert bob.remaining() == Cost(epsilon=0.25)  # the dataset's, not the 0.75 of his part
+        assert bob.remaining() == bob.dataset_remaining() == Cost(epsilon=0.25)  # not the 0.75 left of his part
+        assert bob.spent() == Cost() and bob.dataset_spent() == Cost(epsilon=0.75)
         bob.spend(STEP)
         bob.spend(STEP)
         entries = ledger.entries()
@@ -135,7 +136,7 @@ def test_accounts_are_checked_and_closed():
     with pytest.raises(LedgerError, match="part must be a dpsql.private.budget.Budget or None, got float"):
         ledger.account("alice", 0.5)
     alice = ledger.account("alice")
-    assert alice.budget == BUDGET and alice.part is None and alice.dataset is ledger
+    assert alice.budget == alice.dataset_budget == BUDGET and alice.part is None and alice.analyst == "alice"
     with pytest.raises(PrivacyError, match="in zCDP"):
         alice.spend(Cost(rho=0.5))
     with alice:

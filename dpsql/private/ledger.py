@@ -810,7 +810,10 @@ class Account:
     (durable before it returns, serialized across threads and processes,
     nothing recorded on a refusal, the ledger verified each time).
     :meth:`spent` and :meth:`entries` are the analyst's own;
-    :attr:`dataset` is the ledger, for the dataset-wide figures.
+    :attr:`dataset_budget`, :meth:`dataset_spent` and
+    :meth:`dataset_remaining` are the dataset's. An account gives no public
+    way to the :class:`Ledger` itself, through which one could spend as the
+    owner or as another analyst.
     """
 
     def __init__(self, ledger: Ledger, analyst: str, part: Optional[Budget]) -> None:
@@ -835,10 +838,9 @@ class Account:
         return self._part if self._part is not None else self._ledger.budget
 
     @property
-    def dataset(self) -> Ledger:
-        """The dataset's ledger: its ``budget``, ``spent()``, ``remaining()`` and ``accounts()`` are the
-        dataset's, of all analysts and the owner."""
-        return self._ledger
+    def dataset_budget(self) -> Budget:
+        """The dataset's total budget, which all analysts and the owner draw on together."""
+        return self._ledger.budget
 
     @property
     def path(self) -> Optional[str]:
@@ -880,6 +882,16 @@ class Account:
         """The analyst's recorded spends, oldest first."""
         self._open()
         return self._ledger._entries(_of(self._ledger._snapshot().rows, self._name))
+
+    def dataset_spent(self) -> Cost:
+        """The dataset's total spend, of all analysts and the owner."""
+        self._open()
+        return self._ledger.spent()
+
+    def dataset_remaining(self) -> Cost:
+        """What the dataset's budget still allows, to all analysts and the owner together."""
+        self._open()
+        return self._ledger.remaining()
 
     def close(self) -> None:
         """Stop using this account (idempotent). The ledger stays open for its
