@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import re
 import sqlite3
+import threading
 
 import account_spender
 import numpy as np
@@ -207,6 +208,37 @@ def test_a_spend_sees_what_landed_before_its_transaction(tmp_path, total, other_
 
 TICK = Cost(epsilon=2.0 ** -7)  # the dataset's 0.5 is 64 ticks
 PARTS = {"alice": 16, "bob": 32, "carol": None}  # in ticks; carol has no part
+
+
+def test_threads_of_several_analysts_share_one_ledger(tmp_path):
+    """Threads spending through accounts of one Ledger object (one SQLite connection) keep both limits."""
+    ledger = Ledger(tmp_path / "ledger.db", Budget(epsilon=0.5))
+    accounts = {name: ledger.account(name, None if ticks is None else Budget(epsilon=ticks * TICK.epsilon))
+                for name, ticks in PARTS.items()}
+    start = threading.Barrier(4)
+    given = []
+
+    def spender(name):
+        start.wait()
+        for _ in range(40):
+            try:
+                given.append((accounts[name].spend(TICK), name))
+            except BudgetExceededError:
+                pass
+
+    threads = [threading.Thread(target=spender, args=(name,)) for name in ("alice", "alice", "bob", "carol")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    entries = ledger.entries()
+    assert sorted(given) == [(e.id, e.analyst) for e in entries]
+    spent = {name: account.spent() for name, account in accounts.items()}
+    assert spent["alice"].epsilon <= 16 * TICK.epsilon and spent["bob"].epsilon <= 32 * TICK.epsilon
+    # the caps (16 + 32) and carol's 40 attempts exceed the 64 ticks, so the total is reached exactly
+    assert len(entries) == 64 and ledger.spent() == Cost(epsilon=0.5)
+    assert spent == {name: Cost(epsilon=sum(e.analyst == name for e in entries) * TICK.epsilon) for name in PARTS}
+    ledger.close()
 
 
 def test_processes_of_several_analysts_never_overspend(tmp_path):
