@@ -8,7 +8,7 @@
         --epsilon 1 --out results/
     dpsql synth --data persons.parquet --schema persons.yaml --ledger persons.ledger \\
         --epsilon 1 --workload 2 --out persons_synthetic.parquet
-    dpsql budget --ledger persons.ledger
+    dpsql budget --ledger persons.ledger [--analyst alice]
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
 ``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
@@ -144,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--stdin", action="store_true", help="read the password from standard input, not a prompt")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
     g.add_argument("--ledger", required=True)
+    g.add_argument("--analyst", metavar="NAME", help="show this analyst's spend and releases only")
     # accepted for symmetry with query and batch; the ledger alone holds the budget
     g.add_argument("--data", help=argparse.SUPPRESS)
     g.add_argument("--schema", help=argparse.SUPPRESS)
@@ -338,18 +339,36 @@ def _format_cost(c: Cost, budget: Budget) -> str:
 
 
 def _run_budget(args: argparse.Namespace) -> int:
+    """The dataset's budget, spend and releases; the total per analyst when some entry has one (the owner's
+    spends, through the ledger itself, shown as ``(owner)``), or with ``--analyst`` that analyst's alone."""
     with Ledger(args.ledger, _budget(args)) as ledger:
         b = ledger.budget
         print(f"ledger {args.ledger}")
         print(f"  budget:    {_format_cost(b.remaining(Cost()), b)}")
         print(f"  spent:     {_format_cost(ledger.spent(), b)}")
         print(f"  remaining: {_format_cost(ledger.remaining(), b)}")
-        entries = ledger.entries()
+        if args.analyst is not None:
+            account = ledger.account(args.analyst)
+            entries, by_analyst = account.entries(), False
+            print(f"  spent by {args.analyst!r}: {_format_cost(account.spent(), b)}")
+        else:
+            entries, totals = ledger.entries(), ledger.accounts()
+            by_analyst = any(totals)  # some entry has an analyst
+            if by_analyst:
+                print("  spent by analyst:")
+                for name, cost in totals.items():
+                    print(f"    {_analyst(name)}: {_format_cost(cost, b)}")
         print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
         for e in entries:
             first = e.description.strip().splitlines()[0] if e.description.strip() else ""
-            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
+            who = f" {_analyst(e.analyst)}" if by_analyst else ""
+            print(f"    #{e.id} {e.time}{who} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
     return 0
+
+
+def _analyst(name: str) -> str:
+    """An entry's analyst as ``dpsql budget`` prints it: quoted, or ``(owner)``, which no quoted name is."""
+    return repr(name) if name else "(owner)"
 
 
 def _run_validate(args: argparse.Namespace) -> int:
