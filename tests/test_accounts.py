@@ -16,8 +16,9 @@ from test_ledger import _refused_on_open, _sql
 from test_mwem import SCHEMA, make_table
 
 from dpsql.api.cli import main
-from dpsql.api.connection import Connection
+from dpsql.engine import Dataset, Request, Strategies
 from dpsql.errors import BudgetExceededError, LedgerError, PrivacyError
+from dpsql.private.backend import backend_for
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Account, Ledger
 from dpsql.schema import load_schema
@@ -148,22 +149,23 @@ def test_accounts_are_checked_and_closed():
     ledger.close()
 
 
-def test_a_connection_charges_the_account():
-    """The kernel and the connection take an Account as they take a Ledger: each release is charged to
+def test_an_analysts_engine_charges_the_account():
+    """The kernel and the engine take an Account as they take a Ledger: each release is charged to
     the analyst, and a request beyond the part is refused before anything is read or recorded."""
     ledger = Ledger(None, BUDGET)
-    alice = ledger.account("alice", Budget(epsilon=0.25))
     con, _ = make_table(200)
-    db = Connection(con, load_schema(SCHEMA), alice, cache=False, progress=False,
-                    source_of_noise=np.random.default_rng(0))
-    db.query("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=0.125)
+    dataset = Dataset(backend_for(con), load_schema(SCHEMA), ledger, Strategies(None, progress=False),
+                      source_of_noise=np.random.default_rng(0))
+    engine = dataset.engine("alice", Budget(epsilon=0.25))
+    engine.run(Request("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=0.125))
     assert [(e.analyst, e.cost) for e in ledger.entries()] == [("alice", STEP)]
-    assert db.spent() == STEP and db.remaining() == STEP and db.budget == Budget(epsilon=0.25)
+    alice = engine.ledger
+    assert alice.spent() == STEP and alice.remaining() == STEP and engine.budget == Budget(epsilon=0.25)
     with pytest.raises(BudgetExceededError, match="given to analyst 'alice'"):
-        db.query("SELECT b, COUNT(*) FROM t GROUP BY b", epsilon=0.25)
+        engine.run(Request("SELECT b, COUNT(*) FROM t GROUP BY b", epsilon=0.25))
     assert len(ledger.entries()) == 1
-    db.close()
-    assert ledger.spend(STEP) == 2  # the connection closed alice's account, not the shared ledger
+    alice.close()
+    assert ledger.spend(STEP) == 2  # closing alice's account leaves the shared ledger open
 
 
 # -- concurrency -------------------------------------------------------------------------------

@@ -176,6 +176,12 @@ def test_psql_batch_in_one_message_is_one_spend(served):
                                                                   "ORDER BY 1"))
     entries = app.datasets["people"].ledger.entries()
     assert len(entries) == before + 1
+    create = (f"CREATE TABLE listed AS SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = {HUGE}) sex, COUNT(*) "
+              "AS n FROM people GROUP BY sex")
+    listing = subprocess.run(["psql", "-X", "-A", "-t", f"host=127.0.0.1 port={port} user=alice dbname=people",
+                              "-c", create, "-c", "\\d"], env=env, capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "main|listed|table|dpsql" in listing.stdout.splitlines()  # psql's \d lists the analyst's tables
 
 
 def test_errors_carry_sqlstate_and_position(served):
@@ -200,9 +206,13 @@ def test_explain_and_show_are_free(served):
     ledger = app.datasets["people"].ledger
     before = ledger.spent()
     with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
-        plan = conn.execute("EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5) sex, COUNT(*) "
-                            "FROM people GROUP BY sex").fetchall()
-        assert plan[0][0] == "laplace" and plan[0][1] == pytest.approx(0.5)
+        cur = conn.execute("EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5) sex, COUNT(*) "
+                           "FROM people GROUP BY sex")
+        plan = [dict(zip([c.name for c in cur.description], row)) for row in cur.fetchall()]
+        assert sorted(p["sex"] for p in plan) == ["F", "M"]
+        for p in plan:  # two disjoint counts under Laplace noise at epsilon 0.5: sqrt(2) / 0.5 each
+            assert p["mechanism"] == "laplace" and p["epsilon"] == pytest.approx(0.5)
+            assert p["std_error"] == pytest.approx(math.sqrt(2) / 0.5, rel=1e-6)
         (budget,) = conn.execute("SHOW dpsql.remaining").fetchall()
         assert budget[:3] == ("alice", "people", "remaining")
     assert ledger.spent() == before

@@ -36,7 +36,7 @@ from dpsql.server.config import ServerConfig, load_config
 from dpsql.server.pgwire import Limits as WireLimits
 from dpsql.server.pgwire import PgError, Server
 from dpsql.server.scram import Verifier
-from dpsql.server.session import AnalystSession, RateLimiter, Workspace
+from dpsql.server.session import CATALOG_MACROS, AnalystSession, RateLimiter, Workspace
 
 __all__ = ["App", "serve"]
 
@@ -60,9 +60,11 @@ class App:
         for a in config.analysts.values():
             for ds, part in a.parts.items():
                 dataset = self.datasets[ds]
+                released = ReleasedData(*RELEASED_SETUP)
+                for macro in CATALOG_MACROS:
+                    released.con.execute(macro)
                 self.workspaces[(a.name, ds)] = Workspace(a.name, ds, dataset.schema.table,
-                                                          dataset.engine(a.name, part),
-                                                          ReleasedData(*RELEASED_SETUP), limiters[a.name])
+                                                          dataset.engine(a.name, part), released, limiters[a.name])
         for (name, ds), ws in self.workspaces.items():  # who may read whose released tables
             for reader in config.analysts.values():
                 if name in reader.reads and (reader.name, ds) in self.workspaces:

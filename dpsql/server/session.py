@@ -318,7 +318,7 @@ class AnalystSession:
     def _released_query(self, st: _Statement) -> Rows:
         limit = self._limits.max_result_rows
         try:
-            rel = self._con.sql(st.text)
+            rel = self._con.sql(_catalog_compatible(st.text))
             if rel is None:
                 return Command("SELECT 0")
             df = rel.limit(limit + 1).df()
@@ -378,6 +378,17 @@ def _create_target(toks: list, text: str, offset: int) -> tuple[str, tuple[str, 
     return name, (text[start:], offset + start)
 
 
+#: PostgreSQL catalog functions that clients' catalog queries (psql's ``\\d``) call and DuckDB's
+#: ``pg_catalog`` lacks: each analyst's released database defines them as macros.
+CATALOG_MACROS = ("CREATE MACRO pg_get_userbyid(oid) AS 'dpsql'",)
+
+
+def _catalog_compatible(sql: str) -> str:
+    """``sql`` calling the :data:`CATALOG_MACROS` by their unqualified names (DuckDB allows no
+    macro in its system schema ``pg_catalog``)."""
+    return sql.replace("pg_catalog.pg_get_userbyid(", "pg_get_userbyid(")
+
+
 def _index(text: str, line: int, column: int) -> int:
     """The 0-based index of 1-based ``line``, ``column`` in ``text``."""
     lines = text.split("\n")
@@ -385,11 +396,15 @@ def _index(text: str, line: int, column: int) -> int:
 
 
 def _explanation(plan: Explanation) -> Rows:
+    """The statement's groups with each answer's expected standard error, and on every row what
+    the request would spend, with which noise and strategy (one result per statement, as clients
+    expect)."""
     c = plan.cost
-    cols = [Column("mechanism", "text"), Column("epsilon", "float8"), Column("delta", "float8"),
-            Column("rho", "float8"), Column("strategy", "text"), Column("expected_rmse", "float8")]
-    return Rows(cols, [(plan.mechanism, c.epsilon or 0.0, c.delta or 0.0, c.rho or 0.0, plan.operator,
-                        float(plan.rmse))], "EXPLAIN")
+    df = plan.statements[0].copy()
+    for name, value in (("mechanism", plan.mechanism), ("epsilon", c.epsilon or 0.0), ("delta", c.delta or 0.0),
+                        ("rho", c.rho or 0.0), ("strategy", plan.operator), ("expected_rmse", float(plan.rmse))):
+        df[name] = value
+    return _rows(df, "EXPLAIN")
 
 
 _TYPES = {"b": "bool", "i": "int8", "u": "int8", "f": "float8", "M": "timestamp"}
