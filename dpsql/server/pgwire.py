@@ -63,7 +63,8 @@ from dpsql.server import sqltext, wiretypes
 from dpsql.server.pgerror import PgError
 from dpsql.server.scram import MECHANISM, AuthFailed, ScramError, ScramExchange, Verifier
 
-__all__ = ["Column", "Rows", "Command", "Outcome", "PgError", "Session", "Limits", "Server", "ServerThread"]
+__all__ = ["Column", "Rows", "Command", "Outcome", "PgError", "Session", "Limits", "Server", "ServerThread",
+           "ServerConfigError"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,10 @@ class Limits:
     auth_timeout: float = 10.0
     idle_timeout: float = 3600.0
     max_prepared: int = 1000
+
+
+class ServerConfigError(ArgumentError, ValueError):
+    """The server cannot start as configured (e.g. a non-loopback address without TLS)."""
 
 
 class _Fatal(Exception):
@@ -259,7 +264,7 @@ class Server:
                  ssl_context: ssl.SSLContext | None = None, allow_plaintext_loopback: bool = True,
                  limits: Limits | None = None, server_version: str = "16.0 (dpsql)", workers: int = 4) -> None:
         if ssl_context is None and not _is_loopback(host):
-            raise ArgumentError(f"refusing to serve {host!r} without TLS: give an ssl_context, or bind a loopback "
+            raise ServerConfigError(f"refusing to serve {host!r} without TLS: give an ssl_context, or bind a loopback "
                                 "address (127.0.0.1, ::1, localhost)")
         self.host = host
         self.port = port
@@ -326,6 +331,8 @@ class Server:
         connection = _Connection(self, reader, writer)
         try:
             await connection.serve()
+        except asyncio.CancelledError:
+            pass  # the server is closing; asyncio would log a cancelled connection task as an error
         finally:
             self._tasks.discard(task)
             self._connections.pop(connection.pid, None)
