@@ -8,6 +8,7 @@ server keeps serving a normal client.
 """
 
 import datetime
+import json
 import math
 import os
 import shutil
@@ -199,8 +200,8 @@ PARAMETERS = [0, -1, 2**31, -(2**63), 2**63 - 1, 10**30, 0.1, -1e-300, math.inf,
 @pytest.mark.parametrize("placeholder", ["%s", "%b"])
 def test_psycopg_parameters_round_trip(served, placeholder):
     with served.psycopg() as conn:
-        for value in PARAMETERS:
-            got = conn.execute(f"SELECT {placeholder} AS v", [value]).fetchone()[0]
+        for value, binary in ((v, b) for v in PARAMETERS for b in (False, True)):  # results in text, binary
+            got = conn.execute(f"SELECT {placeholder} AS v", [value], binary=binary).fetchone()[0]
             if isinstance(value, float):
                 assert repr(float(got)) == repr(float(value)), value
             else:
@@ -240,6 +241,32 @@ def test_parameters_declared_numeric_are_validated(served, type_name, text, erro
         assert conn.execute("SELECT count(*) FROM people").fetchone() == (7,)
         assert conn.execute("SELECT %s", [Claimed(" 12 " if type_name != "bool" else "on")]).fetchone()[0] in (
             12, Decimal(12), True)
+
+
+DESCRIBING_CLIENT = """
+import json, struct, sys, psycopg
+pgconn = psycopg.connect(sys.argv[1], autocommit=True).pgconn
+status = psycopg.pq.ExecStatus
+out = [status(pgconn.prepare(b"s1", b"SELECT id, name FROM people WHERE id > $1 AND name <> $2", [23]).status).name]
+described = pgconn.describe_prepared(b"s1")
+out.append([described.param_type(i) for i in range(described.nparams)])
+out.append([[described.fname(i).decode(), described.ftype(i)] for i in range(described.nfields)])
+pgconn.prepare(b"s2", b"SET threads = 1")
+out.append(pgconn.describe_prepared(b"s2").nfields)
+result = pgconn.exec_prepared(b"s1", [b"5", b"x"], [0, 0], result_format=1)
+out.append([struct.unpack(">i", result.get_value(i, 0))[0] for i in range(result.ntuples)])
+out.append(status(pgconn.prepare(b"s1", b"SELECT 1").status).name)
+print(json.dumps(out))
+"""
+
+
+def test_libpq_describes_a_prepared_statement(served):
+    # libpq's blocking calls hold the GIL while they wait for the server: the client runs in its own process
+    out = subprocess.run([sys.executable, "-c", DESCRIBING_CLIENT, served.dsn()], capture_output=True, text=True,
+                         timeout=60)
+    int4, text = 23, 25
+    assert json.loads(out.stdout) == ["COMMAND_OK", [int4, text], [["id", int4], ["name", text]], 0, [6, 7],
+                                      "FATAL_ERROR"], out.stderr
 
 
 def test_pgerror_reaches_psycopg_with_sqlstate_and_position(served):
@@ -380,6 +407,15 @@ def test_tls_is_required_and_works(serve, certificate):
         assert out.returncode == 0 and out.stdout.strip() == "6", out.stderr
         out = served.psql("-c", "SELECT 6", sslmode="disable")
         assert out.returncode != 0 and "TLS is required" in out.stderr
+
+
+def test_plaintext_sent_after_an_ssl_request_is_refused(serve, certificate):
+    served = serve(ssl_context=certificate)
+    with socket.create_connection(("127.0.0.1", served.port)) as sock:
+        sock.settimeout(5)
+        sock.sendall(struct.pack(">ii", 8, 80877103) + startup_packet())  # CVE-2021-23214's buffer stuffing
+        replies = messages(read_all(sock))
+    assert [error_fields(body)["C"] for _, body in replies] == ["08P01"]
 
 
 def test_plaintext_loopback_is_allowed_when_configured(serve, certificate):
@@ -544,6 +580,19 @@ def test_terminate_closes_cleanly_and_startup_is_bounded(served):
         sock.sendall(struct.pack(">ii", 1 << 20, 196608))
         replies = messages(read_all(sock))
     assert [error_fields(body)["C"] for _, body in replies] == ["08P01"]
+
+
+def test_newer_protocol_minor_versions_are_negotiated_down(served):
+    body = struct.pack(">i", (3 << 16) | 2) + b"user\x00alice\x00_pq_.future\x00on\x00\x00"
+    with socket.create_connection(("127.0.0.1", served.port)) as sock:
+        sock.settimeout(5)
+        sock.sendall(struct.pack(">ii", 8, 80877104))  # GSSENCRequest: refused with a single N
+        assert sock.recv(1) == b"N"
+        sock.sendall(struct.pack(">i", len(body) + 4) + body)
+        sock.shutdown(socket.SHUT_WR)
+        replies = messages(read_all(sock))
+    assert replies[0] == (b"v", struct.pack(">ii", 0, 1) + b"_pq_.future\x00")
+    assert replies[1] == (b"R", struct.pack(">i", 10) + b"SCRAM-SHA-256\x00\x00")
 
 
 # ---- fuzz
