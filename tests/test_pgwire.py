@@ -269,6 +269,26 @@ def test_libpq_describes_a_prepared_statement(served):
                                       "FATAL_ERROR"], out.stderr
 
 
+def test_an_extended_statement_runs_once_though_described_and_executed(served, database):
+    database.execute("CREATE TABLE runs (n INTEGER)")
+    with served.psycopg() as conn:
+        conn.execute("INSERT INTO runs VALUES (%s)", [1])  # psycopg sends Parse, Bind, Describe portal, Execute
+        for _ in range(3):
+            conn.execute("INSERT INTO runs VALUES (%s)", [2], prepare=True)
+    assert database.execute("SELECT n, count(*) FROM runs GROUP BY n ORDER BY n").fetchall() == [(1, 1), (2, 3)]
+
+
+def test_after_an_error_messages_are_skipped_until_sync(served):
+    conn, sock = authenticated_socket(served)
+    with conn, sock:
+        sock.sendall(frame(b"P", b"\x00SELECT boom\x00\x00\x00") + frame(b"B", b"\x00\x00" + b"\x00" * 6)
+                     + frame(b"D", b"P\x00") + frame(b"E", b"\x00" + b"\x00" * 4) + frame(b"S", b"")
+                     + frame(b"Q", b"SELECT 1\x00") + frame(b"X", b""))
+        replies = messages(read_all(sock))
+    assert b"".join(k for k, _ in replies) == b"12EZTDCZ"
+    assert error_fields(replies[2][1])["C"] == "XX000"
+
+
 def test_pgerror_reaches_psycopg_with_sqlstate_and_position(served):
     with served.psycopg() as conn:
         for prepare in (False, True):
