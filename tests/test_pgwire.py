@@ -378,6 +378,7 @@ def test_pandas_read_sql_matches_duckdb(served, database):
 
 
 def test_wrong_password_and_unknown_user_fail_the_same_way(served):
+    opened = len(served.sessions)
     errors = {}
     for user, password in (("alice", "wrong"), ("mallory", PASSWORD)):
         with pytest.raises(pg8000.exceptions.DatabaseError) as caught:
@@ -388,6 +389,7 @@ def test_wrong_password_and_unknown_user_fail_the_same_way(served):
     assert errors["alice"] == errors["mallory"] and errors["alice"]["C"] == "28P01"
     with pytest.raises(psycopg.OperationalError, match='password authentication failed for user "alice"'):
         served.psycopg(password="wrong")
+    assert len(served.sessions) == opened  # no session is opened for a client that did not authenticate
 
 
 def test_unknown_users_see_a_salt_stable_per_name(served):

@@ -14,12 +14,16 @@ The subset spoken:
   (Parse, Bind, Describe, Execute with a row limit and PortalSuspended, Close, Sync, Flush). Bound parameters
   are substituted into the statement as SQL literals (:mod:`dpsql.server.sqltext`,
   :mod:`dpsql.server.wiretypes`) before the session sees it, so a session only ever gets plain SQL text.
+  Describe of a statement (before its parameters are bound) asks the session to describe the text with NULL
+  in place of each parameter, and reports parameters of unspecified type as text. Describe of a portal runs
+  its statement (a session cannot always know a statement's columns without running it) and Execute sends
+  the outcome kept from then: a statement runs once.
 - Result columns in text or binary format for the types of :data:`dpsql.server.wiretypes.TYPES`.
 
-Refused: COPY, function calls (``F``), replication, password or MD5 authentication, GSSAPI, channel binding,
-client encodings other than UTF-8 (the server always reports ``client_encoding`` UTF8 and sends UTF-8),
-protocol 2. Transactions are whatever the session makes of ``BEGIN``/``COMMIT``; the server only tracks
-the status byte of ReadyForQuery from the command tags.
+Not spoken (a message outside the subset ends the connection with 08P01): COPY, function calls (``F``),
+replication, password and MD5 authentication, GSSAPI, channel binding, protocol 2. Text is UTF-8 whatever
+``client_encoding`` a client asks for (the server reports UTF8). Transactions are whatever the session makes
+of ``BEGIN``/``COMMIT``; the server only sets ReadyForQuery's status byte from the command tags.
 
 Security choices:
 
@@ -39,8 +43,10 @@ Security choices:
   ``Limits.idle_timeout``), and malformed, truncated or unknown messages (08P01) end the connection without
   affecting any other. After an error in the extended protocol the server discards messages until Sync, as
   PostgreSQL does.
-- Session calls (``run``, ``describe``, ``cancel``, and the factories) run in a pool of ``workers`` threads,
-  never on the event loop; one connection's messages are handled strictly in order.
+- ``run``, ``describe``, ``authenticate`` and ``open_session`` run in a pool of ``workers`` threads, never on
+  the event loop, and one connection's messages are handled strictly in order. ``cancel`` runs outside that
+  pool (its threads may all be busy with the statements to cancel), and only for a CancelRequest whose
+  process ID and secret key match a connection's BackendKeyData.
 """
 
 from __future__ import annotations
