@@ -14,12 +14,16 @@ The subset spoken:
   (Parse, Bind, Describe, Execute with a row limit and PortalSuspended, Close, Sync, Flush). Bound parameters
   are substituted into the statement as SQL literals (:mod:`dpsql.server.sqltext`,
   :mod:`dpsql.server.wiretypes`) before the session sees it, so a session only ever gets plain SQL text.
+  Describe of a statement (before its parameters are bound) asks the session to describe the text with NULL
+  in place of each parameter, and reports parameters of unspecified type as text. Describe of a portal runs
+  its statement (a session cannot always know a statement's columns without running it) and Execute sends
+  the outcome kept from then: a statement runs once.
 - Result columns in text or binary format for the types of :data:`dpsql.server.wiretypes.TYPES`.
 
-Refused: COPY, function calls (``F``), replication, password or MD5 authentication, GSSAPI, channel binding,
-client encodings other than UTF-8 (the server always reports ``client_encoding`` UTF8 and sends UTF-8),
-protocol 2. Transactions are whatever the session makes of ``BEGIN``/``COMMIT``; the server only tracks
-the status byte of ReadyForQuery from the command tags.
+Not spoken (a message outside the subset ends the connection with 08P01): COPY, function calls (``F``),
+replication, password and MD5 authentication, GSSAPI, channel binding, protocol 2. Text is UTF-8 whatever
+``client_encoding`` a client asks for (the server reports UTF8). Transactions are whatever the session makes
+of ``BEGIN``/``COMMIT``; the server only sets ReadyForQuery's status byte from the command tags.
 
 Security choices:
 
@@ -39,8 +43,10 @@ Security choices:
   ``Limits.idle_timeout``), and malformed, truncated or unknown messages (08P01) end the connection without
   affecting any other. After an error in the extended protocol the server discards messages until Sync, as
   PostgreSQL does.
-- Session calls (``run``, ``describe``, ``cancel``, and the factories) run in a pool of ``workers`` threads,
-  never on the event loop; one connection's messages are handled strictly in order.
+- ``run``, ``describe``, ``authenticate`` and ``open_session`` run in a pool of ``workers`` threads, never on
+  the event loop, and one connection's messages are handled strictly in order. ``cancel`` runs outside that
+  pool (its threads may all be busy with the statements to cancel), and only for a CancelRequest whose
+  process ID and secret key match a connection's BackendKeyData.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ from dpsql.server import sqltext, wiretypes
 from dpsql.server.pgerror import PgError
 from dpsql.server.scram import MECHANISM, AuthFailed, ScramError, ScramExchange, Verifier
 
-__all__ = ["Column", "Rows", "Command", "Outcome", "PgError", "Session", "Limits", "Server", "ServerThread"]
+__all__ = ["Column", "Rows", "Command", "Outcome", "PgError", "Session", "Limits", "Server", "ServerThread",
+           "ServerConfigError"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +142,10 @@ class Limits:
     auth_timeout: float = 10.0
     idle_timeout: float = 3600.0
     max_prepared: int = 1000
+
+
+class ServerConfigError(ArgumentError, ValueError):
+    """The server cannot start as configured (e.g. a non-loopback address without TLS)."""
 
 
 class _Fatal(Exception):
@@ -259,7 +270,7 @@ class Server:
                  ssl_context: ssl.SSLContext | None = None, allow_plaintext_loopback: bool = True,
                  limits: Limits | None = None, server_version: str = "16.0 (dpsql)", workers: int = 4) -> None:
         if ssl_context is None and not _is_loopback(host):
-            raise ArgumentError(f"refusing to serve {host!r} without TLS: give an ssl_context, or bind a loopback "
+            raise ServerConfigError(f"refusing to serve {host!r} without TLS: give an ssl_context, or bind a loopback "
                                 "address (127.0.0.1, ::1, localhost)")
         self.host = host
         self.port = port
@@ -326,6 +337,8 @@ class Server:
         connection = _Connection(self, reader, writer)
         try:
             await connection.serve()
+        except asyncio.CancelledError:
+            pass  # the server is closing; asyncio would log a cancelled connection task as an error
         finally:
             self._tasks.discard(task)
             self._connections.pop(connection.pid, None)

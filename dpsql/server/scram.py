@@ -78,11 +78,12 @@ def saslprep(password: str) -> bytes:
     return normal.encode("utf-8")
 
 
-def make_verifier(password: str, iterations: int = DEFAULT_ITERATIONS) -> str:
-    """A new verifier for ``password`` with a random salt, in PostgreSQL's ``pg_authid`` text format."""
+def make_verifier(password: str, iterations: int = DEFAULT_ITERATIONS, *, salt: bytes | None = None) -> str:
+    """A new verifier for ``password``, in PostgreSQL's ``pg_authid`` text format. The salt is random unless
+    given (a fixed salt is for reproducing published test vectors, not for accounts)."""
     if not 1 <= iterations <= MAX_ITERATIONS:
         raise VerifierError(f"SCRAM iterations must be between 1 and {MAX_ITERATIONS}, got {iterations}")
-    return str(_derive(saslprep(password), secrets.token_bytes(SALT_BYTES), iterations))
+    return str(_derive(saslprep(password), salt or secrets.token_bytes(SALT_BYTES), iterations))
 
 
 def parse_verifier(text: str) -> Verifier:
@@ -147,10 +148,14 @@ class ScramExchange:
             raise ScramError("malformed SCRAM client-first-message: the nonce must be printable ASCII")
         if any(a.startswith("m=") for a in attributes[2:]):
             raise ScramError("SCRAM mandatory extensions (m=) are not supported")
-        self._nonce = client_nonce + _b64(secrets.token_bytes(NONCE_BYTES))
+        self._nonce = client_nonce + self._server_nonce()
         v = self._verifier
         self._server_first = f"r={self._nonce},s={_b64(v.salt)},i={v.iterations}"
         return self._server_first.encode()
+
+    def _server_nonce(self) -> str:
+        """The server's half of the nonce: fresh random bytes (a subclass may fix it to replay a test vector)."""
+        return _b64(secrets.token_bytes(NONCE_BYTES))
 
     def final(self, client_final: bytes) -> bytes:
         """Check the client-final-message's proof; the server-final-message ``v=<signature>`` if it matches."""
