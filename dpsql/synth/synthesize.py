@@ -218,7 +218,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
     """
     run = _plan(private, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name, seed,
                 options or {})
-    with released.reserve(name):  # refused if taken; held until registered, so no other request spends for it
+    with released.reserve(name) as slot:  # refused if taken; claimed in the catalog until filled
         private.check(run.cost)  # the whole spend fits now; nothing read yet
         bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
                    disable=progress is False, delay=0 if progress else 2.0)
@@ -227,10 +227,24 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
         finally:
             bar.close()
         df = decode(records, attributes, schema)
-        released.register(name, df, {c.name: c.sql_type for c in schema.columns})
-    return SyntheticTable(name=name, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
-                          rho=spent.rho, report=report, records=records, oracle=oracle,
-                          _released=released)
+        made = slot.fill(df, {c.name: c.sql_type for c in schema.columns})
+    table = SyntheticTable(name=made, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
+                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released)
+    if made != name:
+        raise NameTakenError(name, table)
+    return table
+
+
+class NameTakenError(WorkloadError):
+    """The synthetic table's name was taken on the analyst's DuckDB while the table was made (its
+    placeholder dropped and the name reused there). The spend is recorded and the table is not
+    lost: it is registered under a fresh name, and ``table`` is the :class:`SyntheticTable`."""
+
+    def __init__(self, name: str, table: SyntheticTable) -> None:
+        self.table = table
+        super().__init__(f"the name {name!r} was taken on db.released while the synthetic table was made "
+                         f"(its placeholder view was dropped): the table, whose spend is recorded, is registered as "
+                         f"{table.name!r} instead, and this error's .table is it")
 
 
 #: The options each method takes (besides the spend, ``rows`` and ``seed``), with their defaults
