@@ -74,6 +74,7 @@ from dpsql.synth.pgm import (
 from dpsql.synth.work import (
     CELL,
     FEM_ROUND,
+    LOCAL_SEARCH,
     QUERY,
     READ,
     REFINE_ROW,
@@ -446,12 +447,6 @@ def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: 
     return MarginalCells(domain, marginals)
 
 
-def _solve_seconds(oracle: str, time_limit: float) -> float:
-    """One best response of DualQuery's or FEM's oracle: an integer program (at most ``time_limit``),
-    or a step of local search."""
-    return STEP if oracle == "heuristic" else min(time_limit, SOLVE)
-
-
 def _refine(error: PrivacyError, what: str) -> PrivacyError:
     """``error`` (a noise floor) said in the terms of the request: ``what`` named its parameters."""
     return PrivacyError(f"{what}: {error}")
@@ -532,7 +527,8 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
     cells = _check_cells("DualQuery", request.marginals, attributes)
     # a round: the private draws, the multiplicative weights over every cell, and one oracle solve;
     # the local-search oracle's rounds take longer the more rounds came before (measured, QUERY)
-    per_round = READ + CELL * (cells.size + samples) + _solve_seconds(oracle, time_limit)
+    per_round = READ + CELL * (cells.size + samples) + \
+        (LOCAL_SEARCH if oracle == "heuristic" else min(time_limit, SOLVE))
     growth = QUERY if oracle == "heuristic" else 0.0
 
     def seconds(t: int) -> float:
@@ -639,7 +635,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     cells = _check_cells("FEM", request.marginals, attributes)
     # a round: the selection over every cell query and its negation, samples perturbed best responses
     round_seconds = FEM_ROUND + CELL * (2 * cells.size + samples * width) + \
-        samples * _solve_seconds(oracle, time_limit) / (processes if oracle != "heuristic" else 1)
+        samples * (STEP if oracle == "heuristic" else min(time_limit, SOLVE) / processes)  # batched local search
     if rounds is not None:
         Work("FEM", [(f"rounds={rounds} with samples={samples}", rounds * round_seconds)]).check(limit)
     in_time = fitting(limit, 0.0, round_seconds, max(max_rounds, 1))

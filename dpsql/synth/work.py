@@ -17,15 +17,16 @@ values) and rounded up:
 =========================  ==========  =====================================================
 unit                       seconds     measured
 =========================  ==========  =====================================================
-:data:`READ`               0.1         MWEM: 10 rounds (2 reads each), 1 replay: 1.76 s
+:data:`READ`               0.15        MWEM: 10 rounds (2 reads each), 1 replay: 1.76 s; 24: 6.3 s
 :data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
 :data:`FEM_ROUND`          0.05        FEM: 320 rounds of 10 records: 11.6 s (0.032 s a round)
 :data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
 :data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
 :data:`CELL`               2e-8        a pass of numpy over one float64 cell, several per step
 :data:`SOLVE`              0.05        DualQuery, ``oracle="mip"``: 50 rounds of 10 draws: 2.17 s
-:data:`QUERY`              3e-3        DualQuery, ``oracle="heuristic"``, 10 draws a round: 50 rounds
-                                       11.8 s, 100 rounds 29.9 s (500 draws a round: about the same)
+:data:`LOCAL_SEARCH`       0.5         DualQuery, ``oracle="heuristic"``, 35 draws a round: 32 rounds
+                                       20.6 s (10 draws: 50 rounds 11.8 s)
+:data:`QUERY`              3e-3        ... and 100 rounds of 10 draws 29.9 s: rounds grow longer
 =========================  ==========  =====================================================
 
 Not counted: reading the private table beyond :data:`READ` a read (its time grows with
@@ -48,7 +49,7 @@ from dpsql.errors import ResourceLimitError
 from dpsql.synth.options import option, real
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
-           "CELL", "SOLVE", "QUERY", "Work", "max_seconds", "fitting", "refine_seconds", "fit_seconds"]
+           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "Work", "max_seconds", "fitting", "refine_seconds", "fit_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
 DEFAULT_MAX_SECONDS = 600.0
@@ -56,7 +57,7 @@ DEFAULT_MAX_SECONDS = 600.0
 MAX_SECONDS = 86_400.0
 
 #: One read of the private table by the kernel: a selection or a measurement.
-READ = 0.1
+READ = 0.15
 #: One step of an iterative update, besides its cells: MWEM's multiplicative weights (one measurement
 #: replayed once), a mirror-descent step of a graphical model's fit.
 STEP = 1e-4
@@ -70,6 +71,8 @@ REFINE_ROW = 1e-7
 CELL = 2e-8
 #: One integer program of DualQuery's or FEM's oracle (``oracle="mip"`` or ``"auto"``), at most its time limit.
 SOLVE = 0.05
+#: One best response of DualQuery's local-search oracle (``oracle="heuristic"``).
+LOCAL_SEARCH = 0.5
 #: What each earlier round adds to a round of DualQuery with its local-search oracle (``T`` rounds
 #: take ``QUERY · T²/2`` more than ``T`` equal rounds), whatever the draws a round.
 QUERY = 3e-3
