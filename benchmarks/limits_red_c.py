@@ -33,7 +33,7 @@ BOUNDS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("pgm sweeps (rows=1000)", "pgm", "sweeps", {"epsilon": 1.0, "delta": 1e-6, "rows": 1000}),
     ("pgm iterations", "pgm", "iterations", {"epsilon": 1.0, "delta": 1e-6, "rows": 100, "sweeps": 0}),
     ("fem rounds (samples=50)", "fem", "rounds", {"epsilon": 1.0, "delta": 1e-6}),
-    ("mwem replays (rounds=20)", "mwem", "replays", {"epsilon": 10.0, "rounds": 20, "rows": 100}),
+    ("mwem replays (rounds=5)", "mwem", "replays", {"epsilon": 10.0, "rounds": 5, "rows": 100}),
     ("mwem rounds (replays=1)", "mwem", "rounds", {"epsilon": 100.0, "replays": 1, "rows": 100}),
     ("aim rounds", "aim", "rounds", {"epsilon": 1.0, "delta": 1e-6, "rows": 100}),
     ("dualquery rounds (heuristic oracle)", "dualquery", "rounds", {"epsilon": 1.0, "oracle": "heuristic",
@@ -60,7 +60,9 @@ def _accepted(db: dpsql.Connection, method: str, kwargs: dict[str, Any]) -> bool
 
 
 def _largest(accepted: Callable[[int], bool]) -> int:
-    """The largest n >= 1 with ``accepted(n)``, for a predicate true up to a point and false after."""
+    """The largest n >= 1 with ``accepted(n)``, for a predicate true up to a point and false after (0: none)."""
+    if not accepted(1):
+        return 0
     hi = 1
     while accepted(hi * 2):
         hi *= 2

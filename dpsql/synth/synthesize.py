@@ -56,6 +56,7 @@ from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.compress import THRESHOLD, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
+from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
@@ -476,10 +477,16 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         raise _refine(e, f"MWEM with rounds={rounds} splits {budget.describe(total)} into {steps} steps of "
                          f"epsilon={step_eps!r}, too small to measure; spend more or use fewer rounds") from None
     sizes = [math.prod(a.size for a in (attributes[i] for i in m)) for m in request.marginals]
-    updates = replays * rounds * (rounds + 1) // 2  # round r replays its r measurements
+    updates = replays * rounds * (rounds + 1) // 2  # round r replays its r measurements...
+    touched = sorted((attributes[a].size for a in set().union(*request.marginals)), reverse=True)
+    k = max(len(m) for m in request.marginals)
+
+    def group(r: int) -> int:  # ...each on the group of attributes they merged: at most the r·k largest
+        return min(MAX_GROUP_CELLS, math.prod(touched[:r * k]))
+
     Work("MWEM", [(f"rounds={rounds}", rounds * (2 * READ + CELL * sum(sizes))),
                   (f"rounds={rounds} and replays={replays} ({updates:,} updates)",
-                   updates * (STEP + CELL * max(sizes)))]).check(limit)
+                   replays * sum(r * (STEP + CELL * group(r)) for r in range(1, rounds + 1)))]).check(limit)
     cost = Cost(step_cost.epsilon * steps, 0.0, step_cost.rho * steps)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:

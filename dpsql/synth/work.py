@@ -19,7 +19,7 @@ unit                       seconds     measured
 =========================  ==========  =====================================================
 :data:`READ`               0.15        MWEM: 10 rounds (2 reads each), 1 replay: 1.76 s; 24: 6.3 s
 :data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
-:data:`FEM_ROUND`          0.05        FEM: 320 rounds of 10 records: 11.6 s (0.032 s a round)
+:data:`FEM_ROUND`          0.1         FEM: 320 rounds of 10 records: 11.6 s; 90 of 50: 4.1 to 13.3 s
 :data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
 :data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
 :data:`CELL`               2e-8        a pass of numpy over one float64 cell, several per step
@@ -62,7 +62,7 @@ READ = 0.15
 #: replayed once), a mirror-descent step of a graphical model's fit.
 STEP = 1e-4
 #: One FEM round: the private selection and the oracle's batch of records, besides its cells.
-FEM_ROUND = 0.05
+FEM_ROUND = 0.1
 #: One refinement step (one measured marginal in one sweep, :mod:`dpsql.synth.refine`), besides its rows...
 REFINE_STEP = 2e-4
 #: ...and per record it moves among.
