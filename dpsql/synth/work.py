@@ -11,27 +11,45 @@ spend to what fits in ``max_seconds`` instead, spending less or sampling fewer r
 warning: nothing is refused once a draw is taken.
 
 The per-unit costs were measured on the development machine (2 cores shared by several
-processes, so slower than a quiet one) on a 2,000-row table of 4 attributes (3 to 6
-values) and rounded up:
+processes, so 2 to 3 times slower than a quiet one) on a 2,000-row table of 4 attributes (3
+to 6 values) and on ``tests/sql_oracle.py``'s 300-row table of 7 attributes (2 to 22 values,
+``benchmarks/limits_red_c.py``), and rounded up:
 
 =========================  ==========  =====================================================
 unit                       seconds     measured
 =========================  ==========  =====================================================
-:data:`READ`               0.15        MWEM: 10 rounds (2 reads each), 1 replay: 1.76 s; 24: 6.3 s
+:data:`READ`               0.25        MWEM, 1 replay: 10 rounds (2 reads each) 1.76 s, 16 rounds 7.8 s
 :data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
 :data:`FEM_ROUND`          0.1         FEM: 320 rounds of 10 records: 11.6 s; 90 of 50: 4.1 to 13.3 s
 :data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
 :data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
-:data:`CELL`               2e-8        a pass of numpy over one float64 cell, several per step
+:data:`CELL`               2e-8        MWEM: 5 rounds, 2,283 replays on a group of 31,680 cells
+                                       (34,245 updates): 23.0 s, 0.6 ms an update
 :data:`SOLVE`              0.05        DualQuery, ``oracle="mip"``: 50 rounds of 10 draws: 2.17 s
 :data:`LOCAL_SEARCH`       0.5         DualQuery, ``oracle="heuristic"``, 35 draws a round: 32 rounds
                                        20.6 s (10 draws: 50 rounds 11.8 s)
 :data:`QUERY`              3e-3        ... and 100 rounds of 10 draws 29.9 s: rounds grow longer
 =========================  ==========  =====================================================
 
-Not counted: reading the private table beyond :data:`READ` a read (its time grows with
-the table's size, which is private), and a fit that converges before its ``iterations``
-(the estimate is of the most it may run).
+What each method counts (``T`` rounds, ``s`` records or draws a round):
+
+* ``mwem``: ``rounds`` (two reads and a score per workload cell each) and ``replays`` (round ``r``
+  replays ``r`` measurements, each on the group of attributes the measurements merged: at most the
+  ``r·k`` largest attributes of the workload's ``k``-way marginals, and
+  :data:`~dpsql.synth.factored.MAX_GROUP_CELLS`);
+* ``fem``: ``rounds`` with ``samples`` (a round: :data:`FEM_ROUND`, every cell query, ``s`` records);
+* ``dualquery``: ``rounds`` with ``samples`` (a round: a read, one oracle solve, :data:`QUERY`
+  more per earlier round with the local search);
+* ``pgm``: ``iterations`` (fit steps over the model's cells: the measured marginals' and the
+  one-way ones, at most ``max_model_size``) and ``sweeps`` (a step per measured marginal and sweep,
+  over ``rows`` records);
+* ``aim``: ``rounds`` (two reads and a refit each, at half the model's size on average),
+  ``iterations`` of the last fit, and ``sweeps`` as for pgm.
+
+Not counted: the fixed costs of a request (about a second: planning, the noisy counts), reading
+the private table beyond :data:`READ` a read (its time grows with the table's size, which is
+private), and the work of a fit that converges before its ``iterations`` (the estimate is of the
+most it may run).
 
 >>> Work("mwem", [("rounds=10", 2.0), ("replays=100", 0.6)]).check(600.0)
 >>> Work("pgm", [("sweeps=1000000000", 1.2e6)]).check(600.0)  # doctest: +ELLIPSIS
@@ -57,7 +75,7 @@ DEFAULT_MAX_SECONDS = 600.0
 MAX_SECONDS = 86_400.0
 
 #: One read of the private table by the kernel: a selection or a measurement.
-READ = 0.15
+READ = 0.25
 #: One step of an iterative update, besides its cells: MWEM's multiplicative weights (one measurement
 #: replayed once), a mirror-descent step of a graphical model's fit.
 STEP = 1e-4
