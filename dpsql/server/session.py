@@ -34,6 +34,7 @@ an unexpected failure is ``XX000`` with no text.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import threading
@@ -57,6 +58,7 @@ from dpsql.errors import (
     SQLError,
     UnknownColumnError,
     UnsupportedSQLError,
+    WorkloadError,
 )
 from dpsql.server.pgwire import Column, Command, Outcome, PgError, Rows
 
@@ -126,7 +128,6 @@ class Workspace:
     released: "ReleasedData"
     limiter: RateLimiter
     readers: dict[str, "ReleasedData"] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -225,16 +226,24 @@ class AnalystSession:
                        max_rows=self._limits.max_result_rows, **spend)
 
     def _private(self, batch: list[_Statement]) -> list[Outcome]:
-        for st in batch:
-            if st.target is not None:
-                self._check_new_table(st.target)
-        answers = self._translate(lambda: self._ws.engine.run(self._request(batch)), batch)
-        out: list[Outcome] = []
-        for st, answer in zip(batch, answers):
-            if st.target is None:
-                out.append(_rows(answer.df, "SELECT"))
-            else:
-                self._register(st.target, answer.df)
+        """One private batch; a CREATE TABLE's name is held (a placeholder) before the spend, so
+        that the table it pays for is always made."""
+        with contextlib.ExitStack() as stack:
+            slots = {}
+            for st in batch:
+                if st.target is not None:
+                    slots[st.offset] = self._hold(stack, st)
+            answers = self._translate(lambda: self._ws.engine.run(self._request(batch)), batch)
+            out: list[Outcome] = []
+            for st, answer in zip(batch, answers):
+                if st.target is None:
+                    out.append(_rows(answer.df, "SELECT"))
+                    continue
+                types = {c: _duckdb_type(answer.df[c]) for c in answer.df.columns}
+                slots[st.offset].fill(answer.df, types)
+                for reader in self._ws.readers.values():  # a copy for each analyst allowed to read it
+                    with contextlib.suppress(Error):  # (best effort: the reader's own schema may clash)
+                        reader.register(st.target, answer.df, types, schema=self._ws.analyst)
                 out.append(Command(f"SELECT {len(answer.df)}"))
         return out
 
@@ -336,19 +345,13 @@ class AnalystSession:
             raise PgError(_duckdb_state(e), _duckdb_message(e)) from None
         return [] if rel is None else _columns(rel.limit(0).df())
 
-    def _check_new_table(self, name: str) -> None:
-        exists = self._con.execute("SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower(?) "
-                                   "AND schema_name = 'main'", [name]).fetchall()[0][0]
-        if exists:
-            raise PgError("42P07", f"relation \"{name}\" already exists: choose a new name (a released table is "
-                                   "never replaced)")
-
-    def _register(self, name: str, df: "pd.DataFrame") -> None:
-        types = {c: _duckdb_type(df[c]) for c in df.columns}
-        with self._ws.lock:
-            self._ws.released.register(name, df, types)
-            for reader in self._ws.readers.values():
-                reader.register(name, df, types, schema=self._ws.analyst)
+    def _hold(self, stack: contextlib.ExitStack, st: _Statement) -> Any:
+        """Hold ``st``'s new table name on the released database until ``stack`` ends (the slot
+        that makes the table); 42P07 if the name is taken."""
+        try:
+            return stack.enter_context(self._ws.released.reserve(st.target))
+        except WorkloadError as e:
+            raise PgError("42P07", str(e), position=st.offset + 1) from None
 
     # -- errors ---------------------------------------------------------------------------
     def _translate(self, call: Callable[[], Any], batch: list[_Statement]) -> Any:
