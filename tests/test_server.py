@@ -393,3 +393,57 @@ def test_sigkill_under_load_loses_no_received_answer(tmp_path):
     recorded = {re.search(r"AS (n_\d+_\d+)", e.description).group(1)
                 for e in Ledger(tmp_path / "people.ledger").entries()}
     assert set(received) <= recorded
+
+
+def test_passwd_makes_a_verifier_the_server_accepts(tmp_path, monkeypatch, capsys):
+    """`dpsql passwd --stdin` prints a SCRAM verifier (never the password) that a config takes."""
+    import io
+
+    from dpsql.api.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret-pass\n"))
+    assert main(["passwd", "--stdin"]) == 0
+    verifier = capsys.readouterr().out.strip()
+    assert verifier.startswith("SCRAM-SHA-256$4096:") and "s3cret" not in verifier
+    write_dataset(tmp_path, rows=10)
+    path = write_config(tmp_path, {"alice": 1.0}, 2.0)
+    config = yaml.safe_load(path.read_text())
+    config["analysts"]["alice"]["password"] = verifier
+    path.write_text(yaml.safe_dump(config))
+    app = App(load_config(path), cache=False)
+    thread = app.server(port=0).run_in_thread()
+    try:
+        with psycopg.connect(dsn(thread.port, "alice", "s3cret-pass")) as conn:
+            assert conn.execute("SHOW dpsql.budget").fetchall()[-1][2:4] == ("budget", 1.0)
+    finally:
+        thread.stop()
+        app.close()
+
+
+def test_serve_refuses_a_bad_config_with_every_problem(tmp_path, capsys):
+    from dpsql.api.cli import main
+
+    write_dataset(tmp_path, rows=10)
+    path = write_config(tmp_path, {"alice": 1.0}, 2.0, limits={"max_connections": 0})
+    config = yaml.safe_load(path.read_text())
+    config["datasets"]["people"]["schema"] = "missing.yaml"
+    config["analysts"]["alice"]["budgets"]["nope"] = {"epsilon": 1}
+    path.write_text(yaml.safe_dump(config))
+    assert main(["serve", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "3 configuration problems" in err
+    for where in ("limits.max_connections", "datasets.people.schema", "analysts.alice.budgets.nope"):
+        assert where in err
+
+
+def test_a_table_name_taken_is_refused_before_the_spend(served):
+    _, port, app = served
+    ledger = app.datasets["people"].ledger
+    with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
+        conn.execute(f"SET dpsql.epsilon = {HUGE}")
+        conn.execute("CREATE TABLE taken AS SELECT COUNT(*) AS n FROM people")
+        before = len(ledger.entries())
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("CREATE TABLE taken AS SELECT COUNT(*) AS n FROM people")
+        assert e.value.diag.sqlstate == "42P07"
+        assert len(ledger.entries()) == before
