@@ -447,3 +447,17 @@ def test_a_table_name_taken_is_refused_before_the_spend(served):
             conn.execute("CREATE TABLE taken AS SELECT COUNT(*) AS n FROM people")
         assert e.value.diag.sqlstate == "42P07"
         assert len(ledger.entries()) == before
+
+
+def test_budget_command_reads_the_config_and_shows_an_analysts_spend(served, capsys):
+    """`dpsql budget --config F --dataset D --analyst A`: the server's ledger, who spent what, the part."""
+    from dpsql.api.cli import main
+
+    d, port, app = served
+    with psycopg.connect(dsn(port, "bob"), autocommit=True) as conn:
+        conn.execute(f"SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = {HUGE}) COUNT(*) AS bobs FROM people")
+    assert main(["budget", "--config", str(d / "serve.yaml"), "--dataset", "people", "--analyst", "bob"]) == 0
+    out = capsys.readouterr().out
+    spent = app.datasets["people"].ledger.account("bob").spent()
+    assert f"spent by 'bob': epsilon={spent.epsilon!r}, delta=0.0 of a part of epsilon={1e6 * HUGE!r}" in out
+    assert "AS bobs FROM people" in out

@@ -143,7 +143,10 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser("passwd", help="make a SCRAM-SHA-256 password verifier for an analyst in a serve config")
     w.add_argument("--stdin", action="store_true", help="read the password from standard input, not a prompt")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
-    g.add_argument("--ledger", required=True)
+    where = g.add_mutually_exclusive_group(required=True)
+    where.add_argument("--ledger", help="the ledger file")
+    where.add_argument("--config", help="a dpsql serve configuration: the ledger of its --dataset")
+    g.add_argument("--dataset", help="with --config: the dataset (default: its only one)")
     g.add_argument("--analyst", metavar="NAME", help="show this analyst's spend and releases only")
     # accepted for symmetry with query and batch; the ledger alone holds the budget
     g.add_argument("--data", help=argparse.SUPPRESS)
@@ -338,9 +341,29 @@ def _format_cost(c: Cost, budget: Budget) -> str:
     return f"epsilon={c.epsilon!r}, delta={c.delta!r}"
 
 
+def _ledger_of_config(args: argparse.Namespace) -> None:
+    """``dpsql budget --config F --dataset D``: set ``args.ledger`` to the dataset's ledger, and
+    ``args.part`` to ``--analyst``'s part of it (None without them)."""
+    args.part = None
+    if args.config is None:
+        if args.dataset is not None:
+            raise UsageError("--dataset names a dataset of a --config")
+        return
+    from dpsql.server.config import load_config
+
+    config = load_config(args.config)
+    name = args.dataset or (next(iter(config.datasets)) if len(config.datasets) == 1 else None)
+    if name not in config.datasets:
+        raise UsageError(f"--dataset must name one of the configuration's datasets: {', '.join(config.datasets)}")
+    args.ledger = config.datasets[name].ledger
+    analyst = config.analysts.get(args.analyst) if args.analyst is not None else None
+    args.part = analyst.parts.get(name) if analyst is not None else None
+
+
 def _run_budget(args: argparse.Namespace) -> int:
     """The dataset's budget, spend and releases; the total per analyst when some entry has one (the owner's
     spends, through the ledger itself, shown as ``(owner)``), or with ``--analyst`` that analyst's alone."""
+    part = args.part
     with Ledger(args.ledger, _budget(args)) as ledger:
         b = ledger.budget
         print(f"ledger {args.ledger}")
@@ -350,7 +373,8 @@ def _run_budget(args: argparse.Namespace) -> int:
         if args.analyst is not None:
             account = ledger.account(args.analyst)
             entries, by_analyst = account.entries(), False
-            print(f"  spent by {args.analyst!r}: {_format_cost(account.spent(), b)}")
+            print(f"  spent by {args.analyst!r}: {_format_cost(account.spent(), b)}"
+                  + (f" of a part of {_format_cost(part.remaining(Cost()), part)}" if part is not None else ""))
         else:
             entries, totals = ledger.entries(), ledger.accounts()
             by_analyst = any(totals)  # some entry has an analyst
@@ -414,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_serve(args)
         if args.command == "passwd":
             return _run_passwd(args)
+        if args.command == "budget":
+            _ledger_of_config(args)
         _check_args(args)
         if args.command == "budget":
             return _run_budget(args)
