@@ -55,7 +55,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import duckdb
 import numpy as np
 from scipy.stats import norm
-from sqlglot import exp
 
 from dpsql.api.result import Explanation, Release, Result
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, UnsupportedSQLError
@@ -79,6 +78,7 @@ from dpsql.schema import Schema, load_schema, with_public_tables
 from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
 from dpsql.sql.compile import Block, CompiledBatch, CompiledStatement, compile_batch, schema_attributes
 from dpsql.sql.delta import partials
+from dpsql.sql.outputs import error_names, error_outputs
 from dpsql.sql.parse import explained
 from dpsql.sql.plan import Aggregate
 from dpsql.sql.postprocess import postprocess
@@ -284,9 +284,9 @@ class Connection:
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
             aggregates = {a.name for a in st.plan.aggregates}
-            for output in _error_outputs(st):  # the result's error columns; one measured block: a COUNT or SUM
+            for output in error_outputs(st.plan):  # the result's error columns; one measured block: a COUNT or SUM
                 blocks = st.blocks_of(output) if output in aggregates else []
-                out[_error_names(st, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
+                out[error_names(st.plan, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
                                                     else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
@@ -565,20 +565,6 @@ def _statement_options(compiled: CompiledBatch) -> tuple[float, float | None] | 
     return eps, delta
 
 
-def _error_outputs(st: CompiledStatement) -> list[str]:
-    """The output columns that get a standard error: visible aggregates, and computed select
-    items that read an aggregate."""
-    aggregates = {a.name for a in st.plan.aggregates}
-    computed = {name for name, e in st.plan.computed if any(c.name in aggregates for c in e.find_all(exp.Column))}
-    return [a.name for a in st.plan.aggregates if a.visible] + [n for n in st.plan.outputs if n in computed]
-
-
-def _error_names(st: CompiledStatement, output: str) -> tuple[str, str, str]:
-    if _error_outputs(st) == [output]:
-        return "std_error", "ci_low", "ci_high"
-    return f"{output}_std_error", f"{output}_ci_low", f"{output}_ci_high"
-
-
 #: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs.
 _Gradient = list[tuple[Block, np.ndarray]]
 
@@ -636,7 +622,7 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
     for agg in st.plan.aggregates:
         if not agg.visible:
             continue
-        name, lo, hi = _error_names(st, agg.name)
+        name, lo, hi = error_names(st.plan, agg.name)
         if agg.func in QUANTILES and not st.measured(agg.name):  # NULL, exactly
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
@@ -652,11 +638,11 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
         out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
-    for output in _error_outputs(st):
+    for output in error_outputs(st.plan):
         if output not in computed:
             continue
         dual = partials(computed[output], columns, set(grads))
-        name, lo, hi = _error_names(st, output)
+        name, lo, hi = error_names(st.plan, output)
         if dual is None or any(grads[a] is None for a in dual[1]):
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
@@ -671,11 +657,11 @@ def _error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z
 def _ordered(st: CompiledStatement, df: pd.DataFrame) -> pd.DataFrame:
     """Each aggregate's and computed item's error columns right after it."""
     order = []
-    errors = set(_error_outputs(st))
+    errors = set(error_outputs(st.plan))
     for col in st.plan.outputs:
         order.append(col)
         if col in errors:
-            order.extend(c for c in _error_names(st, col) if c in df.columns)
+            order.extend(c for c in error_names(st.plan, col) if c in df.columns)
     return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)
 
 
