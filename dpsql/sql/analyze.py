@@ -7,6 +7,14 @@ over output column names. Anything outside the grammar raises a
 :class:`dpsql.errors.SQLError` subclass naming the construct, its line and
 its column. Nothing here looks at data.
 
+DuckDB reads the statement too (:mod:`dpsql.sql.bind`, on empty tables): its output
+columns are named as DuckDB names them (``count_star()``, duplicates suffixed ``_1``),
+and a statement DuckDB's binder refuses is refused (after dpsql's own checks, whose
+messages say more), as is a table called by its name after it was aliased. A column
+named as one of the result's error columns is refused (:mod:`dpsql.sql.outputs`), and
+so is a constant that DuckDB cannot evaluate in a clause that runs after noise, or a
+division by a constant 0 (:mod:`dpsql.sql.constants`).
+
 The guarantee that nothing is silently ignored is :data:`SUPPORTED`: the
 sqlglot node types the compiler implements exactly, each with the arguments
 it reads. One pass over every node of a statement refuses any other type, and
@@ -221,15 +229,19 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
 # -- the steps of _analyze, in order ------------------------------------------------------
 
 def _duckdb_names(stmt: Statement, schema: Schema, items: int) -> tuple[list[str] | None, str | None]:
-    """DuckDB's names for the statement's select items (:mod:`dpsql.sql.bind`), or why DuckDB
-    refuses to bind it (the first line of its message). Names are None when there is no text to bind."""
+    """DuckDB's names for the statement's select items (:mod:`dpsql.sql.bind`), or why DuckDB's
+    binder refuses it (the first line of its message). Names are None when there is no text to
+    bind, or DuckDB cannot read it for another reason: a chain of operators longer than its
+    parser allows, which dpsql evaluates; dpsql's own names are used then."""
     if not stmt.text:
         return None, None
     try:
         names = output_names(stmt.text, schema)
-    except duckdb.Error as e:
+    except duckdb.BinderException as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, reason[:300]
+    except duckdb.Error:
+        return None, None
     return (names if len(names) == items else None), None
 
 

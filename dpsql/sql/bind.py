@@ -5,7 +5,7 @@ A statement's result columns are named as DuckDB names them (``SELECT COUNT(*) F
 gives ``count_star()``, ``SUM(age) / 2`` gives ``(sum(age) / 2)``): rather than imitate
 DuckDB's spelling of every expression, the statement, as written, is bound by DuckDB
 itself (:mod:`dpsql.sql.sandbox`) against empty tables with the schema's columns and
-types, and the public tables' columns. Binding reads the statement and the schema
+types, and the public tables' columns (typed by their declared values). Binding reads the statement and the schema
 only (no data, no row is evaluated), so the names and any refusal (a table referred
 to by its name after it was aliased, ``FROM t a WHERE t.x = 1``) are public.
 
@@ -35,17 +35,31 @@ def _quoted(name: str) -> str:
 def output_names(text: str, schema: Schema) -> list[str]:
     """The names DuckDB gives the result columns of the SELECT statement ``text`` over ``schema``'s
     table, deduplicated as DuckDB does (:func:`deduplicated`). Raises ``duckdb.Error`` when DuckDB
-    cannot bind the statement."""
+    cannot read the statement (``duckdb.BinderException`` when its binder refuses it)."""
     con = sandbox.cursor()
     try:
         columns = ", ".join(f"{_quoted(c.name)} {c.sql_type}" for c in schema.columns)
         con.execute(f"CREATE TEMP TABLE {_quoted(schema.table)} ({columns})")
         for table in schema.public_tables:
-            columns = ", ".join(f"{_quoted(c)} VARCHAR" for c in table.columns)
+            columns = ", ".join(f"{_quoted(c)} {_public_type([r[i] for r in table.rows])}"
+                                for i, c in enumerate(table.columns))
             con.execute(f"CREATE TEMP TABLE {_quoted(table.name)} ({columns})")
         return deduplicated(con.sql(text).columns)
     finally:
         con.close()
+
+
+def _public_type(values: list) -> str:
+    """The DuckDB type of a public table's column: BOOLEAN, BIGINT or DOUBLE when its declared
+    values (NULLs aside) are all of that kind, else VARCHAR."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return "BOOLEAN"
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "BIGINT"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return "DOUBLE"
+    return "VARCHAR"
 
 
 def deduplicated(names: Sequence[str]) -> list[str]:
