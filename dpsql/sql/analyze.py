@@ -202,11 +202,11 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)
-    names, refusal = _duckdb_names(stmt, schema, len(items))
     where = _check_where(tree, schema, ctx)
     keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
+    names, refusal = _duckdb_names(stmt, schema, len(items))
     outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx, names)
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
     # an expression over aggregates reads them (hidden if not selected) by output name
@@ -232,11 +232,16 @@ def _duckdb_names(stmt: Statement, schema: Schema, items: int) -> tuple[list[str
     """DuckDB's names for the statement's select items (:mod:`dpsql.sql.bind`), or why DuckDB's
     binder refuses it (the first line of its message). Names are None when there is no text to
     bind, or DuckDB cannot read it for another reason: a chain of operators longer than its
-    parser allows, which dpsql evaluates; dpsql's own names are used then."""
+    parser allows, which dpsql evaluates; dpsql's own names are used then.
+
+    What is bound is the statement up to HAVING (:attr:`~dpsql.sql.parse.Statement.head`): the
+    rest does not name a column, and DuckDB's binder evaluates a constant HAVING condition,
+    unbounded; WHERE and GROUP BY have been evaluated on the domain by then. HAVING and ORDER BY
+    run in DuckDB at compile time (:func:`~dpsql.sql.postprocess.check_postprocessing`)."""
     if not stmt.text:
         return None, None
     try:
-        names = output_names(stmt.text, schema)
+        names = output_names(stmt.head, schema)
     except duckdb.BinderException as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, reason[:300]

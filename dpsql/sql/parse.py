@@ -102,6 +102,23 @@ class Statement:
     offset: int
     text: str = ""
 
+    @property
+    def head(self) -> str:
+        """:attr:`text` up to its first HAVING, ORDER BY, LIMIT, OFFSET, QUALIFY or WINDOW outside
+        brackets: the clauses that say which columns the statement returns and what they read."""
+        depth = 0
+        end = self.offset + len(self.text)
+        for tok in self.source.tokens:
+            if tok.start < self.offset or tok.start >= end:
+                continue
+            if tok.token_type in _OPENERS:
+                depth += 1
+            elif tok.token_type in _CLOSERS:
+                depth -= 1
+            elif depth == 0 and tok.token_type in _TAIL:
+                return self.text[:tok.start - self.offset]
+        return self.text
+
     def offset_of(self, node: exp.Expression) -> int | None:
         """Absolute offset of the earliest token inside ``node``."""
         best = None
@@ -276,6 +293,9 @@ def _parser_tokens(name: str) -> frozenset:
 _OPENERS = {TokenType.L_PAREN: TokenType.R_PAREN, TokenType.L_BRACKET: TokenType.R_BRACKET,
             TokenType.L_BRACE: TokenType.R_BRACE, TokenType.CASE: TokenType.END}
 _CLOSERS = frozenset(_OPENERS.values())
+#: The clauses after GROUP BY (see :attr:`Statement.head`).
+_TAIL = frozenset({TokenType.HAVING, TokenType.ORDER_BY, TokenType.LIMIT, TokenType.OFFSET, TokenType.QUALIFY,
+                   TokenType.WINDOW})
 #: Operators whose operand reaches to the next AND / OR / "," / THEN ...: the parser (and every
 #: tree walk after it) is one level deeper until then; a chain of them (a = b = c) nests.
 _PREDICATE_OPS = (_parser_tokens("EQUALITY") | _parser_tokens("COMPARISON") | _parser_tokens("RANGE_PARSERS")
