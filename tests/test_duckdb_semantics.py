@@ -173,6 +173,31 @@ def test_constants_duckdb_evaluates_are_answered_as_duckdb_answers(db, con, sql)
         assert res.df[truth.columns[-1]][0] == value
 
 
+@pytest.mark.parametrize("item", [
+    "CASE WHEN COUNT(*) > 1000 THEN 9223372036854775807 * 2 ELSE 0 END",  # a branch no row takes here
+    "CASE WHEN COUNT(*) > 1000 THEN 1 WHEN 'abc'::INT > 1 THEN 2 END",    # every WHEN is evaluated
+    "CASE 'abc'::INT WHEN COUNT(*) THEN 1 END",
+    "CASE WHEN COUNT(*) < 1000 THEN 0 ELSE COUNT(*) // 0 END",
+    "IF(COUNT(*) > 1000, 'abc'::INT, 0)", "COALESCE(COUNT(*), 'abc'::INT)", "greatest(COUNT(*), 'abc'::INT)",
+    "COUNT(*) > 1000 AND 'abc'::INT > 1", "COUNT(*) < 1000 OR 1 // 0 > 1", "COUNT(*) + 9223372036854775807 * 2",
+])
+def test_refused_exactly_when_duckdb_refuses_whatever_the_data(con, item):
+    """A constant in a CASE or IF branch, or a later COALESCE argument, fails only on the rows
+    that reach it: DuckDB answers when none does, and so does dpsql (NULL where one would)."""
+    sql = f"SELECT sex, {item} AS x FROM adult GROUP BY sex"
+    try:
+        con.sql(sql).fetchall()
+        duckdb_refuses = False
+    except duckdb.Error:
+        duckdb_refuses = True
+    try:
+        compile_batch(sql, SCHEMA)
+        dpsql_refuses = False
+    except UnsupportedSQLError:
+        dpsql_refuses = True
+    assert dpsql_refuses == duckdb_refuses
+
+
 # -- item 11: DIFFERENTIAL_PRIVACY OPTIONS take every numeric literal DuckDB reads ---------------
 
 @pytest.mark.parametrize("literal", [".01", "1e-2", "0.5", "5.", "1_000", "1_000.5", "1E+2", ".5e-1", "00.5", "5.e1",

@@ -9,7 +9,10 @@ data: DuckDB refuses such a statement, and so does dpsql, at compile time.
 and returns DuckDB's reason when it fails. It also refuses ``x // c`` and ``x % c``
 where the divisor ``c`` is a constant that is 0: DuckDB raises "Division by zero" on
 every row there, whatever ``x`` is (``x / 0`` is not refused: DuckDB's ``/`` gives
-``inf``, ``-inf`` or NaN, as dpsql does). Where WHERE and GROUP BY are concerned,
+``inf``, ``-inf`` or NaN, as dpsql does). A THEN or ELSE value of a CASE or an IF, and a
+COALESCE argument after the first, are not looked into: DuckDB evaluates them only on the
+rows that reach them, so whether they fail depends on the answers, and there a failure is
+NULL, as any failure on a noisy value is. Where WHERE and GROUP BY are concerned,
 :mod:`dpsql.sql.domain_eval` already evaluates every expression on the declared
 domain, constants included.
 
@@ -49,6 +52,20 @@ def _value(node: exp.Expression) -> bool:
     return isinstance(node, (exp.Condition, exp.Interval)) and not isinstance(node, (exp.If, exp.PropertyEQ))
 
 
+def _always_evaluated(node: exp.Expression) -> list[exp.Expression]:
+    """The children of ``node`` DuckDB evaluates whatever the row: not a CASE's or an IF's
+    THEN and ELSE values, nor a COALESCE's arguments after the first, which DuckDB evaluates
+    only for the rows that reach them (``CASE WHEN COUNT(*) > 10 THEN 1 // 0 END`` fails only
+    where the count is above 10: on the released answers, that is NULL)."""
+    if isinstance(node, exp.If):
+        return [node.this]
+    if isinstance(node, exp.Case):
+        return [c for c in (node.this, *(node.args.get("ifs") or ())) if c is not None]
+    if isinstance(node, exp.Coalesce):
+        return [node.this]
+    return list(node.iter_expressions())
+
+
 def check_constants(expr: exp.Expression) -> tuple[exp.Expression, str] | None:
     """``(node, reason)`` for the first constant sub-expression of ``expr`` that DuckDB cannot
     evaluate, or divisor of ``//`` or ``%`` that is a constant 0; None when there is none. Each
@@ -71,7 +88,7 @@ def check_constants(expr: exp.Expression) -> tuple[exp.Expression, str] | None:
                         and not isinstance(value, bool) and value == 0:
                     return node.parent, _BY_ZERO
                 continue
-            stack.extend(reversed(list(node.iter_expressions())))
+            stack.extend(reversed(_always_evaluated(node)))
             if isinstance(node, (exp.IntDiv, exp.Mod)) and isinstance(node.expression, _PLAIN):
                 lit = node.expression
                 if isinstance(lit, exp.Literal) and not lit.is_string and float(lit.this) == 0:
