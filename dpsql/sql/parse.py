@@ -105,7 +105,11 @@ class Statement:
     @property
     def head(self) -> str:
         """:attr:`text` up to its first HAVING, ORDER BY, LIMIT, OFFSET, QUALIFY or WINDOW outside
-        brackets: the clauses that say which columns the statement returns and what they read."""
+        brackets: the clauses that say which columns the statement returns and what they read.
+
+        >>> parse_statements("SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a HAVING a > 1")[0].head
+        'SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a '
+        """
         depth = 0
         end = self.offset + len(self.text)
         for tok in self.source.tokens:
