@@ -20,6 +20,7 @@ from dpsql.errors import (
     ArgumentError,
     BudgetExceededError,
     CacheError,
+    ConfigError,
     DomainError,
     Error,
     GroupingError,
@@ -44,7 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "query", "batch", "Connection", "Result", "Budget", "Cost", "Ledger",
     "Error", "ArgumentError", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
-    "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "BudgetExceededError",
+    "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "ConfigError", "BudgetExceededError",
     "LedgerError", "MeasurementError", "ResourceLimitError",
     "Schema", "load_schema", "CompiledBatch", "QueryPlan", "compile_batch", "compile_sql", "plan_statement",
 ]

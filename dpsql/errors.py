@@ -30,19 +30,33 @@ class CacheError(Error):
     """The strategy cache could not be read or written."""
 
 
-class SchemaError(Error):
-    """A schema file or dict is invalid. ``problems`` lists every mistake as
-    ``(path, message)`` pairs, e.g. ``("columns.age.max", "must be >= min")``,
-    so a user can fix them all in one pass."""
+class _FileProblems(Error):
+    """Every mistake of one file, as ``(path, message)`` pairs, so a user can fix them all in one pass."""
+
+    what = "file"
 
     def __init__(self, problems: "list[tuple[str, str]]", source: "str | None" = None) -> None:
         self.problems = list(problems)
         self.source = source
         head = f"{source}: " if source else ""
         count = len(self.problems)
-        lines = [f"{head}{count} schema problem{'s' if count != 1 else ''}:"]
+        lines = [f"{head}{count} {self.what} problem{'s' if count != 1 else ''}:"]
         lines += [f"  {path or '<root>'}: {message}" for path, message in self.problems]
         super().__init__("\n".join(lines))
+
+
+class SchemaError(_FileProblems):
+    """A schema file or dict is invalid. ``problems`` lists every mistake as
+    ``(path, message)`` pairs, e.g. ``("columns.age.max", "must be >= min")``,
+    so a user can fix them all in one pass."""
+
+    what = "schema"
+
+
+class ConfigError(_FileProblems):
+    """A ``dpsql serve`` configuration file is invalid; ``problems`` as for :class:`SchemaError`."""
+
+    what = "configuration"
 
 
 class SQLError(Error):

@@ -33,6 +33,11 @@ con = duckdb.connect()
 start = time.perf_counter()
 load_persons(con, ROWS, seed=SEED)
 print(f"generated {ROWS:,} made-up persons in DuckDB ({time.perf_counter() - start:.1f} s)")
+# ... and kept in examples/persons.duckdb, which `dpsql serve examples/serve.yaml` serves to analysts
+# (written under a temporary name and renamed, so a server never opens half a file)
+partial = os.path.join(HERE, f".persons.{os.getpid()}.duckdb")
+con.execute(f"ATTACH '{partial}' AS out; CREATE TABLE out.persons AS SELECT * FROM persons; DETACH out")
+os.replace(partial, os.path.join(HERE, "persons.duckdb"))
 
 # 2. Open it privately: its public schema, a total budget, an in-memory ledger.
 db = dpsql.connect(con, schema=os.path.join(HERE, "sf1", "persons.yaml"), budget=dpsql.Budget(epsilon=EPSILON))

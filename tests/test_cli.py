@@ -616,19 +616,22 @@ def test_contradictory_budget_flags_are_refused(data, tmp_path, capsys, flags, m
 
 @pytest.mark.parametrize("argv", [["query", SEX_SQL, "--explain"], ["query", f"EXPLAIN {SEX_SQL}"],
                                   ["batch", "BATCH", "--explain"]])
-def test_explain_with_std_error_is_refused(data, tmp_path, capsys, argv):
-    """Connection.explain takes a spend, not a standard error: --std-error is refused, not dropped
-    (which asked for a spend that had been given)."""
+def test_explain_with_std_error_shows_what_that_accuracy_costs(data, tmp_path, capsys, argv):
+    """--explain with --std-error plans by accuracy: it prints the spend that gives every COUNT and
+    SUM that standard error, and every expected standard error is at most it; nothing is spent."""
     sql = tmp_path / "b.sql"
     sql.write_text(f"{REGION_SQL}; {SEX_SQL}")
     ledger = tmp_path / "l.ledger"
     argv = [str(sql) if a == "BATCH" else a for a in argv]
     rc, stdout, err = run(capsys, *argv, "--std-error", "10", "--data", data["parquet"], "--schema", data["yaml"],
                           "--ledger", str(ledger), "--budget-epsilon", "1", "--budget-delta", "1e-5")
-    assert rc == 2
-    (line,) = err.strip().splitlines()
-    assert line.startswith("dpsql: --std-error cannot be combined with --explain or an EXPLAIN statement")
-    assert stdout == "" and not ledger.exists()
+    assert rc == 0, err
+    head = stdout.splitlines()[0]
+    assert head.startswith("-- would spend epsilon=") and "laplace" in head
+    errors = [float(line.split()[-1]) for line in stdout.splitlines()[1:]
+              if line.strip() and not line.lstrip().startswith(("--", "region", "sex"))]
+    assert errors and max(errors) <= 10.0 + 1e-6 and max(errors) > 9.9
+    assert Ledger(ledger).spent().epsilon == 0.0
 
 
 # -- validate -----------------------------------------------------------------------------------

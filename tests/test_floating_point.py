@@ -108,9 +108,9 @@ def test_lattice_gaussian_releases_lattice_points():
 def test_kernel_measurements_are_lattice_points(noise, monkeypatch):
     """What the kernel releases (before public least squares) lies on the lattice."""
     seen = []
-    import dpsql.api.connection as connection
-    real = connection.least_squares
-    monkeypatch.setattr(connection, "least_squares", lambda W, A, y: (seen.append(y), real(W, A, y))[1])
+    import dpsql.engine.engine as engine
+    real = engine.least_squares
+    monkeypatch.setattr(engine, "least_squares", lambda W, A, y: (seen.append(y), real(W, A, y))[1])
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT i % 7 AS a FROM range(1000) r(i)")
     db = dpsql.connect(con, schema={"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 6}}},

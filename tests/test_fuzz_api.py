@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.api import connection
 from dpsql.api.cli import main as cli_main
+from dpsql.engine import engine
 from dpsql.hdmm.matrix import Identity
 from dpsql.hdmm.optimize.selector import Selection
 from dpsql.hdmm.strategy import KronStrategy
@@ -59,7 +59,7 @@ def owner():
                                         dpsql.Budget(rho=1e6)], ids=["approx", "pure", "zcdp"])
 def db(request, owner):
     patch = pytest.MonkeyPatch()
-    patch.setattr(connection, "select", _identity_strategy)
+    patch.setattr(engine, "select", _identity_strategy)
     conn = dpsql.connect(owner, schema=SCHEMA, budget=request.param, cache=False)
     yield conn
     conn.close()

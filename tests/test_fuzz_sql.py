@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.api import connection
+from dpsql.engine import engine
 from dpsql.hdmm.matrix import Identity
 from dpsql.hdmm.optimize.selector import Selection
 from dpsql.hdmm.strategy import KronStrategy
@@ -49,7 +49,7 @@ def _identity_strategy(workload, noise, **_):
 @pytest.fixture(scope="module")
 def db():
     patch = pytest.MonkeyPatch()
-    patch.setattr(connection, "select", _identity_strategy)
+    patch.setattr(engine, "select", _identity_strategy)
     con = duckdb.connect()
     con.execute("""CREATE TABLE t AS SELECT i % 100 AS age, CASE i % 3 WHEN 0 THEN 'F' WHEN 1 THEN 'M' END AS sex,
                    (i * 7) % 100 + 0.5 AS score, i % 2 = 0 AS ok,

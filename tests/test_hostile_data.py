@@ -378,7 +378,7 @@ def test_workload_with_a_huge_term_is_refused_before_selection(monkeypatch):
     assert len(db.query("SELECT c0, COUNT(*) FROM t WHERE c1 > 3 GROUP BY c0", epsilon=1.0).df) == 1000
     spent = db.ledger.entries()
     selected = []
-    monkeypatch.setattr("dpsql.api.connection.select", lambda *a, **k: selected.append(1))
+    monkeypatch.setattr("dpsql.engine.engine.select", lambda *a, **k: selected.append(1))
     with pytest.raises(ResourceLimitError, match="1,000,000 cells to count"):
         db.query("SELECT c0, c1, COUNT(*) FROM t GROUP BY c0, c1", epsilon=1.0)
     assert selected == [] and db.ledger.entries() == spent

@@ -16,6 +16,9 @@ ALLOWED = {  # layer -> the layers it may import
     "sql": {"foundation", "hdmm", "sql"},
     "private": {"foundation", "hdmm", "private"},
     "synth": {"foundation", "hdmm", "sql", "private", "synth"},
+    "engine": {"foundation", "hdmm", "sql", "private", "synth", "engine"},
+    # the server translates wire messages into engine requests: it never reaches the kernel itself
+    "server": {"foundation", "engine", "owner", "server"},
 }
 
 

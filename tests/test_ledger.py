@@ -674,7 +674,7 @@ def test_version_1_ledger_is_migrated(tmp_path):
     meta = dict(conn.execute("SELECT key, value FROM meta"))
     chains = [row[0] for row in conn.execute("SELECT chain FROM entries ORDER BY id")]
     conn.close()
-    assert meta["version"] == "2" and len(meta["nonce"]) == 32 and len(meta["fingerprint"]) == 64
+    assert meta["version"] == "3" and len(meta["nonce"]) == 32 and len(meta["fingerprint"]) == 64
     assert len(set(chains)) == 4 and all(len(c) == 64 for c in chains)
     with Ledger(path) as ledger:  # reopening does not migrate again
         assert [e.id for e in ledger.entries()] == [1, 2, 3, 4]
@@ -708,8 +708,8 @@ def test_version_1_ledger_with_deleted_entries_is_refused(tmp_path):
 
     future = tmp_path / "future.db"
     _version_1(future, [])
-    _sql(future, "UPDATE meta SET value = '3' WHERE key = 'version'")
-    _refused_on_open(future, "unsupported ledger version '3'", V1_BUDGET)
+    _sql(future, "UPDATE meta SET value = '4' WHERE key = 'version'")
+    _refused_on_open(future, "unsupported ledger version '4'", V1_BUDGET)
 
 
 def test_zero_costs_chain_exactly(tmp_path):

@@ -305,16 +305,30 @@ def test_bad_spend_requests_are_refused_before_anything_is_spent(budget, spend, 
     assert _state(db) == before
 
 
-def test_gaussian_noise_that_cannot_be_calibrated_is_dropped_or_refused():
-    """δ below the analytic Gaussian's floor: with the noise left to dpsql, Laplace answers (and only ε is
-    charged, as reported); asking for Gaussian noise is refused before anything is spent."""
+def test_gaussian_noise_that_cannot_be_calibrated_is_refused_not_dropped():
+    """δ below the analytic Gaussian's floor: a delta was asked for, so answering with Laplace noise
+    would drop it without a word; refused, with the noise left to dpsql or asked for, before anything
+    is spent. Without the delta, Laplace answers and only ε is charged."""
     db = _db(Budget(epsilon=2.0, delta=1e-5))
-    res = db.query(QUERY, epsilon=0.5, delta=1e-200)
-    assert res.release.mechanism == "laplace"
-    assert db.ledger.entries()[-1].cost == Cost(epsilon=0.5) == Cost(res.release.epsilon, res.release.delta)
     before = _state(db)
+    with pytest.raises(PrivacyError, match="delta=1e-200 was given, but no Gaussian noise"):
+        db.query(QUERY, epsilon=0.5, delta=1e-200)
     with pytest.raises(PrivacyError, match="delta=1e-200 is below the floor"):
         db.query(QUERY, epsilon=0.5, delta=1e-200, noise="gaussian")
+    assert _state(db) == before
+    res = db.query(QUERY, epsilon=0.5, noise="laplace")
+    assert db.ledger.entries()[-1].cost == Cost(epsilon=0.5) == Cost(res.release.epsilon, res.release.delta)
+
+
+def test_a_delta_the_budget_cannot_pay_is_refused_not_dropped():
+    """delta=0.5 against a budget delta of 1e-6: Gaussian noise does not fit, and Laplace noise would
+    silently drop the delta asked for (red team, issue 38 item 11): refused, spending nothing; a
+    delta with Laplace noise asked for explicitly is refused alike."""
+    db = _db(Budget(epsilon=2.0, delta=1e-6))
+    before = _state(db)
+    for kwargs in ({}, {"noise": "laplace"}):
+        with pytest.raises(PrivacyError, match="delta=0.5 was given"):
+            db.query(QUERY, epsilon=0.5, delta=0.5, **kwargs)
     assert _state(db) == before
 
 

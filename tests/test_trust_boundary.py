@@ -124,19 +124,75 @@ def test_no_public_attribute_leads_to_the_owners_connection(owner):
     assert not hasattr(db, "backend")
 
 
-def test_a_request_whose_answers_go_to_a_closed_released_database_is_refused_before_the_spend(owner):
-    """The analyst can close ``db.released``; ``db.sql`` spent, then failed with DuckDB's exception."""
+def test_closing_db_released_closes_only_that_threads_cursor(owner):
+    """``db.released`` was the database's one connection: closing it made ``db.sql`` spend and then fail.
+    Now it is the thread's own cursor: closing it leaves the database, the results' relations and
+    later requests working, and the next ``db.released`` is a new, open cursor."""
     con, _ = owner
     db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
     res = db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
     db.released.close()
+    assert len(db.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0).fetchall()) == 2
+    assert len(db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, rows=7, name="s", seed=0).relation) == 7
+    assert res.relation.fetchall() == list(res.df.itertuples(index=False, name=None))
+    assert db.released.sql("SELECT COUNT(*) FROM s").fetchall() == [(7,)]
+    assert db.spent().epsilon == 3.0
+
+
+def test_a_request_whose_answers_go_to_a_closed_released_database_is_refused_before_the_spend(owner):
+    """Once the database is closed (``db.close()`` closes it), a request whose answers go there
+    is refused before it spends, and handing out a relation is a dpsql error."""
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    res = db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0)
+    db._released.close()
     for request in (lambda: db.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1.0),
                     lambda: db.synthesize("mwem", workload=1, epsilon=1.0, rounds=2, name="s", seed=0),
-                    lambda: res.relation):
+                    lambda: res.relation, lambda: db.released):
         with pytest.raises(dpsql.ArgumentError, match=r"the released database \(db.released\) is closed"):
             request()
     assert db.spent().epsilon == 1.0
     assert len(db.query("SELECT COUNT(*) AS n FROM people", epsilon=1.0).df) == 1  # answers still come as frames
+
+
+def test_sql_on_db_released_in_another_thread_never_fails_a_charged_request(owner):
+    """One thread looped ``db.released.sql(...)`` while another looped ``db.sql(..., epsilon=0.01)``:
+    both used the one connection, which DuckDB refuses to share between concurrent calls, so
+    charged requests raised ``ResourceInUseException`` (46 in 6 s), and so did the analyst's SQL."""
+    import threading
+
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    db.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.01)  # the strategy, selected once
+    done = threading.Event()
+    failures, answers, looked = [], [], []
+
+    def analyst():
+        while not done.is_set():
+            try:
+                looked.append(db.released.sql("SELECT sum(i) FROM range(20000) t(i)").fetchall()[0][0])
+            except Exception as e:  # noqa: BLE001 - any failure is the finding
+                failures.append(("analyst", repr(e)))
+
+    def spender():
+        try:
+            for _ in range(15):
+                try:
+                    answers.append(db.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.01).df())
+                    answers.append(db.query("SELECT COUNT(*) AS n FROM people", epsilon=0.01).relation.df())
+                except Exception as e:  # noqa: BLE001
+                    failures.append(("spender", repr(e)))
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=analyst), threading.Thread(target=spender)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    assert len(answers) == 30 and len(db.ledger.entries()) == 1 + len(answers)
+    assert looked and set(looked) == {sum(range(20000))}
 
 
 @pytest.mark.parametrize("name", ["people", "PEOPLE", "taken", "existing_view"])
@@ -188,6 +244,83 @@ def test_two_requests_for_one_synthetic_name_spend_once(owner, monkeypatch):
     assert len(made) == 1 and len(refused) == 1 and "a table or view named 'same' already exists" in refused[0]
     assert db.spent().epsilon == 1.0
     assert db.released.sql("SELECT count(*) FROM same").fetchall()[0][0] == made[0]
+
+
+def _run_after_the_spend(monkeypatch, action):
+    """Make ``action()`` run inside every synthesis run, right after its spend is recorded."""
+    import dpsql.synth.synthesize as synthesize
+
+    plan = synthesize._plan
+
+    def plan_then_act(*args, **kwargs):
+        run = plan(*args, **kwargs)
+
+        def execute(bar, rng):
+            outcome = run.execute(bar, rng)
+            action()
+            return outcome
+        return synthesize._Run(run.cost, execute)
+
+    monkeypatch.setattr(synthesize, "_plan", plan_then_act)
+
+
+@pytest.mark.parametrize("create", ["CREATE TABLE {} AS SELECT 1 AS x", "CREATE OR REPLACE TABLE {} AS SELECT 1 AS x",
+                                    "CREATE VIEW {} AS SELECT 1 AS x", "CREATE TABLE {} (x INTEGER)"])
+def test_the_analyst_cannot_take_a_synthetic_tables_name_while_it_is_made(owner, monkeypatch, create):
+    """Another thread created the name on ``db.released`` right after the spend: ``synthesize`` raised
+    ``CatalogException`` with the spend recorded and no table. The name is now claimed in the catalog
+    before the spend, so the analyst's CREATE fails on their side, and reading the name says why."""
+    import threading
+
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    seen = []
+
+    def analyst():  # in another thread, on its own db.released
+        try:
+            db.released.execute(create.format("syn"))
+            seen.append("created")
+        except duckdb.CatalogException:
+            seen.append("refused")
+        with pytest.raises(duckdb.InvalidInputException, match="dpsql is still making the synthetic table 'syn'"):
+            db.released.sql("SELECT * FROM syn").fetchall()
+
+    def in_a_thread():
+        thread = threading.Thread(target=analyst)
+        thread.start()
+        thread.join(timeout=60)
+
+    _run_after_the_spend(monkeypatch, in_a_thread)
+    syn = db.synthesize("mwem", workload=1, epsilon=0.5, rounds=2, rows=40, name="syn", seed=0)
+    assert seen == ["refused"] and syn.name == "syn" and db.spent().epsilon == 0.5
+    assert db.released.sql("SELECT COUNT(*) FROM syn").fetchall() == [(40,)]
+
+
+def test_a_synthetic_tables_name_taken_anyway_keeps_the_table_under_a_fresh_name(owner, monkeypatch):
+    """An analyst who drops the placeholder and takes the name loses it to nothing: the spend is
+    recorded and the table is registered under a fresh name, which the error names and carries."""
+    from dpsql.synth import NameTakenError
+
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0), cache=False, progress=False)
+    _run_after_the_spend(monkeypatch, lambda: db.released.execute("DROP VIEW syn; CREATE TABLE syn AS SELECT 1 AS x"))
+    with pytest.raises(NameTakenError, match=r"the name 'syn' was taken on db.released .* registered as 'syn_[0-9a-f]{16}'") as err:
+        db.synthesize("mwem", workload=1, epsilon=0.5, rounds=2, rows=40, name="syn", seed=0)
+    table = err.value.table
+    assert isinstance(err.value, dpsql.WorkloadError) and db.spent().epsilon == 0.5
+    assert db.released.sql(f'SELECT COUNT(*) FROM "{table.name}"').fetchall() == [(40,)] == [(len(table.relation),)]
+    assert db.released.sql("SELECT * FROM syn").fetchall() == [(1,)]  # the analyst's own table is left alone
+
+
+def test_a_refused_or_failed_synthesis_leaves_its_name_free(owner, monkeypatch):
+    """The placeholder that claims the name goes when nothing is made: the name can be used again."""
+    con, _ = owner
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+    db.query("SELECT COUNT(*) AS n FROM people", epsilon=0.8)
+    with pytest.raises(dpsql.BudgetExceededError):
+        db.synthesize("mwem", workload=1, epsilon=0.5, rounds=2, name="syn", seed=0)
+    assert db.released.sql("SELECT COUNT(*) FROM duckdb_views() WHERE NOT internal").fetchall() == [(0,)]
+    db.released.execute("CREATE TABLE syn AS SELECT 1 AS x")
 
 
 def test_a_synthetic_table_has_the_schemas_column_types(owner):

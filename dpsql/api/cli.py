@@ -8,7 +8,7 @@
         --epsilon 1 --out results/
     dpsql synth --data persons.parquet --schema persons.yaml --ledger persons.ledger \\
         --epsilon 1 --workload 2 --out persons_synthetic.parquet
-    dpsql budget --ledger persons.ledger
+    dpsql budget --ledger persons.ledger [--analyst alice]
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
 ``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import getpass
 import json
 import os
 import secrets
@@ -135,8 +136,15 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
     _add_table(v)
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+    s = sub.add_parser("serve", help="data owner: serve datasets to analysts over the PostgreSQL protocol")
+    s.add_argument("config", help="the server's YAML configuration (see dpsql.server.config)")
+    s.add_argument("--port", type=int, help="listen on this port instead of the configuration's (0: a free one)")
+    s.add_argument("--host", help="listen on this host instead of the configuration's")
+    w = sub.add_parser("passwd", help="make a SCRAM-SHA-256 password verifier for an analyst in a serve config")
+    w.add_argument("--stdin", action="store_true", help="read the password from standard input, not a prompt")
     g = sub.add_parser("budget", help="show a ledger's budget, spend and history")
     g.add_argument("--ledger", required=True)
+    g.add_argument("--analyst", metavar="NAME", help="show this analyst's spend and releases only")
     # accepted for symmetry with query and batch; the ledger alone holds the budget
     g.add_argument("--data", help=argparse.SUPPRESS)
     g.add_argument("--schema", help=argparse.SUPPRESS)
@@ -269,17 +277,14 @@ def _connect(args: argparse.Namespace, **options: Any) -> Connection:
 
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:
     inner = explained(statements) if single else None
-    if (args.explain or inner is not None) and args.std_error is not None:
-        # Connection.explain takes a spend, not a target standard error: refused, not dropped
-        raise UsageError("--std-error cannot be combined with --explain or an EXPLAIN statement: explain shows "
-                         "the expected standard errors of a spend; give --epsilon or --rho instead")
     db = _connect(args)
     try:
-        spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective)
-        if args.explain or inner is not None:
+        spend = dict(epsilon=args.epsilon, delta=args.delta, rho=args.rho, noise=args.noise, objective=args.objective,
+                     std_error=args.std_error)
+        if args.explain or inner is not None:  # with --std-error: what that accuracy costs
             print(db.explain(inner or statements, **spend))
             return 0
-        kwargs = dict(spend, nonnegative=args.nonnegative, std_error=args.std_error)
+        kwargs = dict(spend, nonnegative=args.nonnegative)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             paths = args.out_paths
@@ -334,18 +339,36 @@ def _format_cost(c: Cost, budget: Budget) -> str:
 
 
 def _run_budget(args: argparse.Namespace) -> int:
+    """The dataset's budget, spend and releases; the total per analyst when some entry has one (the owner's
+    spends, through the ledger itself, shown as ``(owner)``), or with ``--analyst`` that analyst's alone."""
     with Ledger(args.ledger, _budget(args)) as ledger:
         b = ledger.budget
         print(f"ledger {args.ledger}")
         print(f"  budget:    {_format_cost(b.remaining(Cost()), b)}")
         print(f"  spent:     {_format_cost(ledger.spent(), b)}")
         print(f"  remaining: {_format_cost(ledger.remaining(), b)}")
-        entries = ledger.entries()
+        if args.analyst is not None:
+            account = ledger.account(args.analyst)
+            entries, by_analyst = account.entries(), False
+            print(f"  spent by {args.analyst!r}: {_format_cost(account.spent(), b)}")
+        else:
+            entries, totals = ledger.entries(), ledger.accounts()
+            by_analyst = any(totals)  # some entry has an analyst
+            if by_analyst:
+                print("  spent by analyst:")
+                for name, cost in totals.items():
+                    print(f"    {_analyst(name)}: {_format_cost(cost, b)}")
         print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
         for e in entries:
             first = e.description.strip().splitlines()[0] if e.description.strip() else ""
-            print(f"    #{e.id} {e.time} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
+            who = f" {_analyst(e.analyst)}" if by_analyst else ""
+            print(f"    #{e.id} {e.time}{who} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
     return 0
+
+
+def _analyst(name: str) -> str:
+    """An entry's analyst as ``dpsql budget`` prints it: quoted, or ``(owner)``, which no quoted name is."""
+    return repr(name) if name else "(owner)"
 
 
 def _run_validate(args: argparse.Namespace) -> int:
@@ -356,6 +379,30 @@ def _run_validate(args: argparse.Namespace) -> int:
     return 3 if report.problems() else 0
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    """Serve until interrupted (the owner's command; see :mod:`dpsql.server.app`)."""
+    from dpsql.server.app import serve
+
+    serve(args.config, port=args.port, host=args.host)
+    return 0
+
+
+def _run_passwd(args: argparse.Namespace) -> int:
+    """Print a verifier for a ``dpsql serve`` configuration's ``password:`` (never the password)."""
+    from dpsql.server.scram import make_verifier
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UsageError("the passwords differ")
+    if not password:
+        raise UsageError("the password is empty")
+    print(make_verifier(password))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status (see the module docstring). Every failure
     is one line on stderr, never a traceback: a traceback, or DuckDB's message, may quote private data."""
@@ -363,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _run_validate(args)
+        if args.command == "serve":
+            return _run_serve(args)
+        if args.command == "passwd":
+            return _run_passwd(args)
         _check_args(args)
         if args.command == "budget":
             return _run_budget(args)

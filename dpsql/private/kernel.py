@@ -205,17 +205,19 @@ class PrivateTable:
     :class:`~dpsql.private.backend.Backend` (e.g. Spark); only the counting query
     runs there, and noise and ledger stay in this process.
     ``source`` replaces the secure generator, for reproducible tests only.
+    ``lock`` serializes the queries on ``con``; tables sharing one connection (one per
+    analyst's account of a dataset) must share one lock.
     """
 
     def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", table: str, schema: Schema, ledger: Ledger,
-                 source: UniformSource | None = None) -> None:
+                 source: UniformSource | None = None, lock: "threading.RLock | None" = None) -> None:
         self._con = con
         self._table = table
         self._schema = schema
         self._ledger = ledger
         self._source = source
         # one query at a time on the shared connection (DuckDB connections are not thread-safe)
-        self._lock = threading.RLock()
+        self._lock = lock if lock is not None else threading.RLock()
 
     @property
     def rows_per_unit(self) -> int:

@@ -24,6 +24,14 @@ against the dataset's :class:`~dpsql.private.budget.Budget` in a SQLite file (st
   created; opening it with a different budget raises
   :class:`~dpsql.errors.LedgerError`, as does a file that is corrupt or is not
   a dpsql ledger.
+* **Analysts' accounts.** Several analysts may share a dataset's ledger, each
+  through an :class:`Account` (:meth:`Ledger.account`) with a *part* of the
+  budget from the caller's configuration (not stored: parts may add up to
+  more than the budget). Each entry records its analyst (``''`` for the
+  owner, who spends through the :class:`Ledger` itself). An account's spend
+  checks, in the same transaction, both the analyst's own total against the
+  part and the dataset's total, of everyone, against the budget, so the
+  budget always holds.
 * **Tamper evidence.** Deleting, truncating, editing or replacing the ledger
   would reset the budget, so dpsql detects it and refuses (``LedgerError``,
   nothing recorded) instead of granting the budget again:
@@ -33,7 +41,9 @@ against the dataset's :class:`~dpsql.private.budget.Budget` in a SQLite file (st
     budget that no longer matches the fingerprint is refused.
   - Each entry stores a *chain* hash: the SHA-256 of the previous entry's
     hash (the fingerprint for entry 1), its own id, time, exact cost
-    (``repr`` of each float), mechanism, description and the fingerprint.
+    (``repr`` of each float), mechanism, description, the fingerprint and
+    its analyst (left out for the owner's entries, which thus hash as in
+    version 2).
     Ids run 1, 2, 3, ... without gaps. A deleted, reordered or edited entry,
     or an edited budget, breaks the chain ("entry 3 does not chain to entry
     2").
@@ -70,6 +80,10 @@ Format version 2 adds the chain; a version-1 file (no chain) is migrated when
 it is opened: under the write lock, its chain is computed from its existing
 entries, which are trusted as they are, unless their ids have gaps or
 ``sqlite_sequence`` shows deleted entries, in which case it is refused.
+Version 3 adds the analyst; a version-2 file is migrated when it is opened,
+under the write lock: its entries become the owner's, and its chain, which
+they still match, is verified as in every transaction (an edited file is
+refused and left unchanged). A version-1 file is migrated through both steps.
 
 Totals are exact sums (:func:`math.fsum`) of the recorded costs.
 
@@ -83,8 +97,13 @@ Cost(epsilon=0.25, delta=0.0, rho=0.0)
 Traceback (most recent call last):
 ...
 dpsql.errors.BudgetExceededError: privacy budget exceeded: the request costs epsilon=0.5, delta=0.0, ...
->>> [(e.id, e.cost.epsilon, e.mechanism) for e in ledger.entries()]
-[(1, 0.75, 'laplace')]
+>>> alice = ledger.account("alice", Budget(epsilon=0.5))  # parts may add up to more than the budget
+>>> alice.spend(Cost(epsilon=0.125), description="sum of income", mechanism="laplace")
+2
+>>> alice.spent(), alice.remaining()  # what is left of the dataset's budget binds her now
+(Cost(epsilon=0.125, delta=0.0, rho=0.0), Cost(epsilon=0.125, delta=0.0, rho=0.0))
+>>> [(e.id, e.cost.epsilon, e.mechanism, e.analyst) for e in ledger.entries()]
+[(1, 0.75, 'laplace', ''), (2, 0.125, 'laplace', 'alice')]
 >>> ledger.close()
 """
 
@@ -103,7 +122,7 @@ from typing import Callable, Optional, Tuple, TypeVar, Union
 from dpsql.errors import BudgetExceededError, LedgerError, PrivacyError
 from dpsql.private.budget import Budget, Cost
 
-__all__ = ["Ledger", "Entry", "BUSY_TIMEOUT"]
+__all__ = ["Ledger", "Account", "Entry", "BUSY_TIMEOUT"]
 
 _T = TypeVar("_T")
 
@@ -111,14 +130,22 @@ _T = TypeVar("_T")
 BUSY_TIMEOUT = 60.0
 
 _FORMAT = "dpsql-ledger"
-_VERSION = "2"
+_VERSION = "3"
 #: The format without the chain, migrated on open.
 _VERSION_1 = "1"
+#: The format without analysts, migrated on open.
+_VERSION_2 = "2"
 
-# ``chain`` has a default so that the schema of a new ledger and of a migrated
-# version-1 ledger are the same (SQLite can only add a NOT NULL column with a
-# default). An entry inserted by anything but this module gets '' and breaks
-# the chain.
+#: The analyst of the owner's entries: spends through the :class:`Ledger` itself, and every entry from before
+#: version 3.
+_OWNER = ""
+#: The longest analyst name accepted.
+_MAX_NAME = 200
+
+# ``chain`` and ``analyst`` have defaults, and come last, so that the schema of
+# a new ledger and of a migrated older ledger are the same (SQLite can only add
+# a NOT NULL column with a default, at the end). An entry inserted by anything
+# but this module gets chain '' and breaks the chain.
 _SCHEMA = """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY NOT NULL,
@@ -132,11 +159,15 @@ CREATE TABLE entries (
     rho REAL NOT NULL CHECK (rho >= 0),
     mechanism TEXT NOT NULL,
     description TEXT NOT NULL,
-    chain TEXT NOT NULL DEFAULT ''
+    chain TEXT NOT NULL DEFAULT '',
+    analyst TEXT NOT NULL DEFAULT ''
 );
 """
 
-_COLUMNS = "id, time, epsilon, delta, rho, mechanism, description"
+_COLUMNS = "id, time, epsilon, delta, rho, mechanism, description, analyst"
+# where an entry row (``_COLUMNS, chain``) holds its analyst and its hash
+_ANALYST = 7
+_CHAIN = 8
 
 # One JSON encoder for every hash: a JSON list of strings and integers is an
 # unambiguous encoding, so no two different field lists hash alike.
@@ -159,39 +190,58 @@ def _fingerprint(budget: Budget, nonce: str, created: str) -> str:
 
 def _entry_hash(previous: str, row: tuple, fingerprint: str) -> str:
     """The chain hash of the entry ``row`` (``id, time, epsilon, delta, rho,
-    mechanism, description``) following the hash ``previous``. Costs enter as
-    ``repr``, which is exact for a float."""
-    entry_id, time, epsilon, delta, rho, mechanism, description = row[:7]
-    return _digest("dpsql-ledger entry", previous, entry_id, time, repr(epsilon), repr(delta), repr(rho),
-                   mechanism, description, fingerprint)
+    mechanism, description, analyst``) following the hash ``previous``. Costs
+    enter as ``repr``, which is exact for a float. An analyst's name is the
+    last field hashed; an owner's entry (analyst ``''``) hashes without it,
+    exactly as in version 2, so that a version-2 chain stays valid as it is.
+    The two kinds are lists of different lengths, so none hashes like the
+    other: changing an entry's analyst, to or from the owner, breaks the chain."""
+    entry_id, time, epsilon, delta, rho, mechanism, description, analyst = row[:_CHAIN]
+    fields = ("dpsql-ledger entry", previous, entry_id, time, repr(epsilon), repr(delta), repr(rho),
+              mechanism, description, fingerprint)
+    return _digest(*fields, analyst) if analyst != _OWNER else _digest(*fields)
 
 
 def _well_typed(row: tuple) -> bool:
     """Whether an entry row holds what this module writes (SQLite stores any
     type in any column, so an edited file may not)."""
-    entry_id, time, epsilon, delta, rho, mechanism, description = row[:7]
-    return (type(entry_id) is int and isinstance(time, str) and isinstance(mechanism, str)
-            and isinstance(description, str) and all(type(v) is float for v in (epsilon, delta, rho)))
+    entry_id, time, epsilon, delta, rho, mechanism, description, analyst = row[:_CHAIN]
+    return (type(entry_id) is int and all(isinstance(v, str) for v in (time, mechanism, description, analyst))
+            and all(type(v) is float for v in (epsilon, delta, rho)))
+
+
+def _analyst_name(name: object) -> str:
+    """``name`` if it can name an analyst, else LedgerError: a nonempty printable string (it is printed, by
+    ``dpsql budget`` among others) without surrounding whitespace (two names that look alike would be two
+    accounts), of at most :data:`_MAX_NAME` characters. ``''`` is the owner, who spends through the ledger."""
+    if (not isinstance(name, str) or not name or len(name) > _MAX_NAME or not name.isprintable()
+            or name != name.strip()):
+        raise LedgerError(f"an analyst's name must be a nonempty printable string of at most {_MAX_NAME} "
+                          f"characters without surrounding whitespace, got {name!r:.80}")
+    return name
 
 
 @dataclass(frozen=True)
 class Entry:
     """One recorded spend: its id (increasing, never reused), the UTC time
-    it was recorded (ISO 8601), its cost, and free-text labels."""
+    it was recorded (ISO 8601), its cost, free-text labels, and the analyst
+    charged (``''``: the owner, i.e. a spend through the :class:`Ledger`
+    itself, or an entry from before analysts' accounts)."""
 
     id: int
     time: str
     cost: Cost
     mechanism: str
     description: str
+    analyst: str
 
 
 @dataclass(frozen=True)
 class _Snapshot:
     """What one transaction read and verified: the stored budget, the
     ledger's creation id and fingerprint, and every entry row (``id, time,
-    epsilon, delta, rho, mechanism, description, chain``) in id order, whose
-    ids are 1..n."""
+    epsilon, delta, rho, mechanism, description, analyst, chain``) in id
+    order, whose ids are 1..n."""
 
     budget: Budget
     nonce: str
@@ -201,7 +251,7 @@ class _Snapshot:
     @property
     def head(self) -> str:
         """The last entry's hash, or the fingerprint when there is none."""
-        return self.rows[-1][7] if self.rows else self.fingerprint
+        return self.rows[-1][_CHAIN] if self.rows else self.fingerprint
 
 
 class Ledger:
@@ -317,9 +367,11 @@ class Ledger:
             detail = "; ".join(" ".join(str(problem).split()) for problem in problems[:5])
             raise LedgerError(f"{self._where}: the ledger is corrupt: {detail}")
         meta = self._meta()
-        if meta.get("format") == _FORMAT and meta.get("version") == _VERSION_1:
+        if meta.get("format") == _FORMAT and meta.get("version") in (_VERSION_1, _VERSION_2):
             self._check_budget(budget, self._stored_budget(meta))  # refuse before changing the file
-            self._migrate()
+            if meta.get("version") == _VERSION_1:
+                self._migrate_1()
+            self._migrate_2()
         snapshot = self._transaction(self._verify)
         self._check_budget(budget, snapshot.budget)
         return snapshot
@@ -330,8 +382,8 @@ class Ledger:
                               f"not the budget {given} given; a dataset's budget cannot change "
                               "(open it with budget=None to use the stored one)")
 
-    def _migrate(self) -> None:
-        """Upgrade a version-1 ledger (no chain) to this version in one write
+    def _migrate_1(self) -> None:
+        """Upgrade a version-1 ledger (no chain) to version 2 in one write
         transaction: add the chain column, a nonce, the fingerprint and the
         head, and chain the existing entries in id order. The entries are
         trusted as they are, except that ids with gaps or a ``sqlite_sequence``
@@ -346,7 +398,9 @@ class Ledger:
                 if not isinstance(created, str):
                     raise LedgerError(f"{self._where}: the version-1 ledger has no creation time; "
                                       "refusing to migrate it")
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY id").fetchall()
+                # every version-1 entry is the owner's
+                rows = [(*row, _OWNER) for row in conn.execute(
+                    "SELECT id, time, epsilon, delta, rho, mechanism, description FROM entries ORDER BY id")]
                 for index, row in enumerate(rows, 1):
                     if not _well_typed(row):
                         raise LedgerError(f"{self._where}: entry {row[0]!r} of the version-1 ledger holds a "
@@ -370,11 +424,28 @@ class Ledger:
                 conn.execute("DELETE FROM meta WHERE key IN ('nonce', 'fingerprint', 'head')")
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                     ("nonce", nonce), ("fingerprint", fingerprint), ("head", _head(len(rows), chain))])
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (_VERSION,))
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (_VERSION_2,))
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
             raise
+
+    def _migrate_2(self) -> None:
+        """Upgrade a version-2 ledger (no analysts) to this version in one
+        write transaction: add the analyst column, which makes every existing
+        entry the owner's, and verify the result. An owner's entry hashes as
+        in version 2 (:func:`_entry_hash`), so the chain is kept as it is and
+        verified like any other: a version-2 ledger that was edited is refused,
+        and left unchanged, rather than migrated."""
+        conn = self._connection()
+
+        def upgrade() -> None:
+            if self._meta().get("version") == _VERSION_2:  # else another process migrated it since we looked
+                conn.execute("ALTER TABLE entries ADD COLUMN analyst TEXT NOT NULL DEFAULT ''")
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'version'", (_VERSION,))
+                self._verify()
+
+        self._transaction(upgrade, "BEGIN IMMEDIATE")
 
     # -- verifying ---------------------------------------------------------
 
@@ -403,7 +474,8 @@ class Ledger:
             raise LedgerError(f"{where}: not a dpsql ledger (meta format is {meta.get('format')!r})")
         if meta.get("version") != _VERSION:
             raise LedgerError(f"{where}: unsupported ledger version {meta.get('version')!r} "
-                              f"(this dpsql reads version {_VERSION}, and migrates version {_VERSION_1})")
+                              f"(this dpsql reads version {_VERSION}, and migrates versions {_VERSION_1} "
+                              f"and {_VERSION_2})")
         budget = self._stored_budget(meta)
         nonce, created, fingerprint = meta.get("nonce"), meta.get("created"), meta.get("fingerprint")
         if not (isinstance(nonce, str) and isinstance(created, str) and isinstance(fingerprint, str)):
@@ -423,20 +495,20 @@ class Ledger:
         start = min(len(known), len(rows)) if known_fingerprint == fingerprint else 0
         if start and rows[:start] != known[:start]:
             start = 0
-        chain = rows[start - 1][7] if start else fingerprint
+        chain = rows[start - 1][_CHAIN] if start else fingerprint
         for index, row in enumerate(rows[start:], start + 1):
             entry_id = row[0]
-            if not _well_typed(row) or not isinstance(row[7], str):
+            if not _well_typed(row) or not isinstance(row[_CHAIN], str):
                 raise LedgerError(f"{where}: entry {entry_id!r} holds a value of the wrong type: "
                                   "the ledger was edited")
             after = f"entry {index - 1}" if index > 1 else "the start of the ledger"
             if entry_id != index:
                 raise LedgerError(f"{where}: entry {entry_id} does not chain to {after} (entry {index} is "
                                   "missing): the ledger was edited or truncated")
-            if _entry_hash(chain, row, fingerprint) != row[7]:
+            if _entry_hash(chain, row, fingerprint) != row[_CHAIN]:
                 raise LedgerError(f"{where}: entry {entry_id} does not chain to {after} (an entry was changed, "
                                   "deleted or reordered): the ledger was edited or truncated")
-            chain = row[7]
+            chain = row[_CHAIN]
 
         count, head = _parse_head(meta.get("head"))
         if count is None:
@@ -486,7 +558,7 @@ class Ledger:
             raise LedgerError(f"{self._where}: the ledger's budget changed from {self._budget} to "
                               f"{snapshot.budget} while open: the ledger was edited")
         count, head = self._seen
-        if len(snapshot.rows) < count or (count and snapshot.rows[count - 1][7] != head):
+        if len(snapshot.rows) < count or (count and snapshot.rows[count - 1][_CHAIN] != head):
             raise LedgerError(f"{self._where}: the ledger no longer extends the {count} entries this Ledger has "
                               f"seen (it now holds {len(snapshot.rows)}): the ledger was truncated, edited "
                               "or replaced while open")
@@ -535,10 +607,29 @@ class Ledger:
         """The ledger file, or None for an in-memory ledger."""
         return self._path
 
+    def account(self, analyst: str, part: Optional[Budget] = None) -> "Account":
+        """The :class:`Account` of ``analyst`` on this ledger: spends through it
+        are recorded under the analyst's name and may not take the analyst's
+        own total beyond ``part`` (None: only the dataset's budget binds), nor
+        the dataset's total, of all analysts and the owner, beyond
+        :attr:`budget`. ``part`` comes from the caller's configuration and is
+        not stored: the parts of several analysts may add up to more than the
+        dataset's budget. It must be in the budget's currency. Raises
+        :class:`~dpsql.errors.LedgerError` for an invalid name or part."""
+        name = _analyst_name(analyst)
+        if part is not None:
+            if not isinstance(part, Budget):
+                raise LedgerError(f"analyst {name!r}'s part must be a dpsql.private.budget.Budget or None, "
+                                  f"got {type(part).__name__}")
+            if part.currency != self._budget.currency:
+                raise LedgerError(f"analyst {name!r}'s part {part} is not in the currency of the dataset's "
+                                  f"budget {self._budget}")
+        return Account(self, name, part)
+
     def spend(self, cost: Cost, description: str = "", mechanism: str = "") -> int:
-        """Record ``cost`` and return the new entry's id, or raise
-        :class:`~dpsql.errors.BudgetExceededError` and record nothing if the
-        total would exceed the budget.
+        """Record ``cost`` as the owner's and return the new entry's id, or
+        raise :class:`~dpsql.errors.BudgetExceededError` and record nothing if
+        the total would exceed the budget.
 
         Read, verify, check and insert happen in one ``BEGIN IMMEDIATE``
         transaction, and the commit is fsynced before this returns: release
@@ -546,13 +637,17 @@ class Ledger:
         verification raises :class:`~dpsql.errors.LedgerError` and records
         nothing.
         """
+        return self._record(cost, description, mechanism, _OWNER, None)
+
+    def _record(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> int:
+        """:meth:`spend`, charged to ``analyst`` (``''``: the owner), whose own total may not exceed ``part``."""
         self._validate(cost)
         if not isinstance(description, str) or not isinstance(mechanism, str):
             raise LedgerError("description and mechanism must be strings")
         with self._lock:
-            return self._spend(cost, description, mechanism)
+            return self._spend(cost, description, mechanism, analyst, part)
 
-    def _spend(self, cost: Cost, description: str, mechanism: str) -> int:
+    def _spend(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> int:
         conn = self._connection()
         self._check_file()
 
@@ -560,13 +655,14 @@ class Ledger:
             snapshot = self._verify()
             self._check_continues(snapshot)
             rows = snapshot.rows
-            self._require_room(rows, cost)
+            self._require_room(rows, cost, analyst, part)
             entry_id = len(rows) + 1  # ids are 1..n (verified), and so is the sequence
             time = datetime.now(timezone.utc).isoformat(timespec="microseconds")
             # + 0.0 turns -0.0 into 0.0: SQLite stores an integral REAL as an integer and reads back 0.0
-            row = (entry_id, time, cost.epsilon + 0.0, cost.delta + 0.0, cost.rho + 0.0, mechanism, description)
+            row = (entry_id, time, cost.epsilon + 0.0, cost.delta + 0.0, cost.rho + 0.0, mechanism, description,
+                   analyst)
             chain = _entry_hash(snapshot.head, row, snapshot.fingerprint)
-            cursor = conn.execute(f"INSERT INTO entries ({_COLUMNS}, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            cursor = conn.execute(f"INSERT INTO entries ({_COLUMNS}, chain) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                   (*row, chain))
             if cursor.lastrowid != entry_id:  # cannot happen after _verify; refuse rather than guess
                 raise LedgerError(f"{self._where}: the new entry got id {cursor.lastrowid}, not {entry_id}")
@@ -589,11 +685,15 @@ class Ledger:
         """Raise :class:`~dpsql.errors.BudgetExceededError` if ``cost`` would
         not fit in the remaining budget now. Writes nothing; use it to refuse
         a query before any data is touched (``spend`` checks again)."""
+        self._check(cost, _OWNER, None)
+
+    def _check(self, cost: Cost, analyst: str, part: Optional[Budget]) -> None:
+        """:meth:`check`, for ``analyst`` (``''``: the owner), whose own total may not exceed ``part``."""
         self._validate(cost)
-        self._require_room(self._snapshot().rows, cost)
+        self._require_room(self._snapshot().rows, cost, analyst, part)
 
     def spent(self) -> Cost:
-        """The total of every recorded cost (exact sums, :func:`math.fsum`)."""
+        """The total of every recorded cost, of all analysts and the owner (exact sums, :func:`math.fsum`)."""
         return self._sum(self._snapshot().rows)
 
     def remaining(self) -> Cost:
@@ -601,13 +701,15 @@ class Ledger:
         return self._budget.remaining(self.spent())
 
     def entries(self) -> "list[Entry]":
-        """Every recorded spend, oldest first."""
+        """Every recorded spend, of all analysts and the owner, oldest first."""
+        return self._entries(self._snapshot().rows)
+
+    def accounts(self) -> "dict[str, Cost]":
+        """The total recorded per analyst (exact sums), by name, for each
+        analyst with an entry; the owner's total is under ``''``, when the
+        owner has an entry."""
         rows = self._snapshot().rows
-        try:
-            return [Entry(id=r[0], time=r[1], cost=Cost(r[2], r[3], r[4]), mechanism=r[5], description=r[6])
-                    for r in rows]
-        except PrivacyError as e:
-            raise LedgerError(f"{self._where}: the ledger holds an invalid entry: {e}") from e
+        return {name: self._sum(_of(rows, name)) for name in sorted({row[_ANALYST] for row in rows})}
 
     def close(self) -> None:
         """Close the file (idempotent). An in-memory ledger is discarded."""
@@ -637,6 +739,13 @@ class Ledger:
             raise PrivacyError(f"expected a dpsql.private.budget.Cost, got {type(cost).__name__}")
         self._budget.admits(cost)  # raises PrivacyError on a currency mismatch
 
+    def _entries(self, rows: list) -> "list[Entry]":
+        try:
+            return [Entry(id=r[0], time=r[1], cost=Cost(r[2], r[3], r[4]), mechanism=r[5], description=r[6],
+                          analyst=r[_ANALYST]) for r in rows]
+        except PrivacyError as e:
+            raise LedgerError(f"{self._where}: the ledger holds an invalid entry: {e}") from e
+
     def _sum(self, rows: list, extra: Optional[Cost] = None) -> Cost:
         columns: "list[list[float]]" = [[row[2] for row in rows], [row[3] for row in rows], [row[4] for row in rows]]
         if extra is not None:
@@ -648,23 +757,164 @@ class Ledger:
         except (TypeError, PrivacyError) as e:
             raise LedgerError(f"{self._where}: the ledger holds an invalid entry: {e}") from e
 
-    def _require_room(self, rows: list, cost: Cost) -> None:
-        """Raise :class:`~dpsql.errors.BudgetExceededError` unless ``cost`` fits beside ``rows``. A total
-        beyond the largest float (a budget near it, and a request near it) does not fit either."""
+    def _fits(self, limit: Budget, rows: list, cost: Cost) -> bool:
+        """Whether ``cost`` fits in ``limit`` beside ``rows``. A total beyond the largest float (a limit near
+        it, and a request near it) does not fit."""
         try:
-            fits = self._budget.admits(self._sum(rows, cost))
+            return limit.admits(self._sum(rows, cost))
         except OverflowError:
-            fits = False
-        if not fits:
-            raise self._exceeded(cost, self._sum(rows))
+            return False
 
-    def _exceeded(self, cost: Cost, spent: Cost) -> BudgetExceededError:
-        remaining = self._budget.remaining(spent)
-        show = self._budget.describe
-        return BudgetExceededError(
-            f"privacy budget exceeded: the request costs {show(cost)}, but {show(spent)} of the budget "
-            f"{self._budget} is already spent and only {show(remaining)} remains; nothing was recorded",
-            requested=cost, spent=spent, remaining=remaining)
+    def _require_room(self, rows: list, cost: Cost, analyst: str, part: Optional[Budget]) -> None:
+        """Raise :class:`~dpsql.errors.BudgetExceededError` unless ``cost`` fits both ``analyst``'s ``part``
+        beside the analyst's own entries (no part: nothing to check) and the dataset's budget beside all
+        ``rows``. The error names each limit it would exceed, the analyst's part first; its ``spent`` is
+        what was spent against the first of them, and its ``remaining`` what is left under both."""
+        over = []
+        if part is not None:
+            mine = _of(rows, analyst)
+            if not self._fits(part, mine, cost):
+                over.append((self._sum(mine), f"the part {part} given to analyst {analyst!r}"))
+        if not self._fits(self._budget, rows, cost):
+            whose = (f"the budget {self._budget}" if analyst == _OWNER
+                     else f"the dataset's total budget {self._budget}, shared by all analysts,")
+            over.append((self._sum(rows), whose))
+        if over:
+            show = self._budget.describe
+            spent = " and ".join(f"{show(total)} of {what} is already spent" for total, what in over)
+            remaining = self._remaining(rows, analyst, part)
+            raise BudgetExceededError(
+                f"privacy budget exceeded: the request costs {show(cost)}, but {spent} and only {show(remaining)} "
+                "remains; nothing was recorded", requested=cost, spent=over[0][0], remaining=remaining)
+
+    def _remaining(self, rows: list, analyst: str, part: Optional[Budget]) -> Cost:
+        """What ``analyst`` may still spend beside ``rows``: what the dataset's budget allows, and, under a
+        ``part``, no more in any field than what is left of the part (see :meth:`Account.remaining`)."""
+        left = self._budget.remaining(self._sum(rows))
+        if part is None:
+            return left
+        own = part.remaining(self._sum(_of(rows, analyst)))
+        return Cost(*(min(getattr(left, f), getattr(own, f)) for f in ("epsilon", "delta", "rho")))
+
+
+class Account:
+    """One analyst's account on a dataset's :class:`Ledger`, made by
+    :meth:`Ledger.account`; usable wherever a :class:`Ledger` is (the kernel's
+    :class:`~dpsql.private.kernel.PrivateTable`, a connection), so that every
+    spend made through it is charged to the analyst.
+
+    A spend is recorded under the analyst's name, in one ``BEGIN IMMEDIATE``
+    transaction that checks both limits: the analyst's own total against
+    their part (if any), and the dataset's total, of every analyst and the
+    owner, against the dataset's budget. It has the ledger's guarantees
+    (durable before it returns, serialized across threads and processes,
+    nothing recorded on a refusal, the ledger verified each time).
+    :meth:`spent` and :meth:`entries` are the analyst's own;
+    :attr:`dataset_budget`, :meth:`dataset_spent` and
+    :meth:`dataset_remaining` are the dataset's. An account gives no public
+    way to the :class:`Ledger` itself, through which one could spend as the
+    owner or as another analyst.
+    """
+
+    def __init__(self, ledger: Ledger, analyst: str, part: Optional[Budget]) -> None:
+        self._ledger = ledger
+        self._name = analyst
+        self._part = part
+        self._closed = False
+
+    @property
+    def analyst(self) -> str:
+        """The analyst's name, recorded with each of their entries."""
+        return self._name
+
+    @property
+    def part(self) -> Optional[Budget]:
+        """The analyst's part of the budget, or None when only the dataset's budget binds."""
+        return self._part
+
+    @property
+    def budget(self) -> Budget:
+        """The analyst's part, or the dataset's budget when they have none."""
+        return self._part if self._part is not None else self._ledger.budget
+
+    @property
+    def dataset_budget(self) -> Budget:
+        """The dataset's total budget, which all analysts and the owner draw on together."""
+        return self._ledger.budget
+
+    @property
+    def path(self) -> Optional[str]:
+        """The ledger file, or None for an in-memory ledger."""
+        return self._ledger.path
+
+    def spend(self, cost: Cost, description: str = "", mechanism: str = "") -> int:
+        """Record ``cost`` under the analyst's name and return the new entry's
+        id, or raise :class:`~dpsql.errors.BudgetExceededError`, naming the
+        limit (the analyst's part, the dataset's total, or both) and what was
+        asked, spent and left, and record nothing. As :meth:`Ledger.spend`:
+        release the noisy value only after this has returned."""
+        self._open()
+        return self._ledger._record(cost, description, mechanism, self._name, self._part)
+
+    def check(self, cost: Cost) -> None:
+        """Raise :class:`~dpsql.errors.BudgetExceededError` if ``cost`` would
+        not fit in both limits now. Writes nothing (``spend`` checks again)."""
+        self._open()
+        self._ledger._check(cost, self._name, self._part)
+
+    def spent(self) -> Cost:
+        """The total the analyst has spent (exact sums, :func:`math.fsum`)."""
+        self._open()
+        return self._ledger._sum(_of(self._ledger._snapshot().rows, self._name))
+
+    def remaining(self) -> Cost:
+        """What the analyst may still spend: in each field (``ε``, ``δ``,
+        ``ρ``), the smaller of what is left of their part and what is left of
+        the dataset's budget, which the other analysts and the owner draw on
+        too. Both limits hold field by field, so a cost fits exactly when each
+        of its fields fits under both, i.e. under this minimum, although the
+        two minima may come from different limits (the part may leave less
+        ``ε`` and the dataset less ``δ``). Floored at 0."""
+        self._open()
+        return self._ledger._remaining(self._ledger._snapshot().rows, self._name, self._part)
+
+    def entries(self) -> "list[Entry]":
+        """The analyst's recorded spends, oldest first."""
+        self._open()
+        return self._ledger._entries(_of(self._ledger._snapshot().rows, self._name))
+
+    def dataset_spent(self) -> Cost:
+        """The dataset's total spend, of all analysts and the owner."""
+        self._open()
+        return self._ledger.spent()
+
+    def dataset_remaining(self) -> Cost:
+        """What the dataset's budget still allows, to all analysts and the owner together."""
+        self._open()
+        return self._ledger.remaining()
+
+    def close(self) -> None:
+        """Stop using this account (idempotent). The ledger stays open for its
+        other accounts: whoever opened the :class:`Ledger` closes it."""
+        self._closed = True
+
+    def __enter__(self) -> "Account":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Account({self._ledger!r}, {self._name!r}, {self._part!r})"
+
+    def _open(self) -> None:
+        if self._closed:
+            raise LedgerError(f"{self._ledger._where}: analyst {self._name!r}'s account is closed")
+
+
+def _of(rows: list, analyst: str) -> list:
+    """The entry rows of ``analyst``."""
+    return [row for row in rows if row[_ANALYST] == analyst]
 
 
 def _head(count: int, chain: str) -> str:

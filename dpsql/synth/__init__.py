@@ -32,7 +32,8 @@ from dpsql.synth.oracle import (
     objective,
     perturbed_responses,
 )
-from dpsql.synth.synthesize import SyntheticTable
+from dpsql.synth.synthesize import NameTakenError, SyntheticTable
 
 __all__ = ["Conjunction", "Response", "OracleProblem", "best_response", "best_responses", "perturbed_responses",
-           "objective", "ORACLES", "RESULT_METHODS", "MarginalCells", "random_marginals", "SyntheticTable"]
+           "objective", "ORACLES", "RESULT_METHODS", "MarginalCells", "random_marginals", "SyntheticTable",
+           "NameTakenError"]

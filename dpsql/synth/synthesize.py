@@ -15,6 +15,7 @@ private data, which only the data owner may compute.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import numbers
@@ -50,11 +51,12 @@ from dpsql.synth.accounting import (
     zcdp_epsilon,
     zcdp_rho,
 )
-from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim
+from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.compress import THRESHOLD, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
+from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
@@ -69,6 +71,21 @@ from dpsql.synth.pgm import (
     pgm,
     pgm_compressed,
     unit_weights,
+)
+from dpsql.synth.work import (
+    CELL,
+    FEM_ROUND,
+    LOCAL_SEARCH,
+    QUERY,
+    READ,
+    REFINE_ROW,
+    SOLVE,
+    STEP,
+    Work,
+    fit_seconds,
+    fitting,
+    max_seconds,
+    refine_seconds,
 )
 
 if TYPE_CHECKING:
@@ -218,7 +235,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
     """
     run = _plan(private, schema, attributes, method, workload, budget, epsilon, delta, rho, rows, name, seed,
                 options or {})
-    with released.reserve(name):  # refused if taken; held until registered, so no other request spends for it
+    with released.reserve(name) as slot:  # refused if taken; claimed in the catalog until filled
         private.check(run.cost)  # the whole spend fits now; nothing read yet
         bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
                    disable=progress is False, delay=0 if progress else 2.0)
@@ -227,10 +244,24 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
         finally:
             bar.close()
         df = decode(records, attributes, schema)
-        released.register(name, df, {c.name: c.sql_type for c in schema.columns})
-    return SyntheticTable(name=name, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
-                          rho=spent.rho, report=report, records=records, oracle=oracle,
-                          _released=released)
+        made = slot.fill(df, {c.name: c.sql_type for c in schema.columns})
+    table = SyntheticTable(name=made, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
+                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released)
+    if made != name:
+        raise NameTakenError(name, table)
+    return table
+
+
+class NameTakenError(WorkloadError):
+    """The synthetic table's name was taken on the analyst's DuckDB while the table was made (its
+    placeholder dropped and the name reused there). The spend is recorded and the table is not
+    lost: it is registered under a fresh name, and ``table`` is the :class:`SyntheticTable`."""
+
+    def __init__(self, name: str, table: SyntheticTable) -> None:
+        self.table = table
+        super().__init__(f"the name {name!r} was taken on db.released while the synthetic table was made "
+                         f"(its placeholder view was dropped): the table, whose spend is recorded, is registered as "
+                         f"{table.name!r} instead, and this error's .table is it")
 
 
 #: The options each method takes (besides the spend, ``rows`` and ``seed``), with their defaults
@@ -263,12 +294,16 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
 #:   ``iterations`` (of the last fit, warm-started, 1,000), and ``max_model_size``, ``sweeps``,
 #:   ``compress`` and ``one_way_share`` as for pgm.
 #:   zCDP: a ``rho``, or an ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
+#:
+#: Every method also takes ``max_seconds`` (seconds > 0, :data:`~dpsql.synth.work.DEFAULT_MAX_SECONDS`,
+#: 600): a run whose options imply more work is refused before the spend, and the counts the spend
+#: or the data set (derived rounds, the default rows) are capped to it (:mod:`dpsql.synth.work`).
 OPTIONS = {
-    "mwem": ("rounds", "replays", "init", "average"),
-    "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit"),
-    "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range"),
-    "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress"),
-    "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress"),
+    "mwem": ("rounds", "replays", "init", "average", "max_seconds"),
+    "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit", "max_seconds"),
+    "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range", "max_seconds"),
+    "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress", "max_seconds"),
+    "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress", "max_seconds"),
 }
 
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
@@ -329,16 +364,22 @@ class _Request:
         rho = (gaussian_rho if gaussian else zcdp_rho)(total.epsilon, total.delta)
         return rho, Cost(epsilon=total.epsilon, delta=total.delta)
 
-    def default_rows(self, count: float, what: str, stacklevel: int = 5) -> int:
+    def default_rows(self, count: float, what: str, stacklevel: int = 5, in_time: int | None = None) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
-        allows, with a warning: after the spend a too-large default is capped, never refused."""
+        allows, or ``in_time``, the most the run has time to make within ``max_seconds``, with a
+        warning: after the spend a too-large default is capped, never refused."""
         cap = synthetic_rows_cap(self.columns)
         n = max(int(round(count)), 0)
         if n > cap:
             warnings.warn(f"the {what} is {n:,} rows, more than a synthetic table of {self.columns} columns may "
                           f"hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); sampling {cap:,} rows (pass rows= to choose)",
                           stacklevel=stacklevel)
-            return cap
+            n = cap
+        if in_time is not None and n > in_time:
+            warnings.warn(f"the {what} is {n:,} rows, more than the run has time to make within max_seconds; "
+                          f"sampling {in_time:,} rows (pass rows= or a larger max_seconds to choose)",
+                          stacklevel=stacklevel)
+            n = in_time
         return n
 
 
@@ -424,6 +465,7 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     replays = integer("replays", option(options, "replays", 100), high=MWEM_MAX_REPLAYS)
     init = choice("init", option(options, "init", "uniform"), INITS)
     average = flag("average", option(options, "average", False))
+    limit = max_seconds(options)
     steps = mwem_steps(rounds, init)
     step_eps = math.sqrt(2.0 * total.rho / steps) if request.zcdp else total.epsilon / steps
     try:
@@ -434,6 +476,17 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     except PrivacyError as e:
         raise _refine(e, f"MWEM with rounds={rounds} splits {budget.describe(total)} into {steps} steps of "
                          f"epsilon={step_eps!r}, too small to measure; spend more or use fewer rounds") from None
+    sizes = [math.prod(a.size for a in (attributes[i] for i in m)) for m in request.marginals]
+    updates = replays * rounds * (rounds + 1) // 2  # round r replays its r measurements...
+    touched = sorted((attributes[a].size for a in set().union(*request.marginals)), reverse=True)
+    k = max(len(m) for m in request.marginals)
+
+    def group(r: int) -> int:  # ...each on the group of attributes they merged: at most the r·k largest
+        return min(MAX_GROUP_CELLS, math.prod(touched[:r * k]))
+
+    Work("MWEM", [(f"rounds={rounds}", rounds * (2 * READ + CELL * sum(sizes))),
+                  (f"rounds={rounds} and replays={replays} ({updates:,} updates)",
+                   replays * sum(r * (STEP + CELL * group(r)) for r in range(1, rounds + 1)))]).check(limit)
     cost = Cost(step_cost.epsilon * steps, 0.0, step_cost.rho * steps)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
@@ -472,13 +525,25 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
     share = real("count_share", option(options, "count_share", 0.05), below_one=True)
     oracle = choice("oracle", option(options, "oracle", "auto"), ORACLES)
     time_limit = real("time_limit", option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
-    max_rounds = synthetic_rows_cap(request.columns)  # one record per round
+    time_budget = max_seconds(options)
     if rounds is not None:
         check_synthetic_cells(rounds, request.columns, f"DualQuery makes one record a round: rounds={rounds}")
     if samples > limits.MAX_SYNTHETIC_CELLS:
         raise ResourceLimitError(f"samples={samples} query draws a round is more than the limit of "
                                  f"{limits.MAX_SYNTHETIC_CELLS:,}")
     cells = _check_cells("DualQuery", request.marginals, attributes)
+    # a round: the private draws, the multiplicative weights over every cell, and one oracle solve;
+    # the local-search oracle's rounds take longer the more rounds came before (measured, QUERY)
+    per_round = READ + CELL * (cells.size + samples) + \
+        (LOCAL_SEARCH if oracle == "heuristic" else min(time_limit, SOLVE))
+    growth = QUERY if oracle == "heuristic" else 0.0
+
+    def seconds(t: int) -> float:
+        return READ + t * per_round + growth * t * (t + 1) / 2
+
+    if rounds is not None:
+        Work("DualQuery", [(f"rounds={rounds} with samples={samples}", seconds(rounds))]).check(time_budget)
+    max_rounds = synthetic_rows_cap(request.columns)  # one record a round
     count_eps = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
     count_strategy = marginal_strategy([a.size for a in attributes], ())
     try:
@@ -503,8 +568,8 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
             step = DEFAULT_ETA if eta is None else eta
             limit = rest.rho if request.zcdp else rest.epsilon
 
-            def fits(t: int) -> bool:
-                return t <= max_rounds and (dualquery_rho(step, t, samples, n) if request.zcdp
+            def fits(t: int) -> bool:  # within the records' cells, max_seconds and the spend
+                return t <= max_rounds and seconds(t) <= time_budget and (dualquery_rho(step, t, samples, n) if request.zcdp
                                             else dualquery_epsilon(step, t, samples, n, rest.delta)) <= limit
             return step, largest_integer(fits, "DualQuery rounds")  # 1 always fits
         if rounds == 1:
@@ -567,6 +632,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     if samples * width > limits.MAX_SYNTHETIC_CELLS:
         raise ResourceLimitError(f"FEM perturbs samples={samples} records of {width:,} attribute values a round, "
                                  f"{samples * width:,} numbers, more than the limit of {limits.MAX_SYNTHETIC_CELLS:,}")
+    limit = max_seconds(options)
     max_rounds = synthetic_rows_cap(request.columns) // samples  # samples records a round
     if rounds is not None:
         check_synthetic_cells(rounds * samples, request.columns,
@@ -574,6 +640,12 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     elif max_rounds < 1:
         check_synthetic_cells(samples, request.columns, f"FEM makes samples records a round: samples={samples}")
     cells = _check_cells("FEM", request.marginals, attributes)
+    # a round: the selection over every cell query and its negation, samples perturbed best responses
+    round_seconds = FEM_ROUND + CELL * (2 * cells.size + samples * width) + \
+        samples * (STEP if oracle == "heuristic" else min(time_limit, SOLVE) / processes)  # batched local search
+    if rounds is not None:
+        Work("FEM", [(f"rounds={rounds} with samples={samples}", rounds * round_seconds)]).check(limit)
+    in_time = fitting(limit, 0.0, round_seconds, max(max_rounds, 1))
     zcdp = request.zcdp
     rho = total.rho if zcdp else (zcdp_rho(total.epsilon, total.delta) if total.delta else None)
     if rounds is not None and eps0 is None:  # exponential_rho(eps0) = rho / rounds, rounded down
@@ -592,6 +664,11 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
                           f"table may hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); running {max_rounds:,} rounds, "
                           "which spends less", stacklevel=5)
             rounds = max_rounds
+        if rounds > in_time:
+            warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than it has time "
+                          f"for within max_seconds={limit:g} (about {round_seconds:.3g} s a round); running {in_time:,} "
+                          "rounds, which spends less", stacklevel=5)
+            rounds = in_time
     if not math.isfinite(noise * math.sqrt(rounds)):
         raise ArgumentError(f"noise={noise!r} times the square root of rounds={rounds} is not a finite number")
     if zcdp:
@@ -664,18 +741,31 @@ def fem_warnings(eps0: float, cells: int, attributes: Sequence[tuple[str, int]],
 @dataclass(frozen=True)
 class _ModelOptions:
     """The graphical model's options, shared by pgm and aim: fit ``iterations``, refinement
-    ``sweeps`` and the model's size limit, ``megabytes`` of float64 cells."""
+    ``sweeps``, the model's size limit, ``megabytes`` of float64 cells, and ``max_seconds``;
+    ``fit`` is the estimated seconds of the run before the sampling (:mod:`dpsql.synth.work`)."""
 
     iterations: int
     sweeps: int
     megabytes: float
+    max_seconds: float
+    fit: float = 0.0
 
     @classmethod
     def of(cls, options: dict, iterations: int) -> "_ModelOptions":
         """The options given, with ``iterations`` the method's default most fit steps."""
         return cls(integer("iterations", option(options, "iterations", iterations)),
                    integer("sweeps", option(options, "sweeps", 30), low=0),
-                   real("max_model_size", option(options, "max_model_size", 10.0)))
+                   real("max_model_size", option(options, "max_model_size", 10.0)), max_seconds(options))
+
+    def check_time(self, method: str, fit: list[tuple[str, float]], marginals: int,
+                   rows: int | None) -> "_ModelOptions":
+        """Refuse a run whose ``fit`` terms and refinement of ``rows`` records (at least one; the
+        default rows are capped after the spend, :meth:`table`) toward ``marginals`` measured
+        marginals exceed ``max_seconds``; these options with the fit's estimate."""
+        sweeps = (f"sweeps={self.sweeps} of {marginals} marginals" + (f" over rows={rows}" if rows else ""),
+                  refine_seconds(self.sweeps, marginals, rows or 1))
+        Work(method, [*fit, sweeps]).check(self.max_seconds)
+        return dataclasses.replace(self, fit=sum(s for _, s in fit))
 
     @property
     def max_cells(self) -> int:
@@ -695,7 +785,10 @@ class _ModelOptions:
               rng: np.random.Generator) -> tuple[np.ndarray, "pd.DataFrame"]:
         """The records sampled from a fitted model (``request.rows``, or its noisy total) and their report."""
         total = learned.model.total
-        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6)
+        marginals = len({o.subset for o in learned.observations})
+        in_time = fitting(self.max_seconds, self.fit + refine_seconds(self.sweeps, marginals, 0),
+                          self.sweeps * marginals * REFINE_ROW, 2**62)
+        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6, in_time)
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
@@ -751,6 +844,9 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
 
     share, threshold = _compression(options, domain, isinstance(noise, Gaussian))
+    cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in weights) + sum(domain))
+    model = model.check_time("PGM", [(f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
+                             len(weights) + (len(domain) if threshold is not None else 0), request.rows)
     if threshold is not None:
         return _plan_pgm_compressed(private, attributes, request, model, measured, weights, compressible(domain),
                                     share, threshold)
@@ -815,6 +911,11 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= model.max_cells]
     _check_cells("AIM", fits, attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
+    cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
+    refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
+    model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
+                                     (f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
+                             min(rounds, len(fits)) + len(domain), request.rows)
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement(domain, one_way_weights(range(len(domain)))), Gaussian(rho=share * rho))

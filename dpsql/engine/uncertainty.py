@@ -1,0 +1,126 @@
+"""Uncertainty of released answers: each answer's standard error and confidence interval.
+
+A result's error columns sit beside its aggregates (and beside computed select items
+that read aggregates): ``std_error``, ``ci_low``, ``ci_high`` for a statement's one
+such output, ``<name>_std_error``, ... when there are several. COUNT and SUM get the
+exact closed-form standard error of their least-squares answer; other aggregates and
+expressions over them get the delta method with the exact covariances. All of it is
+public math over the strategy, the noise scale and the noisy answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
+from dpsql.sql.compile import Block, CompiledStatement
+from dpsql.sql.delta import partials
+from dpsql.sql.outputs import error_names, error_outputs
+from dpsql.sql.plan import Aggregate
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["error_columns", "ordered"]
+
+
+#: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs.
+_Gradient = list[tuple[Block, np.ndarray]]
+
+
+def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient | None:
+    """None for a quantile, which is not a differentiable function of its measured queries."""
+    if aggregate.func in QUANTILES:
+        return None
+    blocks = st.blocks_of(aggregate.name)
+    if len(blocks) == 1:
+        return [(blocks[0], np.ones(len(st.groups)))]
+    grad = gradient(aggregate.func, st.parts(aggregate.name, answers))
+    return [(b, grad[b.measure]) for b in blocks]
+
+
+def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, int], np.ndarray] | None,
+                  size: int) -> np.ndarray:
+    """``sqrt(g' Σ g)`` per group: the standard error of a function of measured queries with
+    gradient ``pairs``, ``Σ`` their exact covariance (the variances ``se²`` and the
+    least-squares answers' cross covariances). Two entries on one query add up."""
+    merged: dict[tuple[int | None, int, int], tuple[Block, np.ndarray]] = {}
+    for block, g in pairs:
+        key = (block.term, block.start, block.stop)
+        merged[key] = (block, merged[key][1] + g if key in merged else g)
+    terms = list(merged.values())
+    var = np.zeros(size)
+    with np.errstate(invalid="ignore"):
+        for i, (a, ga) in enumerate(terms):
+            var = var + (ga * a.take(se, size)) ** 2
+            for b, gb in terms[i + 1:]:
+                if a.term is not None and b.term is not None and covariance is not None:
+                    var = var + 2.0 * ga * gb * covariance(a.term, b.term) * a.scale * b.scale
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z: float,
+                   covariance: Callable[[int, int], np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Standard error and confidence interval of every visible aggregate, and of every computed
+    select item that reads aggregates, per group.
+
+    COUNT and SUM use their exact closed-form variance. The others (AVG,
+    variances, standard deviations, and expressions such as ``SUM(a) / COUNT(*)``
+    or ``POWER(AVG(x), 2)``) are functions of several measured queries
+    (:mod:`dpsql.sql.aggregates`, :mod:`dpsql.sql.delta`) and use the delta method,
+    ``Var f ≈ Σ_ab ∂_a f ∂_b f Cov(a, b)``, with the exact covariances
+    ``covariance(term_a, term_b)`` of the least-squares answers: a first-order
+    approximation, good when the noise is small beside the values. An expression
+    :mod:`dpsql.sql.delta` cannot differentiate gets NULL: no standard error
+    rather than a wrong one.
+    """
+    out: dict[str, np.ndarray] = {}
+    size = len(st.groups)
+    grads = {a.name: _aggregate_gradient(st, a, answers) for a in st.plan.aggregates}
+    values = {a.name: st.values(a.name, answers) for a in st.plan.aggregates}
+    for agg in st.plan.aggregates:
+        if not agg.visible:
+            continue
+        name, lo, hi = error_names(st.plan, agg.name)
+        if agg.func in QUANTILES and not st.measured(agg.name):  # NULL, exactly
+            out[name] = out[lo] = out[hi] = np.full(size, np.nan)
+            continue
+        if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
+            parts = st.parts(agg.name, answers)
+            spread = {b.measure: b.take(se, size) for b in st.blocks_of(agg.name)}
+            out[name] = np.full(size, np.nan)
+            out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
+                                                 np.array(st.thresholds[agg.name]), parts, spread, z)
+            continue
+        err = _delta_method(grads[agg.name], se, covariance, size)
+        err[np.isnan(values[agg.name])] = np.nan  # a NULL answer has no standard error
+        out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
+    computed = dict(st.plan.computed)
+    columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
+    for output in error_outputs(st.plan):
+        if output not in computed:
+            continue
+        dual = partials(computed[output], columns, set(grads))
+        name, lo, hi = error_names(st.plan, output)
+        if dual is None or any(grads[a] is None for a in dual[1]):
+            out[name] = out[lo] = out[hi] = np.full(size, np.nan)
+            continue
+        value, d = dual
+        pairs = [(b, g * d[a]) for a in d for b, g in grads[a]]
+        err = _delta_method(pairs, se, covariance, size)
+        err[np.isnan(value)] = np.nan
+        out[name], out[lo], out[hi] = err, value - z * err, value + z * err
+    return out
+
+
+def ordered(st: CompiledStatement, df: pd.DataFrame) -> pd.DataFrame:
+    """Each aggregate's and computed item's error columns right after it."""
+    order = []
+    errors = set(error_outputs(st.plan))
+    for col in st.plan.outputs:
+        order.append(col)
+        if col in errors:
+            order.extend(c for c in error_names(st.plan, col) if c in df.columns)
+    return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)

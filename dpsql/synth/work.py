@@ -1,0 +1,142 @@
+"""How long a synthesis run takes, estimated from public values before anything is spent.
+
+Every synthesis method takes ``max_seconds`` (default :data:`DEFAULT_MAX_SECONDS`, at most
+:data:`MAX_SECONDS`). Before the spend, each planner of :mod:`dpsql.synth.synthesize` counts
+the work its options imply, from the schema's domain sizes, the workload's marginals and
+the option values only (never the data), prices it with the per-unit costs below, and
+refuses (:class:`~dpsql.errors.ResourceLimitError`, naming the option, its estimate and the
+limit) a run whose estimate exceeds ``max_seconds``. What the spend itself decides (rounds
+that the spend sets, the default row count, which is a noisy count) is capped after the
+spend to what fits in ``max_seconds`` instead, spending less or sampling fewer rows, with a
+warning: nothing is refused once a draw is taken.
+
+The per-unit costs were measured on the development machine (2 cores shared by several
+processes, so 2 to 3 times slower than a quiet one) on a 2,000-row table of 4 attributes (3
+to 6 values) and on ``tests/sql_oracle.py``'s 300-row table of 7 attributes (2 to 22 values,
+``benchmarks/limits_red_c.py``), and rounded up:
+
+=========================  ==========  =====================================================
+unit                       seconds     measured
+=========================  ==========  =====================================================
+:data:`READ`               0.25        MWEM, 1 replay: 10 rounds (2 reads each) 1.76 s, 16 rounds 7.8 s
+:data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
+:data:`FEM_ROUND`          0.1         FEM: 320 rounds of 10 records: 11.6 s; 90 of 50: 4.1 to 13.3 s
+:data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
+:data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
+:data:`CELL`               2e-8        MWEM: 5 rounds, 2,283 replays on a group of 31,680 cells
+                                       (34,245 updates): 23.0 s, 0.6 ms an update
+:data:`SOLVE`              0.05        DualQuery, ``oracle="mip"``: 50 rounds of 10 draws: 2.17 s
+:data:`LOCAL_SEARCH`       0.5         DualQuery, ``oracle="heuristic"``, 35 draws a round: 32 rounds
+                                       20.6 s (10 draws: 50 rounds 11.8 s)
+:data:`QUERY`              3e-3        ... and 100 rounds of 10 draws 29.9 s: rounds grow longer
+=========================  ==========  =====================================================
+
+What each method counts (``T`` rounds, ``s`` records or draws a round):
+
+* ``mwem``: ``rounds`` (two reads and a score per workload cell each) and ``replays`` (round ``r``
+  replays ``r`` measurements, each on the group of attributes the measurements merged: at most the
+  ``r·k`` largest attributes of the workload's ``k``-way marginals, and
+  :data:`~dpsql.synth.factored.MAX_GROUP_CELLS`);
+* ``fem``: ``rounds`` with ``samples`` (a round: :data:`FEM_ROUND`, every cell query, ``s`` records);
+* ``dualquery``: ``rounds`` with ``samples`` (a round: a read, one oracle solve, :data:`QUERY`
+  more per earlier round with the local search);
+* ``pgm``: ``iterations`` (fit steps over the model's cells: the measured marginals' and the
+  one-way ones, at most ``max_model_size``) and ``sweeps`` (a step per measured marginal and sweep,
+  over ``rows`` records);
+* ``aim``: ``rounds`` (two reads and a refit each, at half the model's size on average),
+  ``iterations`` of the last fit, and ``sweeps`` as for pgm.
+
+Not counted: the fixed costs of a request (about a second: planning, the noisy counts), reading
+the private table beyond :data:`READ` a read (its time grows with the table's size, which is
+private), and the work of a fit that converges before its ``iterations`` (the estimate is of the
+most it may run).
+
+>>> Work("mwem", [("rounds=10", 2.0), ("replays=100", 0.6)]).check(600.0)
+>>> Work("pgm", [("sweeps=1000000000", 1.2e6)]).check(600.0)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+dpsql.errors.ResourceLimitError: pgm with sweeps=1000000000 would run for about 1,200,000 s, more than max_seconds=600; ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from dpsql.errors import ResourceLimitError
+from dpsql.synth.options import option, real
+
+__all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
+           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "Work", "max_seconds", "fitting", "refine_seconds", "fit_seconds"]
+
+#: The time a synthesis run may take by default, in seconds (10 minutes).
+DEFAULT_MAX_SECONDS = 600.0
+#: The most ``max_seconds`` may be (a day).
+MAX_SECONDS = 86_400.0
+
+#: One read of the private table by the kernel: a selection or a measurement.
+READ = 0.25
+#: One step of an iterative update, besides its cells: MWEM's multiplicative weights (one measurement
+#: replayed once), a mirror-descent step of a graphical model's fit.
+STEP = 1e-4
+#: One FEM round: the private selection and the oracle's batch of records, besides its cells.
+FEM_ROUND = 0.1
+#: One refinement step (one measured marginal in one sweep, :mod:`dpsql.synth.refine`), besides its rows...
+REFINE_STEP = 2e-4
+#: ...and per record it moves among.
+REFINE_ROW = 1e-7
+#: One float64 cell of an array the work passes over (a marginal, a model's cliques, an oracle's weights).
+CELL = 2e-8
+#: One integer program of DualQuery's or FEM's oracle (``oracle="mip"`` or ``"auto"``), at most its time limit.
+SOLVE = 0.05
+#: One best response of DualQuery's local-search oracle (``oracle="heuristic"``).
+LOCAL_SEARCH = 0.5
+#: What each earlier round adds to a round of DualQuery with its local-search oracle (``T`` rounds
+#: take ``QUERY · T²/2`` more than ``T`` equal rounds), whatever the draws a round.
+QUERY = 3e-3
+
+
+def max_seconds(options: dict) -> float:
+    """The option ``max_seconds`` (a number of seconds in (0, :data:`MAX_SECONDS`]), or its default."""
+    return real("max_seconds", option(options, "max_seconds", DEFAULT_MAX_SECONDS), high=MAX_SECONDS)
+
+
+@dataclass(frozen=True)
+class Work:
+    """A run's estimated seconds, by the options that imply them: ``(what, seconds)`` pairs, ``what``
+    naming the options and their values (e.g. ``"rounds=10, replays=100"``)."""
+
+    method: str
+    terms: Sequence[tuple[str, float]]
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for _, s in self.terms)
+
+    def check(self, limit: float) -> None:
+        """Refuse the run when its estimate exceeds ``limit`` seconds, naming its largest term."""
+        if self.seconds <= limit:
+            return
+        what, seconds = max(self.terms, key=lambda t: t[1])
+        others = f" ({self.seconds:,.0f} s in all)" if seconds < self.seconds else ""
+        raise ResourceLimitError(f"{self.method} with {what} would run for about {seconds:,.0f} s{others}, more "
+                                 f"than max_seconds={limit:g}; choose smaller options, or raise max_seconds "
+                                 "(estimates: dpsql.synth.work)")
+
+
+def fitting(limit: float, fixed: float, each: float, most: int) -> int:
+    """The most units of ``each`` seconds, at most ``most``, that fit in ``limit`` seconds after
+    ``fixed`` seconds (at least 1: a run's first unit is never cut)."""
+    if each <= 0:
+        return most
+    return max(1, min(most, int((limit - fixed) / each)))
+
+
+def refine_seconds(sweeps: int, marginals: int, rows: int) -> float:
+    """Refining ``rows`` records toward ``marginals`` measured marginals in ``sweeps`` sweeps."""
+    return float(sweeps) * marginals * (REFINE_STEP + REFINE_ROW * rows)
+
+
+def fit_seconds(steps: int, cells: int) -> float:
+    """``steps`` mirror-descent steps of a model of ``cells`` cells."""
+    return float(steps) * (STEP + CELL * cells)
