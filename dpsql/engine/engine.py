@@ -43,7 +43,7 @@ from scipy.stats import norm
 
 from dpsql.engine.answer import Answer, Explanation, Release
 from dpsql.engine.spend import NOISE_FAMILIES, noise_options, statement_options
-from dpsql.engine.uncertainty import error_columns, error_names, error_outputs, ordered
+from dpsql.engine.uncertainty import error_columns, ordered
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, ResourceLimitError, UnsupportedSQLError
 from dpsql.hdmm.cache import StrategyCache
 from dpsql.hdmm.error_analysis import max_variance
@@ -58,6 +58,7 @@ from dpsql.private.kernel import PrivateTable
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema
 from dpsql.sql.compile import CompiledBatch, compile_batch, schema_attributes
+from dpsql.sql.outputs import error_names, error_outputs
 from dpsql.sql.parse import explained
 from dpsql.sql.postprocess import postprocess
 
@@ -272,9 +273,9 @@ class Engine:
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
             aggregates = {a.name for a in st.plan.aggregates}
-            for output in error_outputs(st):  # the result's error columns; one measured block: a COUNT or SUM
+            for output in error_outputs(st.plan):  # the result's error columns; one measured block: a COUNT or SUM
                 blocks = st.blocks_of(output) if output in aggregates else []
-                out[error_names(st, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
+                out[error_names(st.plan, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
                                                    else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)

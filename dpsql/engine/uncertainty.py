@@ -13,32 +13,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
 from dpsql.sql.compile import Block, CompiledStatement
 from dpsql.sql.delta import partials
+from dpsql.sql.outputs import error_names, error_outputs
 from dpsql.sql.plan import Aggregate
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["error_outputs", "error_names", "error_columns", "ordered"]
-
-
-def error_outputs(st: CompiledStatement) -> list[str]:
-    """The output columns that get a standard error: visible aggregates, and computed select
-    items that read an aggregate."""
-    aggregates = {a.name for a in st.plan.aggregates}
-    computed = {name for name, e in st.plan.computed if any(c.name in aggregates for c in e.find_all(exp.Column))}
-    return [a.name for a in st.plan.aggregates if a.visible] + [n for n in st.plan.outputs if n in computed]
-
-
-def error_names(st: CompiledStatement, output: str) -> tuple[str, str, str]:
-    """The standard error, interval low and interval high column names of ``output``."""
-    if error_outputs(st) == [output]:
-        return "std_error", "ci_low", "ci_high"
-    return f"{output}_std_error", f"{output}_ci_low", f"{output}_ci_high"
+__all__ = ["error_columns", "ordered"]
 
 
 #: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs.
@@ -98,7 +83,7 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
     for agg in st.plan.aggregates:
         if not agg.visible:
             continue
-        name, lo, hi = error_names(st, agg.name)
+        name, lo, hi = error_names(st.plan, agg.name)
         if agg.func in QUANTILES and not st.measured(agg.name):  # NULL, exactly
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
@@ -114,11 +99,11 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
         out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
-    for output in error_outputs(st):
+    for output in error_outputs(st.plan):
         if output not in computed:
             continue
         dual = partials(computed[output], columns, set(grads))
-        name, lo, hi = error_names(st, output)
+        name, lo, hi = error_names(st.plan, output)
         if dual is None or any(grads[a] is None for a in dual[1]):
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
@@ -133,9 +118,9 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
 def ordered(st: CompiledStatement, df: pd.DataFrame) -> pd.DataFrame:
     """Each aggregate's and computed item's error columns right after it."""
     order = []
-    errors = set(error_outputs(st))
+    errors = set(error_outputs(st.plan))
     for col in st.plan.outputs:
         order.append(col)
         if col in errors:
-            order.extend(c for c in error_names(st, col) if c in df.columns)
+            order.extend(c for c in error_names(st.plan, col) if c in df.columns)
     return df[order + [c for c in df.columns if c not in order]].reset_index(drop=True)

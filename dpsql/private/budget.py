@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from dpsql.errors import PrivacyError
+from dpsql.errors import BudgetExceededError, PrivacyError
 
 __all__ = ["APPROX_DP", "ZCDP", "Budget", "Cost", "RELATIVE_TOLERANCE", "MIN_EPSILON", "MIN_RHO"]
 
@@ -182,7 +182,9 @@ class Budget:
           both together, and any nonzero ``delta``, are refused.
 
         Every refusal is a :class:`~dpsql.errors.PrivacyError` naming the
-        parameter and its value. Whether the cost fits what is left is the
+        parameter and its value, and a request larger than the whole budget
+        is a :class:`~dpsql.errors.BudgetExceededError` naming the parameter
+        (``epsilon=1e308``). Whether the cost fits what is left is the
         ledger's check, not this one.
 
         >>> Budget(epsilon=1.0, delta=1e-6).request(epsilon=0.5)
@@ -210,7 +212,16 @@ class Budget:
         if spend_delta > 0 and self.delta == 0:
             raise PrivacyError(f"delta={delta!r} can never be charged to the budget {self}, whose delta is 0: "
                                "leave delta out (pure DP)")
-        return Cost(epsilon=eps, delta=spend_delta)
+        return self._whole(Cost(epsilon=eps, delta=spend_delta), f"epsilon={epsilon!r}", "epsilon")
+
+    def _whole(self, cost: "Cost", given: str, name: str) -> "Cost":
+        """``cost``, unless its ``name`` part alone is more than the whole budget's: such a request
+        can never be charged, and is refused naming what was asked for (``given``), before any
+        value derived from it (a Gaussian's delta in proportion to epsilon) is computed."""
+        if not _within(getattr(cost, name), getattr(self, name)):
+            raise BudgetExceededError(f"{given} is more than the whole budget ({self}): no request can spend it",
+                                      requested=cost)
+        return cost
 
     def _request_zcdp(self, epsilon: Any, delta: Any, rho: Any) -> "Cost":
         """:meth:`request` under a zCDP budget."""
@@ -221,14 +232,14 @@ class Budget:
             raise PrivacyError(f"give rho=... or epsilon=... (an epsilon-DP request costing rho = epsilon**2/2), "
                                f"not both: got epsilon={epsilon!r}, rho={rho!r}")
         if rho is not None:
-            return Cost(rho=_positive("rho", rho, MIN_RHO))
+            return self._whole(Cost(rho=_positive("rho", rho, MIN_RHO)), f"rho={rho!r}", "rho")
         if epsilon is None:
             raise PrivacyError(f"say how much to spend: rho=... (or epsilon=...; the budget is {self})")
         eps = _positive("epsilon", epsilon, MIN_EPSILON)
         cost = _laplace_rho(eps)
         if not math.isfinite(cost):
             raise PrivacyError(f"epsilon={epsilon!r} is too large: its zCDP cost epsilon**2/2 is not a finite number")
-        return Cost(rho=cost)
+        return self._whole(Cost(rho=cost), f"epsilon={epsilon!r} (costing rho = epsilon**2/2 = {cost!r})", "rho")
 
     def remaining(self, spent: "Cost") -> "Cost":
         """The budget minus ``spent``, each field floored at 0."""

@@ -7,6 +7,14 @@ over output column names. Anything outside the grammar raises a
 :class:`dpsql.errors.SQLError` subclass naming the construct, its line and
 its column. Nothing here looks at data.
 
+DuckDB reads the statement too (:mod:`dpsql.sql.bind`, on empty tables): its output
+columns are named as DuckDB names them (``count_star()``, duplicates suffixed ``_1``),
+and a statement DuckDB's binder refuses is refused (after dpsql's own checks, whose
+messages say more), as is a table called by its name after it was aliased. A column
+named as one of the result's error columns is refused (:mod:`dpsql.sql.outputs`), and
+so is a constant that DuckDB cannot evaluate in a clause that runs after noise, or a
+division by a constant 0 (:mod:`dpsql.sql.constants`).
+
 The guarantee that nothing is silently ignored is :data:`SUPPORTED`: the
 sqlglot node types the compiler implements exactly, each with the arguments
 it reads. One pass over every node of a statement refuses any other type, and
@@ -30,14 +38,18 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+import duckdb
 from sqlglot import exp
 
 from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, ParseError, SQLError, UnknownColumnError, UnsupportedSQLError
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
+from dpsql.sql.bind import output_names
+from dpsql.sql.constants import check_constants
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
 from dpsql.sql.lookup import lookup
+from dpsql.sql.outputs import clash
 from dpsql.sql.parse import Statement, parse_statements
 from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
@@ -194,7 +206,8 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
-    outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx)
+    names, refusal = _duckdb_names(stmt, schema, len(items))
+    outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx, names)
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
     # an expression over aggregates reads them (hidden if not selected) by output name
     computed = [(name, rewrite(body, "SELECT") if _contains_aggregate(body) else body) for name, body in computed]
@@ -202,14 +215,56 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
     offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
+    if refusal is not None:  # after dpsql's own checks, whose messages are more precise
+        ctx.fail(UnsupportedSQLError, f"DuckDB refuses this statement ({refusal})", "statement", None)
     line, _ = stmt.position(None)
-    return QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
+    plan = QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
                      options=dict(stmt.options), line=line, computed=tuple(computed))
+    _check_clash(plan, tree, ctx)
+    return plan
 
 
 # -- the steps of _analyze, in order ------------------------------------------------------
+
+def _duckdb_names(stmt: Statement, schema: Schema, items: int) -> tuple[list[str] | None, str | None]:
+    """DuckDB's names for the statement's select items (:mod:`dpsql.sql.bind`), or why DuckDB's
+    binder refuses it (the first line of its message). Names are None when there is no text to
+    bind, or DuckDB cannot read it for another reason: a chain of operators longer than its
+    parser allows, which dpsql evaluates; dpsql's own names are used then.
+
+    What is bound is the statement up to HAVING (:attr:`~dpsql.sql.parse.Statement.head`): the
+    rest does not name a column, and DuckDB's binder evaluates a constant HAVING condition,
+    unbounded; WHERE and GROUP BY have been evaluated on the domain by then. HAVING and ORDER BY
+    run in DuckDB at compile time (:func:`~dpsql.sql.postprocess.check_postprocessing`)."""
+    if not stmt.text:
+        return None, None
+    try:
+        names = output_names(stmt.head, schema)
+    except duckdb.BinderException as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, reason[:300]
+    except duckdb.Error:
+        return None, None
+    return (names if len(names) == items else None), None
+
+
+def _check_clash(plan: QueryPlan, tree: exp.Select, ctx: _Context) -> None:
+    """Refuse a column named as an error column of the result (:mod:`dpsql.sql.outputs`)."""
+    found = clash(plan)
+    if found is None:
+        return
+    column, error, output = found
+    if column in plan.outputs:
+        where, node = f"select item {plan.outputs.index(column) + 1}", tree.expressions[plan.outputs.index(column)]
+    else:
+        where, node = "a column read by HAVING or ORDER BY only", None
+    whose = "it" if output == column else repr(output)
+    ctx.fail(UnsupportedSQLError, f"the output column {column!r} ({where}) has the name of the error column "
+             f"{error!r} that the result adds for {whose}, so one would overwrite the other: rename it "
+             "(AS another name)", f"column {column!r}", node)
+
 
 def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp.Select:
     """Check that the statement is a SELECT using only supported clauses and nodes, before anything reads it."""
@@ -330,14 +385,17 @@ def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], gr
 
 
 def _name_outputs(items: list[_Item], keys: list[GroupKey], key_of_item: dict[int, int], schema: Schema,
-                  ctx: _Context) -> tuple[list[str], list[Aggregate], set[str], list[tuple[str, exp.Expression]]]:
+                  ctx: _Context, names: list[str] | None = None
+                  ) -> tuple[list[str], list[Aggregate], set[str], list[tuple[str, exp.Expression]]]:
     """Build the aggregates, the computed items (constants, expressions over aggregates) and
-    unique output and key names (selected keys made visible), for HAVING and ORDER BY."""
+    unique output and key names (selected keys made visible), for HAVING and ORDER BY. Select
+    item ``i`` is named ``names[i]`` (DuckDB's names, unique) when given."""
     outputs: list[str] = []
     aggregates: list[Aggregate] = []
     computed: list[tuple[str, exp.Expression]] = []
     used_names: set[str] = set()
     for i, (alias, body, is_agg) in enumerate(items):
+        alias = names[i] if names is not None else alias
         if is_agg and _is_aggregate_call(body):
             agg = _make_aggregate(body, alias, schema, ctx, used_names)
             aggregates.append(agg)
@@ -565,16 +623,18 @@ def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, s
 
 def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | None,
                      ctx: _Context) -> None:
-    """Qualifiers must be the table (or its alias); names become schema names.
+    """Qualifiers must be the table, or its alias when it has one; names become schema names.
     Unknown names are left alone here, as they may be output aliases in
     GROUP BY / HAVING / ORDER BY; they are reported where they are used."""
-    ok_tables = {table.lower()} | ({alias.lower()} if alias else set())
+    ok_tables = {alias.lower()} if alias else {table.lower()}  # an alias hides the table's name, as in DuckDB
     for col in list(tree.find_all(exp.Column)):
         if isinstance(col.this, exp.Star):
             ctx.fail(UnsupportedSQLError, "SELECT t.* is not supported", "*", col)
         qual = col.table
         if qual and qual.lower() not in ok_tables:
-            ctx.fail(UnknownColumnError, f"unknown table {qual!r} in {col.sql()}", f"table {qual!r}", col)
+            aliased = (f": FROM {table} {alias} calls the table {alias!r} in this statement, and DuckDB no longer "
+                       f"knows it as {table!r}" if alias and qual.lower() == table.lower() else "")
+            ctx.fail(UnknownColumnError, f"unknown table {qual!r} in {col.sql()}{aliased}", f"table {qual!r}", col)
         if col.args.get("db") or col.args.get("catalog"):
             ctx.fail(UnsupportedSQLError, "qualified names with a schema are not supported", col.sql(), col)
         c = schema.column(col.name)
@@ -906,6 +966,11 @@ class _Rewriter:
         self.alias_names = {o.lower(): o for o in outputs}
 
     def __call__(self, expr: exp.Expression, clause: str) -> exp.Expression:
+        failed = check_constants(expr)  # what fails on every row is refused now, not made NULL after the spend
+        if failed is not None:
+            node, reason = failed
+            self.ctx.fail(UnsupportedSQLError, f"{node.sql(dialect='duckdb')[:80]} in {clause} cannot be evaluated: "
+                          f"{reason}", construct_name(node), node)
         expr = expr.copy()
         for node in list(expr.walk()):
             if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover

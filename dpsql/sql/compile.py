@@ -33,7 +33,7 @@ same vector as the histogram over the columns.
 >>> batch = compile_batch(["SELECT COUNT(*) FROM t WHERE a OR b", "SELECT age, COUNT(*) FROM t GROUP BY age"], s)
 >>> [a.name for a in batch.attributes], batch.domain, batch.workload.shape
 (['a+b', 'age'], (4, 10), (11, 40))
->>> batch.statements[1].rows("COUNT(*)")
+>>> batch.statements[1].rows("count_star()")
 slice(1, 11, None)
 """
 

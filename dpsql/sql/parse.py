@@ -92,13 +92,36 @@ class Source:
 @dataclass
 class Statement:
     """One parsed statement: its syntax tree, its SQL, the DP options given
-    inline (``epsilon``, ``delta``), and its offset in the source text."""
+    inline (``epsilon``, ``delta``), its offset in the source text, and its text
+    as written there, the DP clause blanked out (what DuckDB would read)."""
 
     tree: exp.Expression
     sql: str
     options: dict[str, Any]
     source: Source
     offset: int
+    text: str = ""
+
+    @property
+    def head(self) -> str:
+        """:attr:`text` up to its first HAVING, ORDER BY, LIMIT, OFFSET, QUALIFY or WINDOW outside
+        brackets: the clauses that say which columns the statement returns and what they read.
+
+        >>> parse_statements("SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a HAVING a > 1")[0].head
+        'SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a '
+        """
+        depth = 0
+        end = self.offset + len(self.text)
+        for tok in self.source.tokens:
+            if tok.start < self.offset or tok.start >= end:
+                continue
+            if tok.token_type in _OPENERS:
+                depth += 1
+            elif tok.token_type in _CLOSERS:
+                depth -= 1
+            elif depth == 0 and tok.token_type in _TAIL:
+                return self.text[:tok.start - self.offset]
+        return self.text
 
     def offset_of(self, node: exp.Expression) -> int | None:
         """Absolute offset of the earliest token inside ``node``."""
@@ -217,7 +240,8 @@ def _dp_clauses(tokens: Sequence, source: Source) -> list[_Clause]:
 
 def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], UnsupportedSQLError]) -> tuple[int, str, Any]:
     """Read ``name = [sign] number`` (or ``privacy_unit_column = name``) at tokens[j]; return the
-    next index, the name and the value."""
+    next index, the name and the value. A number is any numeric literal DuckDB reads (``0.5``,
+    ``.5``, ``5.``, ``5e-1``, ``1_000``)."""
     end = len(tokens)
     if j >= end or tokens[j].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
         raise fail("cannot read DIFFERENTIAL_PRIVACY option; expected name=number", tokens[min(j, end - 1)])
@@ -237,14 +261,18 @@ def _dp_option(tokens: Sequence, j: int, fail: Callable[[str, Token], Unsupporte
     if k < end and tokens[k].token_type in (TokenType.DASH, TokenType.PLUS):
         sign = -1.0 if tokens[k].token_type == TokenType.DASH else 1.0
         k += 1
+    text = ""
+    if (k + 1 < end and tokens[k].token_type == TokenType.DOT and tokens[k + 1].token_type == TokenType.NUMBER
+            and tokens[k + 1].start == tokens[k].end + 1 and tokens[k + 1].text[:1].isdigit()):
+        text, k = ".", k + 1  # .01: sqlglot reads a dot and the number 01; DuckDB reads one literal
     if k >= end or tokens[k].token_type != TokenType.NUMBER:
         raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be a number", tokens[min(k, end - 1)])
     value_tok = tokens[j + 2]
+    text += tokens[k].text  # the tokenizer has dropped a literal's digit separators (1_000)
     try:
-        value = sign * float(tokens[k].text)
+        value = sign * float(text)
     except ValueError:
-        raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be a number, not {tokens[k].text!r}",
-                   value_tok) from None
+        raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be a number, not {text!r}", value_tok) from None
     if not math.isfinite(value):
         raise fail(f"DIFFERENTIAL_PRIVACY option {name} must be finite, not {value}", value_tok)
     if name == "epsilon" and value <= 0:
@@ -269,6 +297,9 @@ def _parser_tokens(name: str) -> frozenset:
 _OPENERS = {TokenType.L_PAREN: TokenType.R_PAREN, TokenType.L_BRACKET: TokenType.R_BRACKET,
             TokenType.L_BRACE: TokenType.R_BRACE, TokenType.CASE: TokenType.END}
 _CLOSERS = frozenset(_OPENERS.values())
+#: The clauses after GROUP BY (see :attr:`Statement.head`).
+_TAIL = frozenset({TokenType.HAVING, TokenType.ORDER_BY, TokenType.LIMIT, TokenType.OFFSET, TokenType.QUALIFY,
+                   TokenType.WINDOW})
 #: Operators whose operand reaches to the next AND / OR / "," / THEN ...: the parser (and every
 #: tree walk after it) is one level deeper until then; a chain of them (a = b = c) nests.
 _PREDICATE_OPS = (_parser_tokens("EQUALITY") | _parser_tokens("COMPARISON") | _parser_tokens("RANGE_PARSERS")
@@ -501,7 +532,7 @@ def parse_statements(text: str) -> list[Statement]:
         except RecursionError:
             raise _too_deep(original, begin) from None
         opts = dict(options_of.get(chunk_tokens[0], {}))
-        statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin))
+        statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin, text=chunk))
     return statements
 
 
