@@ -170,7 +170,7 @@ class Connection:
         self.ledger = ledger
         self._private = PrivateTable(backend_for(con), schema.table, schema, ledger, source_of_noise)
         self._released = ReleasedData()
-        self._cache = None if cache is False else StrategyCache(None if cache is True else cache)
+        self._cache = None if cache is False else StrategyCache(None if cache is True else cache, ledger.path)
         self._progress = progress
         self._strategies: dict[tuple[str, str, str], Strategy] = {}
 

@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 from tqdm.auto import tqdm
 
 from dpsql.errors import CacheError, ResourceLimitError, WorkloadError
-from dpsql.hdmm.cache import StrategyCache
+from dpsql.hdmm.cache import Entry, StrategyCache, unit_error
 from dpsql.hdmm.error_analysis import max_variance
 from dpsql.hdmm.error_analysis import rmse as expected_rmse
 from dpsql.hdmm.marginals import in_algebra
@@ -178,7 +178,8 @@ def select(
     :data:`PROGRESS_AFTER` seconds (bar) or for operators slower than that
     (lines). With a ``cache``, a selection already made for the same reduced
     workload, noise family, objective and settings is loaded instead of
-    recomputed, and a new one is stored.
+    recomputed, if it answers the workload with the finite error recorded with
+    it (else it is selected anew), and a new one is stored.
     """
     if objective not in OBJECTIVES:
         raise WorkloadError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -199,8 +200,8 @@ def select(
     if cache is not None:
         key = cache.key(W, noise, operators=names, restarts=restarts, seed=seed, objective=objective)
         hit = cache.get(key)
-        if hit is not None:
-            return finish(hit, [], True)
+        if hit is not None and _answers(W, hit, noise):
+            return finish(hit.strategy, [], True)
     candidates, refused = [], []
     bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else PROGRESS_AFTER)
@@ -242,10 +243,24 @@ def select(
         raise WorkloadError("no strategy operator could answer this workload")
     if cache is not None:
         try:
-            cache.put(key, best.strategy)
+            cache.put(key, best.strategy, unit_error(W, best.strategy, noise.norm))
         except CacheError as e:  # a cache that cannot be written (a read-only home, say) costs only the reuse
             warnings.warn(f"{e}; the strategy is used, not cached", RuntimeWarning, stacklevel=2)
     return finish(best.strategy, candidates, False)
+
+
+def _answers(workload: Workload, entry: Entry, noise: NoiseModel) -> bool:
+    """Whether a cached strategy answers ``workload`` with a finite error equal to the one recorded
+    with it; an entry that does not (a strategy for another workload) is selected anew."""
+    try:
+        error = unit_error(workload, entry.strategy, noise.norm)
+    except WorkloadError:  # another domain
+        return False
+    if math.isfinite(error) and math.isclose(error, entry.error, rel_tol=1e-9, abs_tol=1e-300):
+        return True
+    log.warning("a cached strategy does not answer its workload (error %r, recorded %r); selecting anew",
+                error, entry.error)
+    return False
 
 
 def _stacking(workload: Workload, stack: bool) -> Stacking:
