@@ -66,8 +66,8 @@ MAX_MEASURED_CELLS = 20_000_000
 MAX_SUM_MAGNITUDE = 2.0**53
 #: Bytes one strategy operator may need at its peak, as :func:`dpsql.hdmm.optimize.footprint.estimate_bytes`
 #: estimates them from the workload's shape before it runs; an operator above is skipped, and the
-#: others answer (the identity and the workload's own queries need no Gram). 2 GiB lets OPT_0 search an
-#: attribute of up to 5,180 values (one of 7,071, the largest dense Gram, peaked near 3.6 GB).
+#: others answer (the identity and the marginal operators need no Gram). 2 GiB lets OPT_0 search an
+#: attribute of up to 5,181 values; one of 7,071 (the largest dense Gram) would need about 3.6 GB.
 MAX_CANDIDATE_BYTES = 2 * 2**30
 #: Rows of a table the owner marks public when connecting: a lookup join inlines one CASE
 #: branch per row whose key is in the private column's domain.

@@ -44,8 +44,10 @@ from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product,
 from dpsql.hdmm.strategy import Strategy
 from dpsql.hdmm.workload import Workload
 
-#: Factors with more entries than this are not compared column by column; their
-#: attribute is then left unreduced (always sound: a finer partition loses nothing).
+#: Implicit factors with more entries than this are not made dense to compare their columns;
+#: their attribute is then left unreduced (always sound: a finer partition loses nothing).
+#: Dense factors are compared whatever their size (a predicate on 5,000,000 coupled cells is
+#: one row of them), as are sparse ones unless their distinct columns exceed it.
 COMPARE_LIMIT = 1 << 22
 
 
@@ -68,7 +70,7 @@ def _column_labels(f: Matrix) -> np.ndarray | None:
         return np.arange(n)
     if isinstance(f, Sparse):
         return _sparse_labels(f.matrix)
-    if f.shape[0] * n > COMPARE_LIMIT:
+    if not isinstance(f, Dense) and f.shape[0] * n > COMPARE_LIMIT:  # a Dense factor is held already
         return None
     return _dense_labels(f.dense())
 

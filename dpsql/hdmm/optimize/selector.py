@@ -210,8 +210,8 @@ def select(
         bar.set_postfix_str(name, refresh=False)
         need = estimate_bytes(name, stacking.workload if name not in TERMWISE else W)
         if need > MAX_CANDIDATE_BYTES:  # skipped before it allocates anything
-            refused.append(f"{name}: needs about {need / 2**30:.1f} GiB, more than the limit of "
-                           f"{MAX_CANDIDATE_BYTES / 2**30:.0f} GiB")
+            refused.append(f"{name}: needs about {need:,} bytes of memory, more than the limit of "
+                           f"{MAX_CANDIDATE_BYTES:,}")
             too_large += 1
             continue
         start = time.perf_counter()
