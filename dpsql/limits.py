@@ -17,7 +17,17 @@ limit                         what it bounds
                               a workload's own marginals: :meth:`~dpsql.hdmm.workload.Workload.check_size`)
 :data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
 :data:`MAX_PUBLIC_ROWS`       rows of a table the owner marks public (``connect(public_tables=...)``)
+:data:`MAX_CANDIDATE_BYTES`   memory of one strategy operator, estimated from the workload's
+                              shape (:mod:`dpsql.hdmm.optimize.footprint`); those above are skipped
 ============================  ==========================================================
+
+Two limits sit with what they bound. A schema's ``integer`` column holds at most 1,000,000
+values (:data:`dpsql.schema.MAX_COLUMN_DOMAIN`), and the columns one condition couples at most
+:data:`dpsql.sql.grid.MAX_ATTRIBUTE_SIZE` cells: a predicate on one column (``a % 7 = 0``) costs
+time in proportion to that domain, about 2 s for a million values, and beyond it the statement
+is refused when it is compiled. Strategy selection then runs on the values the workload tells
+apart (:mod:`dpsql.hdmm.reduction`), and the measurement keys each value by its group with a
+lookup whose text is one byte per value and digit (:mod:`dpsql.private.measure`).
 
 >>> check_queries(10**12, "this statement has 1,000,000,000,000 groups and needs")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
@@ -30,7 +40,7 @@ from __future__ import annotations
 from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries",
+           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_CANDIDATE_BYTES", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries",
            "check_measured_cells", "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
@@ -54,6 +64,11 @@ MAX_MEASURED_CELLS = 20_000_000
 #: holds every integer. Beyond, one row's value is a noise scale no answer survives, and squares
 #: and Gram matrices overflow (1e155 did, in the strategy's SVD).
 MAX_SUM_MAGNITUDE = 2.0**53
+#: Bytes one strategy operator may need at its peak, as :func:`dpsql.hdmm.optimize.footprint.estimate_bytes`
+#: estimates them from the workload's shape before it runs; an operator above is skipped, and the
+#: others answer (the identity and the marginal operators need no Gram). 2 GiB lets OPT_0 search an
+#: attribute of up to 5,181 values; one of 7,071 (the largest dense Gram) would need about 3.6 GB.
+MAX_CANDIDATE_BYTES = 2 * 2**30
 #: Rows of a table the owner marks public when connecting: a lookup join inlines one CASE
 #: branch per row whose key is in the private column's domain.
 MAX_PUBLIC_ROWS = 100_000

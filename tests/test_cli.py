@@ -123,7 +123,7 @@ def test_query_out_parquet_covers_declared_domain(data, tmp_path, capsys):
         assert n == pytest.approx(want[region], abs=1e-6)
         assert lo <= n <= hi and se > 0
     assert not leftovers(tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "regions.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "l.ledger.key", "regions.parquet"]  # .key: the cache's
     assert os.stat(out).st_mode & 0o777 == default_mode()
 
 
@@ -349,7 +349,7 @@ def test_write_replaces_an_existing_file(data, tmp_path, capsys):
                           "--ledger", str(tmp_path / "l.ledger"), "--out", str(out), *HUGE)
     assert rc == 0, err
     assert pd.read_csv(out).columns[0] == "region"
-    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "x.csv"]
+    assert sorted(os.listdir(tmp_path)) == ["l.ledger", "l.ledger.key", "x.csv"]
 
 
 # -- the module entry point -------------------------------------------------------------------

@@ -79,8 +79,10 @@ class Dataset:
                           "(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=3)
         if public_tables:
             schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
-        strategies = Strategies(None if cache is False else StrategyCache(None if cache is True else cache), progress)
-        return cls(backend, schema, Ledger(ledger, budget), strategies, source_of_noise)
+        book = Ledger(ledger, budget)
+        # the cache's entries are signed with a key kept beside the ledger (dpsql.hdmm.cache)
+        store = None if cache is False else StrategyCache(None if cache is True else cache, book.path)
+        return cls(backend, schema, book, Strategies(store, progress), source_of_noise)
 
     def engine(self, analyst: str | None = None, part: Budget | None = None) -> Engine:
         """The engine that answers for the owner (``analyst=None``: the whole ledger), or for

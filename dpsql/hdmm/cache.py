@@ -10,10 +10,28 @@ cache format version.
 
 Each entry is one ``.npz`` file holding the strategy's arrays plus a JSON
 description of its structure (no pickle, so a cache file cannot execute
-code). Writes go to a temporary file in the same directory, are fsynced and
-then atomically renamed over the target, so a reader sees either the old
-entry, the new one, or none, never a torn file. A corrupt or unreadable
-entry is treated as a miss.
+code) and the strategy's error on its workload. Writes go to a temporary file
+in the same directory, are fsynced and then atomically renamed over the
+target, so a reader sees either the old entry, the new one, or none, never a
+torn file. A corrupt or unreadable entry is treated as a miss.
+
+Entries are signed. Each file starts with an HMAC-SHA256, under a secret
+key, of its cache key and its contents, and an entry whose signature does not
+verify (written by anyone without the key, edited, or moved under another
+key) is a miss. The key is 32 random bytes in a file readable by its owner
+only (mode 0600, created atomically: written under a temporary name and
+linked into place, so two processes agree on one key): beside the ledger
+(``<ledger>.key``) when the connection has a ledger file, so that the cache
+is trusted as far as the ledger is; else ``.key`` in the cache directory, one
+per user and directory. A key file that is not a regular file owned by this
+user with no access for others is not used, and the cache then answers
+nothing. Threat model: someone who can write the cache directory but not
+read the key (another user of a shared cache directory, a process given the
+cache but not the ledger) can delete entries, which costs a selection, but
+cannot make one be used. Whoever can read the key can also edit the ledger
+and is trusted. A hit is also checked against the workload it is used for
+(:func:`dpsql.hdmm.optimize.selector.select`): the strategy must answer it
+with a finite error equal to the one recorded, or it is selected anew.
 
 >>> import tempfile
 >>> from dpsql.privacy import Laplace
@@ -28,11 +46,15 @@ True
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
+import secrets
+import stat
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +70,12 @@ from dpsql.privacy import NoiseModel
 
 #: Bump when the stored format or the optimizers change in a way that should invalidate entries
 #: (3: keys are on the reduced workload, and the identity and direct candidates joined; 4: the
-#: Gaussian per-attribute strategy no longer loses its optimum on cells no query reads).
-FORMAT_VERSION = 4
+#: Gaussian per-attribute strategy no longer loses its optimum on cells no query reads; 5: entries
+#: are signed and record their error).
+FORMAT_VERSION = 5
+
+#: Bytes of the signing key and of an entry's signature (HMAC-SHA256).
+KEY_BYTES = SIGNATURE_BYTES = 32
 
 
 def default_directory() -> Path:
@@ -137,11 +163,29 @@ def _decode_strategy(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Str
     raise CacheError(f"unknown cached strategy type {t!r}")
 
 
-class StrategyCache:
-    """Selected strategies on disk, one atomic ``.npz`` file per key."""
+@dataclass(frozen=True)
+class Entry:
+    """A verified cache entry: the strategy and the error recorded with it (see :func:`unit_error`)."""
 
-    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+    strategy: Strategy
+    error: float
+
+
+def unit_error(workload: Workload, strategy: Strategy, norm: int) -> float:
+    """``strategy``'s expected total squared error on ``workload`` per unit of noise variance, its
+    sensitivity in ``norm`` included: what an entry records, the same for every ε of a family
+    (``inf`` when the strategy cannot answer the workload)."""
+    return strategy.sensitivity(norm) ** 2 * strategy.trace_error(workload)
+
+
+class StrategyCache:
+    """Selected strategies on disk, one signed, atomic ``.npz`` file per key. ``ledger``: the ledger
+    file beside which the signing key is kept (``<ledger>.key``); None keeps it in the directory."""
+
+    def __init__(self, directory: str | os.PathLike | None = None, ledger: str | os.PathLike | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_directory()
+        self.key_file = Path(os.fspath(ledger) + ".key") if ledger is not None else self.directory / ".key"
+        self._secret: bytes | None = None
 
     def key(self, workload: Workload, noise: NoiseModel, **settings: Any) -> str:
         """The cache key for selecting a strategy for ``workload`` under ``noise``'s family."""
@@ -154,35 +198,45 @@ class StrategyCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.npz"
 
-    def get(self, key: str) -> Strategy | None:
-        """The cached strategy, or ``None`` on a miss or an unusable entry: unreadable, or (a file
-        edited by hand, say) with entries that are not finite or a strategy that measures nothing."""
+    def get(self, key: str) -> Entry | None:
+        """The cached entry, or ``None`` on a miss or an unusable entry: unreadable, not signed
+        with this cache's key for ``key``, or (a bug that stored it) with entries that are not
+        finite or a strategy that measures nothing."""
         path = self.path(key)
         try:
-            with np.load(path, allow_pickle=False) as data:
+            blob = path.read_bytes()
+            signature, body = blob[:SIGNATURE_BYTES], blob[SIGNATURE_BYTES:]
+            if not hmac.compare_digest(signature, self._sign(key, body)):
+                return None
+            with np.load(io.BytesIO(body), allow_pickle=False) as data:
                 spec = json.loads(str(data["__spec__"]))
                 arrays = {k: data[k] for k in data.files if k != "__spec__"}
             if not all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind in "fc"):
                 return None
-            strategy = _decode_strategy(spec, arrays)
-            return strategy if strategy.sensitivity(1) > 0 and strategy.sensitivity(2) > 0 else None
+            strategy = _decode_strategy(spec["strategy"], arrays)
+            error = float(spec["error"])
+            usable = strategy.sensitivity(1) > 0 and strategy.sensitivity(2) > 0
+            return Entry(strategy, error) if usable else None
         except FileNotFoundError:
             return None
         except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, CacheError, WorkloadError):
             return None
 
-    def put(self, key: str, strategy: Strategy) -> Path:
-        """Store ``strategy`` under ``key`` atomically; returns the entry's path."""
+    def put(self, key: str, strategy: Strategy, error: float) -> Path:
+        """Store ``strategy`` with its ``error`` (:func:`unit_error`) under ``key``, signed and
+        atomically; returns the entry's path."""
         enc = _Encoder()
-        spec = enc.strategy(strategy)
+        spec = {"strategy": enc.strategy(strategy), "error": float(error)}
         buffer = io.BytesIO()
         np.savez(buffer, __spec__=np.array(json.dumps(spec)), **enc.arrays)
+        body = buffer.getvalue()
         try:
+            signature = self._sign(key, body)
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npz")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(buffer.getvalue())
+                    f.write(signature + body)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, self.path(key))
@@ -190,11 +244,69 @@ class StrategyCache:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
                 raise
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _fsync_directory(self.directory)
         except OSError as exc:
             raise CacheError(f"cannot write strategy cache entry in {self.directory}: {exc}") from exc
         return self.path(key)
+
+    def _sign(self, key: str, body: bytes) -> bytes:
+        """HMAC-SHA256 of ``key`` and ``body`` under the signing key."""
+        return hmac.new(self._signing_key(), key.encode() + b"\0" + body, hashlib.sha256).digest()
+
+    def _signing_key(self) -> bytes:
+        """The signing key, read from :attr:`key_file` or created there (0600) if absent. Raises
+        CacheError when it is unusable: not a regular file owned by this user, open to others, or
+        not :data:`KEY_BYTES` long."""
+        if self._secret is None:
+            try:
+                self._secret = _read_key(self.key_file)
+            except FileNotFoundError:
+                self._secret = _create_key(self.key_file)
+            except OSError as exc:
+                raise CacheError(f"cannot read the strategy cache's signing key {self.key_file}: {exc}") from exc
+        return self._secret
+
+
+def _read_key(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise CacheError(f"the strategy cache's signing key {path} must be a file owned by this user and "
+                             "readable by it alone (mode 0600); entries are not used")
+        secret = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(secret) != KEY_BYTES:
+        raise CacheError(f"the strategy cache's signing key {path} is not {KEY_BYTES} bytes; entries are not used")
+    return secret
+
+
+def _create_key(path: Path) -> bytes:
+    """A new key written to ``path`` (0600) atomically; the existing one if another process won the race."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(KEY_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # never replaces: two processes end with the same key
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+        _fsync_directory(path.parent)
+        return _read_key(path)
+    except OSError as exc:
+        raise CacheError(f"cannot create the strategy cache's signing key {path}: {exc}") from exc
+
+
+def _fsync_directory(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -275,8 +275,15 @@ class Sparse(Matrix):
         return self.matrix.toarray()
 
     def gram(self) -> Sparse:
-        G = (self.matrix.T @ self.matrix).tocsr()
-        return Sparse(G)
+        """``AᵀA``, refused (WorkloadError) before it is formed when it could hold more than
+        :data:`DENSE_LIMIT` entries: a row with ``k`` nonzeros adds up to ``k²`` (a bucketing of a
+        column of 500,000 values into 101 groups has 2.5 billion)."""
+        row_nonzeros = np.diff(self.matrix.indptr).astype(np.int64)
+        bound = min(int(np.sum(row_nonzeros**2)), self.shape[1] ** 2)
+        if bound > DENSE_LIMIT:
+            raise WorkloadError(f"refusing to form the Gram matrix of a sparse {self.shape[0]}x{self.shape[1]} "
+                                f"matrix: up to {bound:,} entries (limit {DENSE_LIMIT:,})")
+        return Sparse((self.matrix.T @ self.matrix).tocsr())
 
     def column_norms(self, p: int) -> np.ndarray:
         A = abs(self.matrix)

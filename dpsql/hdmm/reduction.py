@@ -44,8 +44,10 @@ from dpsql.hdmm.matrix import Dense, Identity, Kronecker, Matrix, Ones, Product,
 from dpsql.hdmm.strategy import Strategy
 from dpsql.hdmm.workload import Workload
 
-#: Factors with more entries than this are not compared column by column; their
-#: attribute is then left unreduced (always sound: a finer partition loses nothing).
+#: Implicit factors with more entries than this are not made dense to compare their columns;
+#: their attribute is then left unreduced (always sound: a finer partition loses nothing).
+#: Dense factors are compared whatever their size (a predicate on 5,000,000 coupled cells is
+#: one row of them), as are sparse ones unless their distinct columns exceed it.
 COMPARE_LIMIT = 1 << 22
 
 
@@ -59,15 +61,50 @@ class Partition(Sparse):
 
 
 def _column_labels(f: Matrix) -> np.ndarray | None:
-    """Equal labels for identical columns of ``f``, or None when ``f`` is too big to compare."""
+    """Equal labels for identical columns of ``f``, numbered in the lexicographic order of the
+    columns (as ``np.unique(..., axis=1)`` numbers them), or None when ``f`` is too big to compare."""
     n = f.shape[1]
     if isinstance(f, Ones):
         return np.zeros(n, dtype=np.int64)
     if isinstance(f, Identity):
         return np.arange(n)
-    if f.shape[0] * n > COMPARE_LIMIT:
+    if isinstance(f, Sparse):
+        return _sparse_labels(f.matrix)
+    if not isinstance(f, Dense) and f.shape[0] * n > COMPARE_LIMIT:  # a Dense factor is held already
         return None
-    return np.unique(f.dense(), axis=1, return_inverse=True)[1].reshape(-1)
+    return _dense_labels(f.dense())
+
+
+def _dense_labels(D: np.ndarray) -> np.ndarray:
+    """The rank of every column of ``D`` among its distinct columns, in lexicographic order (row 0
+    first): one sort of numbers per row, where ``np.unique(D, axis=1)`` compares whole columns
+    (seconds for one row of a million values)."""
+    n = D.shape[1]
+    if D.shape[0] == 0 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    order = np.lexsort(D[::-1])
+    S = D[:, order]
+    ranks = np.cumsum(np.r_[True, np.any(S[:, 1:] != S[:, :-1], axis=0)]) - 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = ranks
+    return labels
+
+
+def _sparse_labels(M: sp.csr_matrix) -> np.ndarray | None:
+    """:func:`_dense_labels` of a sparse matrix without densifying it: columns are grouped by
+    their nonzero count and two fixed projections, each group is checked to hold one column
+    exactly (None if not), and the groups are ranked on their representatives, densified (None
+    when those would hold more than :data:`COMPARE_LIMIT` entries)."""
+    C = sp.csc_matrix(M)
+    C.sum_duplicates()
+    C.eliminate_zeros()
+    rows, n = C.shape
+    probes = np.random.default_rng(0).random((rows, 2)) + 1.0
+    candidate = _dense_labels(np.vstack([np.diff(C.indptr).astype(float), np.asarray(C.T @ probes).T]))
+    _, reps = np.unique(candidate, return_index=True)
+    if rows * reps.size > COMPARE_LIMIT or (C[:, reps[candidate]] != C).nnz:
+        return None
+    return _dense_labels(C[:, reps].toarray())[candidate]
 
 
 def attribute_labels(factors: Sequence[Matrix]) -> np.ndarray:
@@ -97,12 +134,22 @@ def _reduced_factor(f: Matrix, labels: np.ndarray, m: int) -> Matrix:
     if isinstance(f, Ones):
         return Ones(f.shape[0], m)
     _, reps = np.unique(labels, return_index=True)
-    R = f.dense()[:, reps]
+    R = _columns(f, reps)
     if R.shape == (m, m) and np.array_equal(R, np.eye(m)):
         return Identity(m)
     if R.shape[0] == 1 and np.all(R == 1.0):
         return Ones(1, m)
     return Dense(R)
+
+
+def _columns(f: Matrix, index: np.ndarray) -> np.ndarray:
+    """Columns ``index`` of ``f``, dense (a sparse factor is not densified whole)."""
+    return f.matrix[:, index].toarray() if isinstance(f, Sparse) else f.dense()[:, index]
+
+
+def _same(f: Matrix, D: np.ndarray) -> bool:
+    """Whether ``f`` equals the dense array ``D``."""
+    return (f.matrix != sp.csr_matrix(D)).nnz == 0 if isinstance(f, Sparse) else np.array_equal(f.dense(), D)
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,7 +194,7 @@ class Reduction:
             reduced = []
             for i, (f, g, m) in enumerate(zip(fs, self.labels, self.sizes)):
                 r = _reduced_factor(f, g, m)
-                if m != f.shape[1] and not np.array_equal(f.dense(), r.dense()[:, g]):
+                if m != f.shape[1] and not _same(f, _columns(r, g)):
                     raise WorkloadError(f"attribute {i}: the workload distinguishes values the reduction merged")
                 reduced.append(r)
             terms.append(_fold(w, reduced, self.kept))

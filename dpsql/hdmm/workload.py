@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from dpsql.errors import WorkloadError
-from dpsql.hdmm.matrix import DENSE_LIMIT, Identity, Kronecker, Matrix, Ones, Total, VStack, Weighted
+from dpsql.hdmm.matrix import DENSE_LIMIT, Identity, Kronecker, Matrix, Ones, Sparse, Total, VStack, Weighted
 from dpsql.limits import check_measured_cells
 
 Term = tuple[float, tuple[Matrix, ...]]
@@ -99,10 +99,17 @@ def factor_key(f: Matrix) -> bytes:
     """Bytes identifying a factor up to what strategies see: its shape and Gram matrix, or the
     factor itself where the ``n × n`` Gram would be too large to hold and the factor is not (a
     predicate or a SUM's values on a column of 500,000 values: one row, where the Gram has
-    250 billion entries)."""
+    250 billion entries; a bucketing of that column, held sparse)."""
     rows, n = f.shape
     if n * n > DENSE_LIMIT and isinstance(f, Identity):  # a GROUP BY on a column of many values
         return repr(f.shape).encode() + b"I"
+    if n * n > DENSE_LIMIT and isinstance(f, Sparse):
+        m = f.matrix.copy()
+        m.sum_duplicates()
+        m.eliminate_zeros()
+        return repr(f.shape).encode() + b"S" + b"".join(
+            np.ascontiguousarray(a).tobytes() for a in (m.indptr.astype(np.int64), m.indices.astype(np.int64),
+                                                        np.round(m.data, 9)))
     G = f.dense() if n * n > DENSE_LIMIT and rows * n <= DENSE_LIMIT else f.gram().dense()
     return repr(f.shape).encode() + np.ascontiguousarray(np.round(G, 9)).tobytes()
 

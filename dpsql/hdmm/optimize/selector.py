@@ -42,12 +42,13 @@ from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from dpsql.errors import CacheError, WorkloadError
-from dpsql.hdmm.cache import StrategyCache
+from dpsql.errors import CacheError, ResourceLimitError, WorkloadError
+from dpsql.hdmm.cache import Entry, StrategyCache, unit_error
 from dpsql.hdmm.error_analysis import max_variance
 from dpsql.hdmm.error_analysis import rmse as expected_rmse
 from dpsql.hdmm.marginals import in_algebra
 from dpsql.hdmm.optimize.baseline import direct, direct_applies, identity, identity_applies
+from dpsql.hdmm.optimize.footprint import estimate_bytes
 from dpsql.hdmm.optimize.kron import opt_kron
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from dpsql.hdmm.optimize.maxvar import opt_max_marginal
@@ -57,6 +58,7 @@ from dpsql.hdmm.reduction import Reduction, reduce_domain
 from dpsql.hdmm.stacking import Stacking, stack_terms
 from dpsql.hdmm.strategy import Strategy
 from dpsql.hdmm.workload import Workload
+from dpsql.limits import MAX_CANDIDATE_BYTES
 from dpsql.privacy import NoiseModel
 
 log = logging.getLogger("dpsql.hdmm.optimize")
@@ -157,8 +159,11 @@ def select(
     """Run the feasible operators (or those named) and keep the best under ``objective``. An
     operator that refuses the workload (a :class:`~dpsql.errors.WorkloadError`: it would form a
     matrix too large to hold, as OPT_0 would the Gram of a column of 500,000 values) is left
-    out; if every one does, their reasons are raised together. The refusals depend on the
-    workload's shape only, never on data.
+    out, and so is one whose memory, estimated from the workload's shape before it runs
+    (:mod:`~dpsql.hdmm.optimize.footprint`), exceeds :data:`~dpsql.limits.MAX_CANDIDATE_BYTES`
+    or that runs out of memory all the same; if every one is, their reasons are raised together
+    (a :class:`~dpsql.errors.ResourceLimitError` when memory was every reason). The refusals
+    depend on the workload's shape only, never on data.
 
     ``objective="total"`` keeps the lowest expected RMSE, ``"max"`` the lowest
     largest per-query variance. ``stack=False`` runs the operators on the workload's
@@ -173,7 +178,8 @@ def select(
     :data:`PROGRESS_AFTER` seconds (bar) or for operators slower than that
     (lines). With a ``cache``, a selection already made for the same reduced
     workload, noise family, objective and settings is loaded instead of
-    recomputed, and a new one is stored.
+    recomputed, if it answers the workload with the finite error recorded with
+    it (else it is selected anew), and a new one is stored.
     """
     if objective not in OBJECTIVES:
         raise WorkloadError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -194,13 +200,20 @@ def select(
     if cache is not None:
         key = cache.key(W, noise, operators=names, restarts=restarts, seed=seed, objective=objective)
         hit = cache.get(key)
-        if hit is not None:
-            return finish(hit, [], True)
+        if hit is not None and _answers(W, hit, noise):
+            return finish(hit.strategy, [], True)
     candidates, refused = [], []
     bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else PROGRESS_AFTER)
+    too_large = 0
     for i, name in enumerate(bar):
         bar.set_postfix_str(name, refresh=False)
+        need = estimate_bytes(name, stacking.workload if name not in TERMWISE else W)
+        if need > MAX_CANDIDATE_BYTES:  # skipped before it allocates anything
+            refused.append(f"{name}: needs about {need:,} bytes of memory, more than the limit of "
+                           f"{MAX_CANDIDATE_BYTES:,}")
+            too_large += 1
+            continue
         start = time.perf_counter()
         try:
             strategy = run(name, W, stacking, noise, restarts, seed + 7919 * i)
@@ -208,12 +221,17 @@ def select(
         except WorkloadError as e:  # beyond this operator (a Gram too large to hold, say): the others may answer
             refused.append(f"{name}: {e}")
             continue
+        except MemoryError:  # an estimate short of the truth: still a refusal, never numpy's error
+            refused.append(f"{name}: ran out of memory")
+            too_large += 1
+            continue
         message = f"[dpsql] {name}: expected RMSE {candidates[-1].rmse:.4g} ({candidates[-1].seconds:.1f} s)"
         log.info(message)
         if progress or (progress is None and candidates[-1].seconds > PROGRESS_AFTER):
             bar.write(message, file=sys.stderr)
     if not candidates:
-        raise WorkloadError("no strategy operator could answer this workload (" + "; ".join(refused) + ")")
+        error = ResourceLimitError if too_large == len(refused) else WorkloadError
+        raise error("no strategy operator could answer this workload (" + "; ".join(refused) + ")")
     score = _score(objective)
     best = min(candidates, key=score)
     if objective == "max" and math.isfinite(best.max_variance) and best.operator != "OPT_M_max":
@@ -225,10 +243,24 @@ def select(
         raise WorkloadError("no strategy operator could answer this workload")
     if cache is not None:
         try:
-            cache.put(key, best.strategy)
+            cache.put(key, best.strategy, unit_error(W, best.strategy, noise.norm))
         except CacheError as e:  # a cache that cannot be written (a read-only home, say) costs only the reuse
             warnings.warn(f"{e}; the strategy is used, not cached", RuntimeWarning, stacklevel=2)
     return finish(best.strategy, candidates, False)
+
+
+def _answers(workload: Workload, entry: Entry, noise: NoiseModel) -> bool:
+    """Whether a cached strategy answers ``workload`` with a finite error equal to the one recorded
+    with it; an entry that does not (a strategy for another workload) is selected anew."""
+    try:
+        error = unit_error(workload, entry.strategy, noise.norm)
+    except WorkloadError:  # another domain
+        return False
+    if math.isfinite(error) and math.isclose(error, entry.error, rel_tol=1e-9, abs_tol=1e-300):
+        return True
+    log.warning("a cached strategy does not answer its workload (error %r, recorded %r); selecting anew",
+                error, entry.error)
+    return False
 
 
 def _stacking(workload: Workload, stack: bool) -> Stacking:

@@ -1,0 +1,55 @@
+"""The memory a strategy operator needs, estimated from the workload's shape before it runs.
+
+The selector (:mod:`dpsql.hdmm.optimize.selector`) skips an operator whose
+estimate exceeds :data:`~dpsql.limits.MAX_CANDIDATE_BYTES`, so no candidate
+asks numpy for more than the machine holds (OPT_0 on a column of 500,000
+values would have formed a Gram of 2 TB). The estimates depend on the
+workload's domain only, never on data.
+
+* ``OPT_0``, ``OPT_kron`` and ``OPT_plus`` form a dense ``n × n`` Gram of
+  every attribute and work on several copies of it: measured peaks
+  (tracemalloc, Laplace and Gaussian, ranges and marginals) were 6 to 9 such
+  matrices for one attribute, and up to 9 times the sum of the squares over
+  three, so :data:`GRAM_COPIES` of each are counted.
+* ``direct`` measures the workload's own factors: it holds the Gram of each,
+  or for a thin factor (few rows, or a Gram too large to hold: a SUM over a
+  column of 500,000 values) its ``rows × n`` pseudo-inverse instead
+  (:attr:`~dpsql.hdmm.strategy.KronStrategy._thin`), as many copies of either.
+* ``identity``, ``OPT_M`` and ``OPT_M_max`` keep vectors over the reduced
+  domain and ``4^d`` marginal coefficients at most.
+
+>>> from dpsql.hdmm.matrix import AllRange
+>>> from dpsql.hdmm.workload import Workload
+>>> estimate_bytes("OPT_0", Workload.of(AllRange(1000)))
+80000000
+"""
+
+from __future__ import annotations
+
+import math
+
+from dpsql.hdmm.matrix import DENSE_LIMIT, Matrix
+from dpsql.hdmm.workload import Workload
+
+#: Dense ``n × n`` matrices an operator that works on Grams holds per attribute at its peak.
+GRAM_COPIES = 10
+#: Vectors over the domain the operators that avoid Grams hold at their peak.
+VECTOR_COPIES = 8
+
+GRAM_OPERATORS = frozenset({"OPT_0", "OPT_kron", "OPT_plus"})
+
+
+def estimate_bytes(name: str, workload: Workload) -> int:
+    """Bytes operator ``name`` needs at its peak on ``workload`` (float64 arrays)."""
+    if name in GRAM_OPERATORS:
+        return 8 * GRAM_COPIES * sum(n * n for n in workload.domain)
+    if name == "direct":
+        return 8 * GRAM_COPIES * sum(_factor_entries(f) for _, fs in workload.terms for f in fs)
+    return 8 * (VECTOR_COPIES * math.prod(workload.domain) + 4 ** len(workload.domain))
+
+
+def _factor_entries(f: Matrix) -> int:
+    """Entries of what the direct candidate's error analysis holds for factor ``f``: its ``rows × n``
+    pseudo-inverse when it is thin, as :class:`~dpsql.hdmm.strategy.KronStrategy` decides, else its Gram."""
+    rows, n = f.shape
+    return rows * n if n * n > DENSE_LIMIT or 4 * rows <= n else n * n
