@@ -14,8 +14,8 @@ so the counting queries of all analysts run one at a time) and its strategy memo
 >>> _ = con.execute("CREATE TABLE t AS SELECT range % 3 AS a FROM range(30)")
 >>> ds = Dataset.open(con, schema={"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}},
 ...                   budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
->>> ds.engine().budget
-Budget(epsilon=1.0, delta=0.0, rho=0.0)
+>>> ds.engine().budget.epsilon, ds.engine("alice", dpsql.Budget(epsilon=0.25)).budget.epsilon
+(1.0, 0.25)
 """
 
 from __future__ import annotations
