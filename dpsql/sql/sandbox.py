@@ -56,6 +56,7 @@ ValueError: range() can build a value larger than its arguments (from a number o
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from typing import Any, Iterator
@@ -181,8 +182,9 @@ def _functions(tree: Any) -> Iterator[tuple[str, str]]:
             stack.extend(node)
 
 
+@functools.lru_cache(maxsize=2)  # check_bounded and check_deterministic of one expression parse it once
 def _parsed(sql: str) -> str:
-    """DuckDB's serialized parse tree of ``sql`` (JSON text)."""
+    """DuckDB's serialized parse tree of ``sql`` (JSON text, immutable)."""
     con = cursor()
     try:
         return con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
