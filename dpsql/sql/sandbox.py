@@ -66,7 +66,7 @@ import duckdb
 from dpsql import limits
 from dpsql.released import locked_database
 
-__all__ = ["cursor", "limited", "check_deterministic", "check_bounded", "aggregate_names", "LINEAR"]
+__all__ = ["cursor", "limited", "check_deterministic", "check_bounded", "bounded_names", "aggregate_names", "LINEAR"]
 
 _LOCK = threading.Lock()
 _DATABASE: list[duckdb.DuckDBPyConnection] = []
