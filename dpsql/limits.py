@@ -19,7 +19,16 @@ limit                         what it bounds
 :data:`MAX_PUBLIC_ROWS`       rows of a table the owner marks public (``connect(public_tables=...)``)
 :data:`MAX_CANDIDATE_BYTES`   memory of one strategy operator, estimated from the workload's
                               shape (:mod:`dpsql.hdmm.optimize.footprint`); those above are skipped
+:data:`MAX_EVAL_SECONDS`      DuckDB's time for one expression on the declared domain (compile
+                              time) and for one statement's post-processing of its answers
+:data:`MAX_EVAL_MEMORY_MIB`   the memory DuckDB may hold for those (its ``memory_limit``)
 ============================  ==========================================================
+
+The last two bound the sandbox DuckDB (:mod:`dpsql.sql.sandbox`), which runs one thread per
+query. DuckDB does not count every allocation against ``memory_limit`` (a string or list it
+builds in one value is not counted), so the sandbox also evaluates only functions whose result
+is no larger than their inputs (:func:`dpsql.sql.sandbox.check_bounded`): ``repeat``, ``range``,
+``lpad`` and the like, which build a value from a number, are refused when compiling.
 
 Two limits sit with what they bound. A schema's ``integer`` column holds at most 1,000,000
 values (:data:`dpsql.schema.MAX_COLUMN_DOMAIN`), and the columns one condition couples at most
@@ -40,8 +49,9 @@ from __future__ import annotations
 from dpsql.errors import ResourceLimitError, SQLError
 
 __all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
-           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_CANDIDATE_BYTES", "MAX_SUM_MAGNITUDE", "NestingLimitError", "check_queries",
-           "check_measured_cells", "check_synthetic_cells", "nesting_error", "refuse", "synthetic_rows_cap"]
+           "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_CANDIDATE_BYTES", "MAX_SUM_MAGNITUDE", "MAX_EVAL_SECONDS",
+           "MAX_EVAL_MEMORY_MIB", "NestingLimitError", "EvaluationLimitError", "check_queries", "check_measured_cells",
+           "check_synthetic_cells", "nesting_error", "evaluation_error", "refuse", "synthetic_rows_cap"]
 
 #: Characters of SQL in one request (the SF1 batch of 49 statements has about 10,000;
 #: compiling takes about 10 s per million).
@@ -72,6 +82,17 @@ MAX_CANDIDATE_BYTES = 2 * 2**30
 #: Rows of a table the owner marks public when connecting: a lookup join inlines one CASE
 #: branch per row whose key is in the private column's domain.
 MAX_PUBLIC_ROWS = 100_000
+#: Seconds DuckDB may take to evaluate one expression on the declared domain while compiling
+#: (:mod:`dpsql.sql.domain_eval`), or one statement's HAVING, ORDER BY and computed select items
+#: on its answers (:mod:`dpsql.sql.postprocess`; the compile-time check runs them twice, on zero
+#: answers, within one limit). Measured on a loaded 2-core machine: a string predicate on the
+#: largest domain allowed (5 million cells) compiled in 7 s in all; ``levenshtein`` of a domain
+#: value and 1,000 characters on 16 x 42 cells took 9 s, of 2,000 characters was refused.
+#: Interrupted at the limit, the request is refused (benchmarks/limits_red-b.py).
+MAX_EVAL_SECONDS = 10.0
+#: DuckDB's ``memory_limit`` for that evaluation, in MiB: the sorts, hashes and results it keeps
+#: (a sorted domain of 5 million cells is about 200 MB). DuckDB cannot spill to disk there.
+MAX_EVAL_MEMORY_MIB = 1024
 
 _SYNTHETIC = ("answer fewer or coarser groups (a CASE bucketing, a WHERE), split the batch, or "
               "build a synthetic table once with db.synthesize(...) (dpsql synth) and query it freely")
@@ -94,6 +115,26 @@ def nesting_error(line: "int | None", column: "int | None", reason: str = "") ->
     return NestingLimitError(f"this statement nests more than {MAX_SQL_DEPTH} levels deep (parentheses, CASE, NOT, "
                              f"comparisons, unary minus and casts each open a level){reason}; split it or "
                              "flatten it (a long AND / OR / + chain does not nest)", "nesting", line, column)
+
+
+class EvaluationLimitError(ResourceLimitError, SQLError):
+    """DuckDB passed :data:`MAX_EVAL_SECONDS` or :data:`MAX_EVAL_MEMORY_MIB` evaluating an
+    expression on public values: a resource limit, refused before anything is spent when it
+    happens at compile time; ``construct`` names what was being evaluated."""
+
+
+def evaluation_error(what: str, reason: str, construct: str = "evaluation", line: "int | None" = None,
+                     column: "int | None" = None) -> EvaluationLimitError:
+    """The error for DuckDB stopped at a limit (``reason``: ``"time"`` or ``"memory"``) while
+    evaluating ``what``.
+
+    >>> str(evaluation_error("'levenshtein(a, b) > 0' on the declared domain", "time"))  # doctest: +ELLIPSIS
+    "evaluating 'levenshtein(a, b) > 0' on the declared domain took more than the limit of 10 seconds; ..."
+    """
+    limit = (f"took more than the limit of {MAX_EVAL_SECONDS:g} seconds" if reason == "time"
+             else f"needed more than the limit of {MAX_EVAL_MEMORY_MIB:,} MiB of memory")
+    return EvaluationLimitError(f"evaluating {what} {limit}; use simpler expressions (shorter strings, fewer "
+                                "columns in one expression)", construct, line, column)
 
 
 def refuse(what: str, size: int, unit: str, limit: int) -> ResourceLimitError:

@@ -21,6 +21,21 @@ Reasons, in the order they are tested (each bad row counts once per column):
 * ``outside``: any other value not in the domain (a category not listed, an
   integer out of range or with a fraction, a number outside the bins).
 
+**A view over the private table must be total**: it must give a value (or
+NULL) for every row, never raise. A request is charged before the table is
+read, so a view that raises on some row makes a charged request fail or not
+depending on that one row, which no noise covers. dpsql reads a view through
+its definition made safe (:func:`dpsql.private.backend.safe_view`: ``CAST``
+becomes ``TRY_CAST``, row-level expressions are wrapped in ``TRY(...)``), but
+it cannot wrap everything: ``error(...)``, a user macro, or a function dpsql
+does not know (which may be volatile) run as written. :func:`view_hazards`
+lists, in the table's view and every view it reads, each expression that can
+raise on some row: a call of ``error``, a call of a user macro, and a ``CAST``
+(or ``::``) whose input type does not always convert to its target (a
+``VARCHAR`` to ``INTEGER``; ``TRY_CAST`` gives NULL instead and is fine).
+:func:`validate` reports them as ``view_warnings``; rewrite each (``TRY_CAST``,
+a ``CASE`` that yields NULL) so the view is total.
+
 >>> import duckdb
 >>> con = duckdb.connect()
 >>> _ = con.execute("CREATE TABLE t AS SELECT * FROM (VALUES (30, 'F'), (41, 'X'), (NULL, 'M'), (200, 'F')) v(age, sex)")
@@ -30,6 +45,9 @@ Reasons, in the order they are tested (each bad row counts once per column):
 (4, 1, 3)
 >>> [(c.name, c.counts, c.examples) for c in report.columns]
 [('age', {'null': 1, 'outside': 1}, ['200']), ('sex', {'outside': 1}, ['X'])]
+>>> _ = con.execute("CREATE VIEW v AS SELECT CAST(sex AS INTEGER) AS age, sex FROM t")
+>>> view_hazards(con, "v")
+['view v: CAST(sex AS INT) fails on a value that does not convert from VARCHAR to INT (TRY_CAST gives NULL)']
 """
 
 from __future__ import annotations
@@ -39,14 +57,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import sqlglot
 from sqlglot import exp
 
 from dpsql.errors import MeasurementError
-from dpsql.private.backend import BackendError, DuckDBBackend, duckdb_type_family, open_source
+from dpsql.private.backend import (
+    MAX_VIEW_DEPTH,
+    BackendError,
+    DuckDBBackend,
+    _view_definition,
+    duckdb_type_family,
+    open_source,
+)
 from dpsql.private.measure import index_expression
 from dpsql.schema import Binned, Boolean, Categorical, IntegerRange, Schema, load_schema
 
-__all__ = ["ColumnReport", "UnitReport", "ValidationReport", "validate", "REASONS"]
+__all__ = ["ColumnReport", "UnitReport", "ValidationReport", "validate", "view_hazards", "REASONS"]
 
 REASONS = ("null", "nan", "inf", "type", "outside")
 
@@ -92,6 +118,8 @@ class ValidationReport:
     columns: list[ColumnReport]
     unit: UnitReport | None = None
     missing: list[str] = field(default_factory=list)
+    #: expressions of the table's view (and the views it reads) that can raise on a row (:func:`view_hazards`)
+    view_warnings: list[str] = field(default_factory=list)
 
     def problems(self) -> int:
         """Rows with some column out of its domain, plus rows beyond the unit bound, plus missing columns."""
@@ -118,6 +146,8 @@ class ValidationReport:
             lines.append(f"  privacy unit {u.column}: {u.units:,} units, the largest has {u.largest:,} rows; "
                          f"{u.units_over:,} units exceed max_rows={u.max_rows} and lose {u.rows_over:,} rows "
                          f"(chosen at random per query); {u.null_rows:,} rows have a NULL unit (each its own unit)")
+        for warning in self.view_warnings:
+            lines.append(f"  warning: {warning}; a view must be total (never raise on a row)")
         lines.append("problems: none" if self.problems() == 0 else f"problems: {self.problems():,}")
         lines.append("This report shows exact counts and data values: for the data owner only.")
         return "\n".join(lines)
@@ -241,4 +271,71 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
         unit = UnitReport(pu.column, int(pu.max_rows), int(units), int(largest), int(over), int(rows_over), int(nulls))
     elif pu.column is not None:
         missing.append(pu.column)
-    return ValidationReport(name, int(rows), int(clean), reports, unit, missing)
+    return ValidationReport(name, int(rows), int(clean), reports, unit, missing, view_hazards(backend.con, name))
+
+
+def view_hazards(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+    """Each expression of the view ``name`` of ``con``, and of the views it reads, that can raise
+    on some row: ``error(...)``, a user macro's call, a ``CAST`` whose input type does not always
+    convert (see the module docstring). Empty for a table. Reads the catalog and binds queries
+    (``DESCRIBE``), never rows."""
+    macros = {str(r[0]).lower() for r in con.execute(
+        "SELECT function_name FROM duckdb_functions() WHERE function_type IN ('macro', 'table_macro') "
+        "AND NOT internal").fetchall()}
+    found: list[str] = []
+    pending, seen = [name], set()
+    while pending and len(seen) <= MAX_VIEW_DEPTH:
+        view = pending.pop()
+        definition = _view_definition(con, view) if view.lower() not in seen else None
+        seen.add(view.lower())
+        if definition is None:
+            continue
+        try:
+            create = sqlglot.parse_one(definition[0], read="duckdb")
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+            found.append(f"view {view}: dpsql cannot read its definition to check it")
+            continue
+        query = create.args.get("expression") if isinstance(create, exp.Create) else None
+        if query is None:
+            continue
+        ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+        for node in query.walk():
+            if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and node.name.lower() not in ctes:
+                pending.append(node.name)
+            called = node.name.lower() if isinstance(node, exp.Anonymous) else None
+            if called == "error":
+                found.append(f"view {view}: {_short(node)} raises on every row that reaches it")
+            elif called in macros:
+                found.append(f"view {view}: {_short(node)} calls the macro {called}(), which dpsql cannot check")
+            elif type(node) is exp.Cast and node.this.find(exp.Column) is not None:
+                problem = _failing_cast(con, query, node)
+                if problem:
+                    found.append(f"view {view}: {_short(node)} {problem}")
+    return found
+
+
+def _short(node: exp.Expression) -> str:
+    text = node.sql(dialect="duckdb")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _failing_cast(con: duckdb.DuckDBPyConnection, query: exp.Expression, cast: exp.Cast) -> str | None:
+    """Why ``cast`` (in the view ``query``) can fail on a row, or None when its input type always
+    converts to its target: the same type, a widening DuckDB does implicitly, or any type but BLOB
+    to VARCHAR. The input's type is found by binding it alone in the cast's own FROM (DESCRIBE)."""
+    target = cast.to.sql(dialect="duckdb")
+    select = cast.find_ancestor(exp.Select)
+    probe = exp.select(exp.alias_(cast.this.copy(), "x"))
+    if select is not None and select.args.get("from_") is not None:
+        probe = probe.from_(select.args["from_"].copy())
+        probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
+    if query.args.get("with") is not None:
+        probe.set("with", query.args["with"].copy())
+    try:
+        source = con.execute(f"DESCRIBE {probe.sql(dialect='duckdb')}").fetchall()[0][1]
+        converts = con.execute(f"SELECT can_cast_implicitly(NULL::{source}, NULL::{target})").fetchone()[0]
+    except duckdb.Error:
+        return "may fail on some value (dpsql could not find its input type; TRY_CAST gives NULL)"
+    if converts or source == target or (target.upper() in ("VARCHAR", "TEXT") and source != "BLOB"):
+        return None
+    return f"fails on a value that does not convert from {source} to {target} (TRY_CAST gives NULL)"

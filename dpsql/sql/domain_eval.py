@@ -13,8 +13,13 @@ DOUBLE), the type dpsql reads them in.
 
 An expression DuckDB cannot evaluate on some value of the domain (an overflow,
 a failed cast) is refused, as is one that is not deterministic
-(:func:`dpsql.sql.sandbox.check_deterministic`). Both depend on the schema
-alone, never on data.
+(:func:`dpsql.sql.sandbox.check_deterministic`) or that calls a function
+which can build a value larger than its arguments (``repeat``, ``lpad``,
+``range``: :func:`dpsql.sql.sandbox.check_bounded`), before DuckDB runs it.
+The evaluation runs under the sandbox's limits (:func:`dpsql.sql.sandbox.limited`):
+past :data:`dpsql.limits.MAX_EVAL_SECONDS` or :data:`dpsql.limits.MAX_EVAL_MEMORY_MIB`
+it stops with :class:`dpsql.limits.EvaluationLimitError`. All of these depend on
+the schema alone, never on data, and happen while compiling, before anything is spent.
 
 >>> from dpsql.schema import Categorical
 >>> from sqlglot import parse_one
@@ -96,6 +101,7 @@ def _evaluate(text: str, columns: tuple[Column, ...]) -> DomainValues:
             raise DomainEvalError(f"column {ref.sql(dialect='duckdb')} is not on this domain")
     sql = tree.sql(dialect="duckdb")
     try:
+        sandbox.check_bounded(f"SELECT {sql}")
         sandbox.check_deterministic(sql, known)
     except ValueError as e:
         raise DomainEvalError(str(e)) from None
@@ -107,26 +113,24 @@ def _evaluate(text: str, columns: tuple[Column, ...]) -> DomainValues:
     query = f"SELECT ({sql}) AS v, ({sql}) IS NULL AS n FROM {sources} ORDER BY {order}"
     params = {f"v{i}": [_text(v) for v in c.values] for i, c in enumerate(columns)
               if not (isinstance(c, IntegerRange) and c.sql_type == "BIGINT")}
-    con = sandbox.cursor()
     try:
-        rel = con.sql(query, params=params or None)
-        sql_type = str(rel.types[0])
-        dtype = _NUMPY_TYPES.get(sql_type)
-        if dtype is not None:
-            got = rel.fetchnumpy()
-            null = np.asarray(got["n"], dtype=bool)
-            filler = "" if dtype is str else dtype(0)
-            values = np.asarray(np.ma.filled(np.ma.asarray(got["v"]), filler), dtype=dtype)
-        else:
-            rows = rel.fetchall()
-            null = np.array([r[1] for r in rows], dtype=bool)
-            values = np.empty(len(rows), dtype=object)
-            values[:] = [r[0] for r in rows]
+        with sandbox.limited(f"'{sql if len(sql) <= 80 else sql[:77] + '...'}' on the declared domain") as con:
+            rel = con.sql(query, params=params or None)
+            sql_type = str(rel.types[0])
+            dtype = _NUMPY_TYPES.get(sql_type)
+            if dtype is not None:
+                got = rel.fetchnumpy()
+                null = np.asarray(got["n"], dtype=bool)
+                filler = "" if dtype is str else dtype(0)
+                values = np.asarray(np.ma.filled(np.ma.asarray(got["v"]), filler), dtype=dtype)
+            else:
+                rows = rel.fetchall()
+                null = np.array([r[1] for r in rows], dtype=bool)
+                values = np.empty(len(rows), dtype=object)
+                values[:] = [r[0] for r in rows]
     except duckdb.Error as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DomainEvalError(f"DuckDB cannot evaluate it on every value of the domain ({reason[:300]})") from None
-    finally:
-        con.close()
     values.flags.writeable = False
     null.flags.writeable = False
     return DomainValues(values, null, sql_type)

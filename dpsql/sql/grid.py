@@ -55,6 +55,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import DomainError, SQLError, UnsupportedSQLError
+from dpsql.limits import EvaluationLimitError
 from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange
 from dpsql.sql.domain_eval import DomainEvalError, domain_eval
 
@@ -326,6 +327,8 @@ class Grid:
                             construct_name(node), node)
         try:
             out = domain_eval(node, cols)
+        except EvaluationLimitError as e:  # placed here; not re-run part by part, as a refusal below is
+            self._raise(EvaluationLimitError, e.reason, construct_name(node), node)
         except DomainEvalError as e:
             part = _failing_part(node, cols)
             self._raise(UnsupportedSQLError, f"'{_sql(node)}' cannot be evaluated on the declared domain: {e}",

@@ -7,6 +7,20 @@ statement's clauses run on it in DuckDB (:meth:`~dpsql.sql.plan.QueryPlan.postpr
 Everything here is a function of released values only, and the DuckDB it uses
 (:mod:`dpsql.sql.sandbox`) holds nothing else and has no file access.
 
+Post-processing runs after the charge, so it must not fail then for want of
+time or memory. Its cost cannot depend on the noisy answers:
+:func:`check_postprocessing` refuses, while compiling, any function that can
+build a value larger than its arguments (``len(range(n * 100000))``,
+``repeat``, ``lpad``, ``unnest``: :func:`dpsql.sql.sandbox.check_bounded`),
+and then runs every expression on every group of zero answers under the
+sandbox's limits (:data:`dpsql.limits.MAX_EVAL_SECONDS`,
+:data:`dpsql.limits.MAX_EVAL_MEMORY_MIB`), so a statement that passes costs
+about the same when released. What that run cannot measure is a branch taken
+only for some answers (``CASE WHEN n > 100 THEN <slow> END``, or select items
+of groups HAVING drops on zeros): :func:`postprocess` runs under the same
+limits, and past them raises :class:`dpsql.limits.EvaluationLimitError` after
+the charge, never takes the machine's memory.
+
 >>> import numpy as np
 >>> from dpsql.sql import compile_batch
 >>> s = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}}
@@ -17,6 +31,7 @@ Everything here is a function of released values only, and the DuckDB it uses
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
 import duckdb
@@ -32,6 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = ["postprocess", "check_postprocessing"]
 
+_WHAT = "HAVING, ORDER BY and computed select items on the answers"
+
+
 def postprocess(batch: CompiledBatch, y: np.ndarray,
                 extra: Sequence[dict[str, np.ndarray]] | None = None) -> list[pd.DataFrame]:
     """Each statement's result table from workload answers ``y``: its groups, with HAVING,
@@ -43,50 +61,45 @@ def postprocess(batch: CompiledBatch, y: np.ndarray,
     compile time, what DuckDB cannot evaluate, so this is a safety net.
     """
     out = []
-    con = None  # opened only if some statement needs post-processing
-    try:
-        for i, (st, df) in enumerate(zip(batch.statements, batch.tables(y))):
-            columns = dict(extra[i]) if extra is not None else {}
-            for name, values in columns.items():
-                df[name] = values
-            if not st.plan.has_postprocessing:
-                out.append(df[[*st.plan.outputs, *columns]])
-                continue
-            con = con or sandbox.cursor()
-            con.register("answers", df)
-            try:
+    for i, (st, df) in enumerate(zip(batch.statements, batch.tables(y))):
+        columns = dict(extra[i]) if extra is not None else {}
+        for name, values in columns.items():
+            df[name] = values
+        if not st.plan.has_postprocessing:
+            out.append(df[[*st.plan.outputs, *columns]])
+            continue
+        try:
+            with sandbox.limited(_WHAT, "post-processing", st.plan.line, 1) as con:
+                con.register("answers", df)
                 out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
-            except duckdb.Error as e:
-                raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item failed on the answers "
-                                          f"({type(e).__name__})",
-                                          "post-processing", st.plan.line, 1) from None
-            con.unregister("answers")
-    finally:
-        if con is not None:
-            con.close()
+        except duckdb.Error as e:
+            raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item failed on the answers "
+                                      f"({type(e).__name__})",
+                                      "post-processing", st.plan.line, 1) from None
     return out
 
 
 def check_postprocessing(batch: CompiledBatch) -> None:
-    """Run every statement's HAVING, ORDER BY, LIMIT and OFFSET once on zero answers, at
-    compile time, so SQL that DuckDB cannot evaluate (a literal no DOUBLE holds, a bad
-    comparison) is refused before anything is spent rather than after the release."""
+    """Refuse, at compile time, a statement whose HAVING, ORDER BY, LIMIT, OFFSET or computed
+    select items could fail after the release: SQL that DuckDB cannot evaluate on zero answers (a
+    literal no DOUBLE holds, a bad comparison), a function whose cost depends on the answers
+    (:func:`dpsql.sql.sandbox.check_bounded`), or expressions that pass the sandbox's limits when
+    evaluated on every group (HAVING not applied). Nothing has been spent yet."""
     if not any(st.plan.has_postprocessing for st in batch.statements):
         return
-    con = sandbox.cursor()
-    try:
-        for st, df in zip(batch.statements, batch.tables(np.zeros(batch.num_rows))):
-            if not st.plan.has_postprocessing:
-                continue
-            con.register("answers", df)
-            try:
-                con.sql(st.plan.postprocess_sql("answers")).fetchall()
-            except duckdb.Error as e:
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item cannot be evaluated "
-                                          f"({reason[:300]})",
-                                          "post-processing", st.plan.line, 1) from None
-            finally:
-                con.unregister("answers")
-    finally:
-        con.close()
+    for st, df in zip(batch.statements, batch.tables(np.zeros(batch.num_rows))):
+        if not st.plan.has_postprocessing:
+            continue
+        sql = st.plan.postprocess_sql("answers")
+        every_row = dataclasses.replace(st.plan, having=None, limit=None, offset=None).postprocess_sql("answers")
+        try:
+            sandbox.check_bounded(sql)
+            with sandbox.limited(_WHAT, "post-processing", st.plan.line, 1) as con:
+                con.register("answers", df)
+                con.sql(sql).fetchall()
+                con.sql(every_row).fetchall()
+        except (duckdb.Error, ValueError) as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item cannot be evaluated "
+                                      f"({reason[:300]})",
+                                      "post-processing", st.plan.line, 1) from None
