@@ -161,3 +161,16 @@ def test_the_allow_list_names_real_functions_and_is_not_everything():
     for plain in ["abs", "round", "length", "lower", "||", "levenshtein", "date_trunc", "+", "*", "//"]:
         assert plain in allowed
 
+
+
+@pytest.mark.parametrize("clause", ["HAVING len(repeat('y', 2000000000)) > 0",
+                                    "HAVING COUNT(*) > len(range(2000000000))"])
+def test_a_constant_that_builds_a_huge_value_is_refused_quickly_before_the_charge(clause):
+    """Constants are evaluated when compiling (DuckDB must be able to evaluate them), and with the
+    same allow-list and limits as the rest: a constant building gigabytes is refused at once."""
+    db = _db()
+    start = time.perf_counter()
+    with pytest.raises(SQLError, match="larger than its arguments"):
+        db.query(f"SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex {clause}", epsilon=1.0)
+    assert time.perf_counter() - start < 5.0
+    assert db.ledger.entries() == []

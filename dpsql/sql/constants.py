@@ -70,30 +70,32 @@ def check_constants(expr: exp.Expression) -> tuple[exp.Expression, str] | None:
     """``(node, reason)`` for the first constant sub-expression of ``expr`` that DuckDB cannot
     evaluate, or divisor of ``//`` or ``%`` that is a constant 0; None when there is none. Each
     largest constant sub-expression is evaluated once (a loop, not recursion)."""
-    con = None
-    try:
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, _PLAIN + _OPAQUE):
-                continue
-            if _value(node) and _constant(node):
-                con = con or sandbox.cursor()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _PLAIN + _OPAQUE):
+            continue
+        if _value(node) and _constant(node):
+            text = f"SELECT {node.sql(dialect='duckdb')}"
+            try:
+                sandbox.check_bounded(text)  # nothing that can build a value larger than its inputs
+            except ValueError as e:
+                return node, str(e)[:300]
+            with sandbox.limited("a constant expression") as con:  # within the sandbox's time and memory
                 try:
-                    value = con.execute(f"SELECT {node.sql(dialect='duckdb')}").fetchall()[0][0]
+                    value = con.execute(text).fetchall()[0][0]
+                except (duckdb.InterruptException, duckdb.OutOfMemoryException):
+                    raise
                 except duckdb.Error as e:
                     reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     return node, reason[:300]
-                if isinstance(node.parent, (exp.IntDiv, exp.Mod)) and node is node.parent.expression \
-                        and not isinstance(value, bool) and value == 0:
-                    return node.parent, _BY_ZERO
-                continue
-            stack.extend(reversed(_always_evaluated(node)))
-            if isinstance(node, (exp.IntDiv, exp.Mod)) and isinstance(node.expression, _PLAIN):
-                lit = node.expression
-                if isinstance(lit, exp.Literal) and not lit.is_string and float(lit.this) == 0:
-                    return node, _BY_ZERO
-    finally:
-        if con is not None:
-            con.close()
+            if isinstance(node.parent, (exp.IntDiv, exp.Mod)) and node is node.parent.expression \
+                    and not isinstance(value, bool) and value == 0:
+                return node.parent, _BY_ZERO
+            continue
+        stack.extend(reversed(_always_evaluated(node)))
+        if isinstance(node, (exp.IntDiv, exp.Mod)) and isinstance(node.expression, _PLAIN):
+            lit = node.expression
+            if isinstance(lit, exp.Literal) and not lit.is_string and float(lit.this) == 0:
+                return node, _BY_ZERO
     return None
