@@ -364,7 +364,7 @@ class _Request:
         rho = (gaussian_rho if gaussian else zcdp_rho)(total.epsilon, total.delta)
         return rho, Cost(epsilon=total.epsilon, delta=total.delta)
 
-    def default_rows(self, count: float, what: str, stacklevel: int = 5, in_time: int | None = None) -> int:
+    def default_rows(self, count: float, what: str, stacklevel: int = 6, in_time: int | None = None) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
         allows, or ``in_time``, the most the run has time to make within ``max_seconds``, with a
         warning: after the spend a too-large default is capped, never refused."""
@@ -662,12 +662,12 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
         if rounds > max_rounds:
             warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than a synthetic "
                           f"table may hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); running {max_rounds:,} rounds, "
-                          "which spends less", stacklevel=5)
+                          "which spends less", stacklevel=6)
             rounds = max_rounds
         if rounds > in_time:
             warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than it has time "
                           f"for within max_seconds={limit:g} (about {round_seconds:.3g} s a round); running {in_time:,} "
-                          "rounds, which spends less", stacklevel=5)
+                          "rounds, which spends less", stacklevel=6)
             rounds = in_time
     if not math.isfinite(noise * math.sqrt(rounds)):
         raise ArgumentError(f"noise={noise!r} times the square root of rounds={rounds} is not a finite number")
@@ -682,7 +682,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
                            f"the {budget.describe(total)} asked for; give eps0 or rounds and the spend sets the other")
     notes = fem_warnings(eps0, cells.offsets[-1], [(a.name, a.size) for a in attributes], request.marginals)
     for note in notes:  # up front: before anything is spent
-        warnings.warn(note, stacklevel=5)
+        warnings.warn(note, stacklevel=6)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"FEM: eps0={eps0:g}, T={rounds}", "fem")
@@ -788,7 +788,7 @@ class _ModelOptions:
         marginals = len({o.subset for o in learned.observations})
         in_time = fitting(self.max_seconds, self.fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
-        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 6, in_time)
+        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 7, in_time)
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
