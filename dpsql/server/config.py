@@ -33,7 +33,6 @@ with no part for a dataset cannot connect to it.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ import yaml
 
 from dpsql.engine import Budget
 from dpsql.errors import ConfigError, Error
+from dpsql.server.pgwire import is_loopback
 from dpsql.server.scram import Verifier, parse_verifier
 
 __all__ = ["AnalystConfig", "DatasetConfig", "Limits", "ServerConfig", "load_config"]
@@ -92,19 +92,6 @@ class ServerConfig:
     analysts: Mapping[str, AnalystConfig]
     path: str
 
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Problems:

@@ -70,7 +70,7 @@ from dpsql.server.pgerror import PgError
 from dpsql.server.scram import MECHANISM, AuthFailed, ScramError, ScramExchange, Verifier
 
 __all__ = ["Column", "Rows", "Command", "Outcome", "PgError", "Session", "Limits", "Server", "ServerThread",
-           "ServerConfigError"]
+           "ServerConfigError", "is_loopback"]
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,8 @@ class _Body:
             raise _Violation("message has bytes after its last field")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
     if host == "localhost":
         return True
     try:
@@ -269,7 +270,7 @@ class Server:
                  open_session: Callable[[str, str, dict[str, str]], Session],
                  ssl_context: ssl.SSLContext | None = None, allow_plaintext_loopback: bool = True,
                  limits: Limits | None = None, server_version: str = "16.0 (dpsql)", workers: int = 4) -> None:
-        if ssl_context is None and not _is_loopback(host):
+        if ssl_context is None and not is_loopback(host):
             raise ServerConfigError(f"refusing to serve {host!r} without TLS: give an ssl_context, or bind a loopback "
                                 "address (127.0.0.1, ::1, localhost)")
         self.host = host
@@ -525,7 +526,7 @@ class _Connection:
         if tls or self.server.ssl_context is None:
             return
         peer = self.writer.get_extra_info("peername")
-        if self.server.allow_plaintext_loopback and peer and _is_loopback(peer[0]):
+        if self.server.allow_plaintext_loopback and peer and is_loopback(peer[0]):
             return
         raise _Fatal(PgError("28000", "TLS is required: connect with sslmode=require"))
 
