@@ -500,15 +500,30 @@ class _Plan:
                                     exp.LTE(this=_col(rnk), expression=_int(unit.max_rows))), copy=False)
             if in_domain is not None:  # after the cut to max_rows, as for the columns read
                 src = src.where(in_domain, copy=False)
+        weighted = [j for j, c in enumerate(used) if c in split]
+        # 1b. text columns grouped first by their exact (binary) text, so that each value's index is
+        #     looked up once per distinct value instead of once per row; the counts are summed after.
+        #     (Not with a privacy unit's cut or a split column: their rows are weighed one by one.)
+        texts = [c for c in read if isinstance(c, Categorical) and not c.is_numeric
+                 and sql_type_family(types.get(c.name.lower())) == "string"]
+        tally = None
+        if texts and unit.column is None and not weighted:
+            tally = _free_name("_dpsql_n", {c.name.lower() for c in cols})
+            keyed = [_binary(exp.cast(_col(c.name), exp.DataType.build("VARCHAR"))) if c in texts else _col(c.name)
+                     for c in read]
+            src = exp.select(*[exp.alias_(k, _ident(c.name)) for k, c in zip(keyed, read)],
+                             exp.alias_(exp.Count(this=exp.Star()), _ident(tally))).from_(
+                exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("rows"))), copy=False).group_by(
+                *[k.copy() for k in keyed], copy=False)
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
-        weighted = [j for j, c in enumerate(used) if c in split]
         indices = [exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
                               _ident(n)) for c, n in zip(read, idx_names)]
         # a split column's upper share reads its index: the raw values are carried through
         raw = {j: f"x{j}" for j in weighted}  # beside the i* names: the outputs are these alone
         carried = [exp.alias_(_col(read[j].name), _ident(raw[j])) for j in weighted]
-        proj = exp.select(*(indices + carried or [exp.alias_(_int(1), _ident("one"))]))
+        proj = exp.select(*(indices + carried or [exp.alias_(_int(1), _ident("one"))]),
+                          *([_col(tally)] if tally else []))
         proj = proj.from_(exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("src"))), copy=False)
         if weighted:
             # 2a. a split column: each row twice, in its bin's lower and upper endpoint cells, weighed by
@@ -538,7 +553,8 @@ class _Plan:
             values = [column_idx[u[1]] if u[0] == "column"
                       else _group_key(attributes[u[1]], [column_idx[c] for c in attr_cols[u[1]]]) for u in units]
             proj = exp.select(*[exp.alias_(v, _ident(n)) for v, n in zip(values, key_names)] or
-                              [exp.alias_(_int(1), _ident("one"))], *([_col("wt")] if weighted else [])).from_(
+                              [exp.alias_(_int(1), _ident("one"))], *([_col("wt")] if weighted else []),
+                              *([_col(tally)] if tally else [])).from_(
                 exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("cols"))), copy=False)
         # 3. drop rows with any key out of domain. A key that every grouping set has
         #    needs no filter: its -1 groups are dropped after counting (see split). For the
@@ -552,7 +568,9 @@ class _Plan:
         selects: list[exp.Expression] = [
             exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
             for n, k in zip(key_names, self.keys)]
-        selects.append(exp.alias_(exp.Sum(this=_col("wt")) if weighted else exp.Count(this=exp.Star()), _ident("n")))
+        count = (exp.Sum(this=_col("wt")) if weighted else exp.cast(exp.Sum(this=_col(tally)), exp.DataType.build("BIGINT"))
+                 if tally else exp.Count(this=exp.Star()))
+        selects.append(exp.alias_(count, _ident("n")))
         query = exp.select(*selects).from_(exp.Subquery(this=proj, alias=exp.TableAlias(this=_ident("idx"))))
         if checked:
             any_out: exp.Expression = _col(checked[0])
