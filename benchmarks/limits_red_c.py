@@ -52,7 +52,7 @@ def _accepted(db: dpsql.Connection, method: str, kwargs: dict[str, Any]) -> bool
     """Whether the request passes every check before the spend (nothing is read or spent)."""
     options = {k: v for k, v in kwargs.items() if k not in ("epsilon", "delta", "rho", "rows")}
     try:
-        _plan(db._private, db.schema, schema_attributes(db.schema), method, 2, db.budget, kwargs.get("epsilon"),
+        _plan(db._engine._private, db.schema, schema_attributes(db.schema), method, 2, db.budget, kwargs.get("epsilon"),
               kwargs.get("delta"), kwargs.get("rho"), kwargs.get("rows"), "s", 0, options)
     except ResourceLimitError:
         return False

@@ -246,7 +246,7 @@ def test_end_to_end_equals_duckdb(spark, people, tmp_path):
     budget = Budget(epsilon=1e12)
     on_spark = dpsql.connect(spark, table="people", schema=PEOPLE, budget=budget, cache=tmp_path)
     on_duck = dpsql.connect(people, schema=PEOPLE, budget=budget, cache=tmp_path)
-    assert isinstance(on_spark._private._con, SparkBackend)  # the kernel reads through Spark
+    assert isinstance(on_spark._engine._private._con, SparkBackend)  # the kernel reads through Spark
     compiled = compile_batch(texts, PEOPLE)
     # a huge epsilon: both give DuckDB's exact answers
     for db in (on_spark, on_duck):
