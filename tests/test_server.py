@@ -461,3 +461,18 @@ def test_budget_command_reads_the_config_and_shows_an_analysts_spend(served, cap
     spent = app.datasets["people"].ledger.account("bob").spent()
     assert f"spent by 'bob': epsilon={spent.epsilon!r}, delta=0.0 of a part of epsilon={1e6 * HUGE!r}" in out
     assert "AS bobs FROM people" in out
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="PostgreSQL's client psql is not installed")
+def test_a_charged_statement_is_answered_though_a_later_one_fails(served):
+    """One message: a private SELECT (charged), then a statement that fails. The client gets the
+    answer it paid for, then the error, as PostgreSQL sends a simple query's results."""
+    d, port, app = served
+    before = len(app.datasets["people"].ledger.entries())
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["alice"])
+    out = subprocess.run(["psql", "-X", "-A", "-t", f"host=127.0.0.1 port={port} user=alice dbname=people", "-c",
+                          f"SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = {HUGE}) COUNT(*) AS paid FROM people; "
+                          "SELECT * FROM no_such_table"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "no_such_table" in out.stderr
+    close_rows([(float(out.stdout.strip().split("|")[0]),)], exact(d, "SELECT COUNT(*) FROM people"))
+    assert len(app.datasets["people"].ledger.entries()) == before + 1

@@ -14,7 +14,7 @@ class PgError(Error):
     """
 
     def __init__(self, sqlstate: str, message: str, *, position: int | None = None,
-                 detail: str | None = None, hint: str | None = None) -> None:
+                 detail: str | None = None, hint: str | None = None, done: "list | None" = None) -> None:
         if len(sqlstate) != 5 or not sqlstate.isascii() or not sqlstate.isalnum():
             raise ArgumentError(f"SQLSTATE must be 5 ASCII letters or digits, got {sqlstate!r}")
         super().__init__(message)
@@ -23,3 +23,6 @@ class PgError(Error):
         self.position = position
         self.detail = detail
         self.hint = hint
+        #: the outcomes of a simple query's statements before the one that failed: sent before the
+        #: error, as PostgreSQL does (a statement that spent must reach the client with its answer)
+        self.done = list(done or [])

@@ -619,16 +619,24 @@ class _Connection:
         body.end()
         self.pending.statements.pop("", None)
         self.pending.portals.pop("", None)
-        outcomes = [] if sqltext.scan(sql).empty else await self.server.call(self.session.run, sql)
+        try:
+            outcomes = [] if sqltext.scan(sql).empty else await self.server.call(self.session.run, sql)
+        except PgError as e:
+            await self._send_outcomes(e.done)  # the statements before the failing one, then the error
+            raise
         if not outcomes:
             self.writer.write(_message(b"I"))
+        await self._send_outcomes(outcomes)
+        self.writer.write(self._ready())
+        await self.writer.drain()
+
+    async def _send_outcomes(self, outcomes: "list[Outcome]") -> None:
+        """Each outcome of a simple query, in text format."""
         for outcome in outcomes:
             if isinstance(outcome, Rows):
                 self.writer.write(_row_description(outcome.columns, [0] * len(outcome.columns)))
                 await self._rows(outcome, [0] * len(outcome.columns), 0, len(outcome.rows))
             self._complete(outcome.tag)
-        self.writer.write(self._ready())
-        await self.writer.drain()
 
     def _complete(self, tag: str) -> None:
         verb = tag.split(" ", 1)[0].upper()

@@ -151,20 +151,30 @@ class AnalystSession:
 
     # -- the protocol layer's interface ---------------------------------------------------
     def run(self, sql: str) -> list[Outcome]:
+        """The outcome of each statement of one message, in order. A failure after some statements
+        ran carries their outcomes (``PgError.done``), so that a batch that spent is answered."""
         statements = self._split(sql)
         self._ws.limiter.take(max(1, len(statements)))
         out: list[Outcome] = []
         batch: list[_Statement] = []
-        for st in statements:
-            if st.private:
-                batch.append(st)
-                continue
+        try:
+            for st in statements:
+                if st.private:
+                    batch.append(st)
+                    continue
+                if batch:
+                    out += self._private(batch)
+                    batch = []
+                out.append(self._other(st))
             if batch:
                 out += self._private(batch)
-                batch = []
-            out.append(self._other(st))
-        if batch:
-            out += self._private(batch)
+        except PgError as e:
+            e.done = out + e.done
+            raise
+        except Exception:
+            if not out:
+                raise
+            raise PgError("XX000", "internal error", done=out) from None  # no text: it may quote private data
         return out
 
     def describe(self, sql: str) -> list[Column] | None:
