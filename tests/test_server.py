@@ -476,3 +476,26 @@ def test_a_charged_statement_is_answered_though_a_later_one_fails(served):
     assert out.returncode != 0 and "no_such_table" in out.stderr
     close_rows([(float(out.stdout.strip().split("|")[0]),)], exact(d, "SELECT COUNT(*) FROM people"))
     assert len(app.datasets["people"].ledger.entries()) == before + 1
+
+
+def test_rate_and_result_size_are_limited_before_the_spend(tmp_path):
+    """statements_per_second (a burst of that many, refilled at that rate) and max_result_rows: each
+    refusal has its SQLSTATE and spends nothing."""
+    write_dataset(tmp_path, rows=50)
+    path = write_config(tmp_path, {"alice": 10.0}, 20.0, limits={"statements_per_second": 2, "max_result_rows": 1})
+    app = App(load_config(path), cache=False)
+    thread = app.server(port=0).run_in_thread()
+    try:
+        with psycopg.connect(dsn(thread.port, "alice"), autocommit=True) as conn:
+            with pytest.raises(psycopg.Error) as e:  # 2 groups, more rows than 1
+                conn.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.1) sex, COUNT(*) FROM people "
+                             "GROUP BY sex")
+            assert e.value.diag.sqlstate == "54000"
+            with pytest.raises(psycopg.Error) as e:  # the burst of 2 is spent
+                for _ in range(3):
+                    conn.execute("SELECT 1 AS one")
+            assert e.value.diag.sqlstate == "53400"
+        assert app.datasets["people"].ledger.entries() == []
+    finally:
+        thread.stop()
+        app.close()
