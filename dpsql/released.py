@@ -197,7 +197,7 @@ class Slot:
                 raise taken
             try:
                 cursor.execute(f"CREATE VIEW {_quote(self.name)} AS SELECT error({_literal(notice)}) AS making")
-            except duckdb.CatalogException:
+            except (duckdb.CatalogException, duckdb.TransactionException):  # taken, or being taken concurrently
                 raise taken from None
 
     def fill(self, df: "pd.DataFrame", types: Mapping[str, str]) -> str:
