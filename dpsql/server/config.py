@@ -111,6 +111,18 @@ class _Problems:
             return {}
         return value
 
+    def entries(self, top: Mapping, key: str, rule: str) -> "list[tuple[str, str, Mapping]]":
+        """``(name, path, spec)`` of each well-named entry of the mapping ``top[key]``; a badly
+        named one is a problem (``rule`` says what a name is) and left out."""
+        out = []
+        for name, spec in self.mapping(top.get(key), key).items():
+            where = f"{key}.{name}"
+            if not isinstance(name, str) or not _NAME.match(name):
+                self.add(where, f"{rule}: letters, digits and _")
+                continue
+            out.append((name, where, self.mapping(spec, where)))
+        return out
+
     def unknown(self, value: Mapping, path: str, known: set[str]) -> None:
         for k in value:
             if k not in known:
@@ -192,12 +204,7 @@ def load_config(path: "str | os.PathLike") -> ServerConfig:
                        for name in Limits.__dataclass_fields__})
 
     datasets: dict[str, DatasetConfig] = {}
-    for name, spec in p.mapping(top.get("datasets"), "datasets").items():
-        where = f"datasets.{name}"
-        if not isinstance(name, str) or not _NAME.match(name):
-            p.add(where, "a dataset name is a database name clients give: letters, digits and _")
-            continue
-        spec = p.mapping(spec, where)
+    for name, where, spec in p.entries(top, "datasets", "a dataset name is a database name clients give"):
         p.unknown(spec, where, {"source", "table", "schema", "public_tables", "ledger", "budget"})
         for required in ("source", "schema", "ledger", "budget"):
             if required not in spec:
@@ -223,12 +230,7 @@ def load_config(path: "str | os.PathLike") -> ServerConfig:
         p.add("datasets", "each dataset needs a ledger file of its own")
 
     analysts: dict[str, AnalystConfig] = {}
-    for name, spec in p.mapping(top.get("analysts"), "analysts").items():
-        where = f"analysts.{name}"
-        if not isinstance(name, str) or not _NAME.match(name):
-            p.add(where, "an analyst name is a user name clients give: letters, digits and _")
-            continue
-        spec = p.mapping(spec, where)
+    for name, where, spec in p.entries(top, "analysts", "an analyst name is a user name clients give"):
         p.unknown(spec, where, {"password", "budgets", "reads"})
         verifier = None
         password = spec.get("password")
