@@ -499,3 +499,16 @@ def test_rate_and_result_size_are_limited_before_the_spend(tmp_path):
     finally:
         thread.stop()
         app.close()
+
+
+def test_a_statements_own_spend_overrides_the_sessions(served):
+    """SET dpsql.epsilon is the default spend: a statement's OPTIONS replace it (one spend, the
+    statement's), and a statement that only mentions the words in a comment spends the session's."""
+    _, port, app = served
+    ledger = app.datasets["people"].ledger
+    with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 2")
+        conn.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon = 0.5) COUNT(*) AS n FROM people")
+        assert ledger.entries()[-1].cost.epsilon == 0.5
+        conn.execute("SELECT COUNT(*) AS n FROM people -- no WITH DIFFERENTIAL_PRIVACY OPTIONS here")
+        assert ledger.entries()[-1].cost.epsilon == 2.0

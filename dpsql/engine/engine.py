@@ -85,6 +85,9 @@ class Request:
     spends nothing and returns an :class:`~dpsql.engine.answer.Explanation`. ``single``:
     the request must hold exactly one statement. ``max_rows``: refuse, before anything is
     spent, a statement whose answer could have more rows (its groups, from the public domain).
+    ``default_spend``: the spend given here (a server session's ``SET dpsql.epsilon``) applies
+    only when the statements set none in their OPTIONS; otherwise a spend given in two places
+    is refused.
     """
 
     statements: "str | Sequence[str]"
@@ -99,13 +102,15 @@ class Request:
     explain: bool = False
     single: bool = False
     max_rows: int | None = None
+    default_spend: bool = False
 
 
 class Strategies:
     """Selected strategies by workload, noise family and objective: memoized in this process,
     and kept in the on-disk ``cache`` (None: none) across processes. Selection reads no data,
     so engines of different analysts of one dataset may share one. Thread-safe: one selection
-    at a time (a second request for the same workload waits and reuses it)."""
+    at a time (a second request for the same workload waits and reuses it); a workload selected
+    before is returned without waiting."""
 
     def __init__(self, cache: StrategyCache | None, progress: bool | None = None) -> None:
         self._cache = cache
@@ -117,6 +122,8 @@ class Strategies:
     def get(self, W: Workload, model: NoiseModel, objective: str) -> Strategy:
         """The selected strategy for ``W`` under ``model``'s noise family and ``objective``."""
         key = (W.fingerprint(), model.name, objective)
+        if key in self._memo:  # selected before: no wait behind another request's selection
+            return self._memo[key]
         with self._lock:
             if key not in self._memo:
                 self._memo[key] = select(W, model, cache=self._cache, progress=self.progress,
@@ -149,6 +156,8 @@ class Engine:
         if inner is not None:
             request = replace(request, statements=inner, explain=True)
         compiled = compile_batch(request.statements, self.schema)
+        if request.default_spend and statement_options(compiled) is not None:
+            request = replace(request, epsilon=None, delta=None, rho=None, std_error=None)
         if request.single and len(compiled.statements) != 1:
             raise UnsupportedSQLError(f"query takes one statement, got {len(compiled.statements)}; use batch",
                                       "several statements")

@@ -229,11 +229,9 @@ class AnalystSession:
 
     def _request(self, batch: list[_Statement]) -> Request:
         s = self._settings
-        stated = any("DIFFERENTIAL_PRIVACY" in st.text.upper() for st in batch)
-        spend = {} if stated else {k: s.get(k) for k in ("epsilon", "delta", "rho", "std_error")}
-        return Request([st.text for st in batch], noise=s.get("noise"), nonnegative=s.get("nonnegative", False),
-                       confidence=s.get("confidence", 0.95), objective=s.get("objective", "total"),
-                       max_rows=self._limits.max_result_rows, **spend)
+        return Request([st.text for st in batch], s.get("epsilon"), s.get("delta"), s.get("rho"), s.get("noise"),
+                       s.get("nonnegative", False), s.get("confidence", 0.95), s.get("objective", "total"),
+                       s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True)
 
     def _private(self, batch: list[_Statement]) -> list[Outcome]:
         """One private batch; a CREATE TABLE's name is held (a placeholder) before the spend, so
