@@ -372,7 +372,7 @@ class AnalystSession:
             state = next(code for cls, code in SQLSTATES if isinstance(e, cls))
             position = None
             if isinstance(e, SQLError) and e.line is not None:
-                item = batch[(e.item or 1) - 1] if len(batch) > 1 or e.item else batch[0]
+                item = batch[(e.item or 1) - 1]  # e.item: the statement's place in the batch
                 position = item.offset + _index(item.text, e.line, e.column or 1) + 1
                 if state == "42703" and "table" in (e.construct or "").lower():
                     state = "42P01"
