@@ -1,0 +1,143 @@
+"""Hierarchical factors (dpsql.hdmm.hierarchy, OPT_H): the tree's estimate, variances, level weights
+and integer tables against dense oracles on small random hierarchies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dpsql.errors import WorkloadError
+from dpsql.hdmm.hierarchy import HierarchyFactor, Tree, optimize_weights, topdown_integer
+from dpsql.hdmm.matrix import Identity, Sparse, Total
+from dpsql.hdmm.optimize.hier import opt_hier
+from dpsql.hdmm.reconstruct import least_squares
+from dpsql.hdmm.strategy import KronStrategy
+from dpsql.hdmm.workload import Workload
+from dpsql.privacy import Gaussian
+
+
+def _geography(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each cell's state and county: 3-4 states of 1-4 counties of 1-5 cells (one county may be its state)."""
+    rng = np.random.default_rng(seed)
+    state, county, c = [], [], 0
+    for s in range(int(rng.integers(3, 5))):
+        for _ in range(int(rng.integers(1, 5))):
+            k = int(rng.integers(1, 6))
+            state += [s] * k
+            county += [c] * k
+            c += 1
+    return np.array(state), np.array(county)
+
+
+def _groups(labels: np.ndarray) -> Sparse:
+    return Sparse(sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size)))))
+
+
+def _all_nodes(tree: Tree) -> np.ndarray:
+    return np.vstack([A.toarray() for A in tree.aggregations])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_estimate_and_variances_equal_dense_least_squares(seed):
+    state, county = _geography(seed)
+    tree = Tree.from_labels(state.size, [state, county])
+    weights = (0.3, 0.5, 0.7, 0.4)
+    H = HierarchyFactor(tree, weights)
+    D = H.dense()
+    G_inv = np.linalg.inv(D.T @ D)
+    rng = np.random.default_rng(seed)
+    y = D @ rng.integers(0, 30, state.size) + rng.normal(size=D.shape[0])
+    np.testing.assert_allclose(tree.estimate(y, weights), G_inv @ D.T @ y, atol=1e-9)
+    nodes = _all_nodes(tree)
+    np.testing.assert_allclose(tree.node_variances(weights), np.einsum("ij,jk,ik->i", nodes, G_inv, nodes), rtol=1e-10)
+    X = rng.normal(size=(state.size, 3))
+    np.testing.assert_allclose(H.inverse.matvec(X), G_inv @ X, atol=1e-10)
+    np.testing.assert_allclose(H.column_norms(2), np.sqrt((D**2).sum(axis=0)))
+    other = Sparse(sp.csr_matrix(rng.normal(size=(2, state.size))))  # not nodes: the general path
+    np.testing.assert_allclose(H.cross_diag(other, other),
+                               np.einsum("ij,jk,ik->i", other.dense(), G_inv, other.dense()), rtol=1e-9)
+
+
+def test_levels_add_up_exactly():
+    state, county = _geography(7)
+    tree = Tree.from_labels(state.size, [state, county])
+    weights = (0.2, 0.6, 0.6, 0.5)
+    H = HierarchyFactor(tree, weights)
+    y = H.matvec(np.arange(state.size, dtype=float)) + np.random.default_rng(0).normal(size=H.shape[0]) * 3
+    est = tree.estimate_nodes(y, weights)
+    np.testing.assert_allclose(_all_nodes(tree) @ est[tree.offsets[-2]:], est, atol=1e-9)
+    parent_sums = np.zeros(tree.nodes)
+    np.add.at(parent_sums, tree.parent[1:], est[1:] if est.ndim == 1 else est[1:])
+    np.testing.assert_allclose(parent_sums[:tree.offsets[-2]], est[:tree.offsets[-2]], atol=1e-9)
+
+
+def test_standard_errors_match_the_spread_of_repeated_draws():
+    state, county = _geography(3)
+    tree = Tree.from_labels(state.size, [state, county])
+    weights = (0.4, 0.5, 0.5, 0.6)
+    H = HierarchyFactor(tree, weights)
+    x = np.random.default_rng(1).integers(0, 50, state.size).astype(float)
+    rng = np.random.default_rng(2)
+    draws = 4000
+    Y = H.matvec(x)[:, None] + rng.normal(size=(H.shape[0], draws))
+    est = tree.estimate_nodes(Y, weights)
+    spread = est.var(axis=1, ddof=1)
+    # the sample variance of 4000 normal draws is within 10% of the truth (about 4.5 standard deviations)
+    np.testing.assert_allclose(spread, tree.node_variances(weights), rtol=0.1)
+    np.testing.assert_allclose(est.mean(axis=1), _all_nodes(tree) @ x, atol=0.2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_integer_tables_are_non_negative_and_add_up(seed):
+    state, county = _geography(seed)
+    tree = Tree.from_labels(state.size, [state, county])
+    weights = (0.3, 0.3, 0.5, 0.7)
+    H = HierarchyFactor(tree, weights)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, (state.size, 4)).astype(float)   # small counts: many estimates negative
+    est = tree.estimate_nodes(H.matvec(x) + rng.normal(size=(H.shape[0], 4)) * 4, weights)
+    assert (est < 0).any()
+    table = topdown_integer(tree, est)
+    assert table.dtype.kind == "i" and (table >= 0).all()
+    assert (table[0] == np.maximum(np.rint(est[0]), 0)).all()
+    sums = np.zeros_like(table)
+    np.add.at(sums, tree.parent[1:], table[1:])
+    np.testing.assert_array_equal(sums[:tree.offsets[-2]], table[:tree.offsets[-2]])
+    assert np.abs(table - est).max() < np.abs(est).max() + 4  # near the estimates, not arbitrary
+
+
+def test_not_nested_groups_are_refused():
+    with pytest.raises(WorkloadError, match="not nested"):
+        Tree.from_labels(4, [np.array([0, 0, 1, 1]), np.array([0, 1, 1, 2])])
+
+
+def test_optimized_weights_beat_equal_weights_and_sensitivity_is_one():
+    state, county = _geography(5)
+    tree = Tree.from_labels(state.size, [state, county])
+    tracts = np.arange(tree.offsets[-2], tree.nodes)
+    weights = optimize_weights(tree, [(1.0, tracts)], 2)
+    assert HierarchyFactor(tree, weights).sensitivity(2) == pytest.approx(1.0)
+
+    def error(w):
+        return float(tree.node_variances(w)[tracts].sum()) * float(tree.leaf_norms(w, 2).max()) ** 2
+
+    assert error(weights) < 0.9 * error((1.0, 1.0, 1.0, 1.0))
+    assert error(weights) == pytest.approx(tracts.size, rel=1e-3)  # for leaves alone: identity is optimal
+
+
+def test_opt_h_product_strategy_answers_as_dense_least_squares():
+    state, county = _geography(11)
+    n = state.size
+    W = Workload((n, 3), [(1.0, (_groups(state), Identity(3))), (1.0, (_groups(county), Total(3))),
+                          (1.0, (Identity(n), Total(3)))])
+    A = opt_hier(W, Gaussian(1.0, 1e-6))
+    assert isinstance(A, KronStrategy) and isinstance(A.factors[0], HierarchyFactor)
+    D = A.matrix.dense()
+    rng = np.random.default_rng(0)
+    y = D @ rng.integers(0, 10, n * 3) + rng.normal(size=D.shape[0])
+    Wd = W.dense()
+    np.testing.assert_allclose(least_squares(W, A, y), Wd @ np.linalg.pinv(D) @ y, atol=1e-8)
+    cov = Wd @ np.linalg.pinv(D.T @ D) @ Wd.T
+    np.testing.assert_allclose(np.concatenate(A.query_variances(W)), np.diag(cov), rtol=1e-8)
+    assert A.trace_error(W) == pytest.approx(np.trace(cov), rel=1e-8)
