@@ -141,3 +141,70 @@ def test_opt_h_product_strategy_answers_as_dense_least_squares():
     cov = Wd @ np.linalg.pinv(D.T @ D) @ Wd.T
     np.testing.assert_allclose(np.concatenate(A.query_variances(W)), np.diag(cov), rtol=1e-8)
     assert A.trace_error(W) == pytest.approx(np.trace(cov), rel=1e-8)
+
+
+def _census(seed: int = 0, rows: int = 600):
+    import duckdb
+    import pandas as pd
+
+    import dpsql
+
+    codes = [f"{s:02d}{c:03d}{t:02d}" for s in range(1, 4) for c in range(1, 2 + s) for t in range(1, 3)]
+    rng = np.random.default_rng(seed)
+    con = duckdb.connect()
+    people = pd.DataFrame({"geo": rng.choice(codes, rows), "sex": rng.choice(["F", "M"], rows)})  # noqa: F841
+    con.execute("CREATE TABLE p AS SELECT * FROM people")
+    schema = {"table": "p", "columns": {
+        "geo": {"type": "hierarchy", "values": codes, "levels": {"state": 2, "county": 5, "tract": 7}},
+        "sex": {"type": "categorical", "values": ["F", "M"]}}}
+    return con, dpsql.connect(con, schema=schema, budget=dpsql.Budget(rho=1e13), cache=False, progress=False)
+
+
+@pytest.mark.parametrize("query, plain", [
+    ("SELECT state, sex, COUNT(*) AS n FROM p GROUP BY state, sex",
+     "SELECT substr(geo, 1, 2) AS state, sex, COUNT(*) AS n FROM p GROUP BY ALL"),
+    ("SELECT state, county, COUNT(*) AS n FROM p WHERE state = '02' GROUP BY state, county",
+     "SELECT substr(geo, 1, 2) AS state, substr(geo, 1, 5) AS county, COUNT(*) AS n FROM p "
+     "WHERE substr(geo, 1, 2) = '02' GROUP BY ALL"),
+    ("SELECT tract, COUNT(*) AS n FROM p GROUP BY tract", "SELECT geo AS tract, COUNT(*) AS n FROM p GROUP BY ALL"),
+])
+def test_sql_on_levels_equals_duckdb_at_a_huge_budget(query, plain):
+    con, db = _census()
+    got = db.query(query, rho=1e10).df
+    want = con.sql(plain).df()
+    keys = [c for c in want.columns if c != "n"]
+    got, want = got.sort_values(keys).reset_index(drop=True), want.sort_values(keys).reset_index(drop=True)
+    assert list(got[keys].itertuples(index=False)) == list(want[keys].itertuples(index=False))
+    np.testing.assert_allclose(got["n"], want["n"], atol=1e-3)
+
+
+def test_hierarchy_schema_checks_its_levels():
+    from dpsql.errors import SchemaError
+    from dpsql.schema import Hierarchy, load_schema
+
+    s = load_schema({"table": "t", "columns": {"geo": {"type": "hierarchy", "values": ["0601", "0602"],
+                                                       "levels": {"state": 2, "county": 4}}}})
+    assert isinstance(s.column("geo"), Hierarchy) and s.column("geo").level_expression("STATE") == (2, False)
+    for levels, message in [({"state": 3, "county": 2}, "must increase"), ({"state": 5}, "shortest code"),
+                            ({"geo": 2}, "differ from the column"), ([2, 4], "must map")]:
+        with pytest.raises(SchemaError, match=message):
+            load_schema({"table": "t", "columns": {"geo": {"type": "hierarchy", "values": ["0601"],
+                                                           "levels": levels}}})
+    with pytest.raises(SchemaError, match="also the name of a column"):
+        load_schema({"table": "t", "columns": {"geo": {"type": "hierarchy", "values": ["0601"], "levels": {"s": 2}},
+                                               "s": {"type": "boolean"}}})
+
+
+def test_selection_on_a_large_hierarchy_is_opt_h_and_its_cache_entry_round_trips(tmp_path):
+    from dpsql.hdmm.cache import StrategyCache
+    from dpsql.hdmm.optimize.selector import select
+
+    n = 8_000  # a dense Gram of the cells (64 million entries) is beyond every other operator's reach
+    state, county = np.arange(n) // 800, np.arange(n) // 20
+    W = Workload((n, 2), [(1.0, (_groups(state), Identity(2))), (1.0, (_groups(county), Total(2))),
+                          (1.0, (Identity(n), Total(2)))])
+    cache = StrategyCache(tmp_path)
+    first = select(W, Gaussian(1.0, 1e-6), cache=cache, progress=False)
+    assert first.operator == "OPT_H"
+    again = select(W, Gaussian(1.0, 1e-6), cache=cache, progress=False)
+    assert again.cached and again.rmse == pytest.approx(first.rmse, rel=1e-12)
