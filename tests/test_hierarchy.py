@@ -208,3 +208,35 @@ def test_selection_on_a_large_hierarchy_is_opt_h_and_its_cache_entry_round_trips
     assert first.operator == "OPT_H"
     again = select(W, Gaussian(1.0, 1e-6), cache=cache, progress=False)
     assert again.cached and again.rmse == pytest.approx(first.rmse, rel=1e-12)
+
+
+def _county_workload(seed: int):
+    state, county = _geography(seed)
+    n = state.size
+    W = Workload((n, 2), [(1.0, (_groups(state), Identity(2))), (1.0, (_groups(county), Identity(2))),
+                          (1.0, (Identity(n), Total(2)))])
+    return W, opt_hier(W, Gaussian(1.0, 1e-6)), _groups(state), _groups(county)
+
+
+def test_nonnegative_on_a_hierarchy_is_topdown_and_integer_tables_add_up():
+    from dpsql.hdmm.reconstruct import nonnegative
+
+    W, A, S, C = _county_workload(2)
+    rng = np.random.default_rng(0)
+    big = rng.integers(1000, 2000, W.domain[0] * 2).astype(float)
+    y = A.matrix.matvec(big) + rng.normal(size=A.matrix.shape[0])
+    # no estimate near zero: nothing to clip, so the non-negative answers are the least-squares ones
+    np.testing.assert_allclose(nonnegative(W, A, y), least_squares(W, A, y), atol=1e-6)
+    small = rng.integers(0, 2, W.domain[0] * 2).astype(float)
+    y = A.matrix.matvec(small) + rng.normal(size=A.matrix.shape[0]) * 3
+    assert (least_squares(W, A, y) < 0).any()
+    for integer in (False, True):
+        ans = nonnegative(W, A, y, integer=integer)
+        assert (ans >= -1e-9).all()
+        states, counties = ans[:S.shape[0] * 2], ans[S.shape[0] * 2:(S.shape[0] + C.shape[0]) * 2]
+        county_state = (S.dense() @ C.dense().T).argmax(axis=0)  # each county's state
+        summed = np.zeros((S.shape[0], 2))
+        np.add.at(summed, county_state, counties.reshape(-1, 2))
+        np.testing.assert_allclose(summed.ravel(), states, atol=1e-6)
+        if integer:
+            np.testing.assert_array_equal(ans, np.round(ans))

@@ -437,24 +437,24 @@ def optimize_weights(tree: Tree, costs: Sequence[tuple[float, np.ndarray]], p: i
     return tuple(float(v) for v in w)
 
 
-def topdown_integer(tree: Tree, nodes: np.ndarray) -> np.ndarray:
+def topdown_integer(tree: Tree, nodes: np.ndarray, rounded: bool = True) -> np.ndarray:
     """Non-negative integer node tables that add up, from consistent estimates ``nodes`` (node rows ×
     columns, as :meth:`Tree.estimate_nodes` gives): the root's is its estimate rounded and clipped at 0;
     then, level by level, the children of each node get the non-negative reals nearest their estimates
     that add up to the node's integer (a projection on the simplex), rounded by largest remainders so
-    that they still add up. Each column is its own table (e.g. one cell of the other attributes)."""
+    that they still add up. Each column is its own table (e.g. one cell of the other attributes).
+    ``rounded=False`` skips the rounding: non-negative reals that add up."""
     est = np.asarray(nodes, dtype=float)
     vec = est.ndim == 1
     E = est[:, None] if vec else est
-    out = np.zeros(E.shape, dtype=np.int64)
+    out = np.zeros(E.shape, dtype=np.int64 if rounded else float)
     root = slice(tree.offsets[0], tree.offsets[1])
-    out[root] = np.maximum(np.rint(E[root]), 0).astype(np.int64)
+    out[root] = np.maximum(np.rint(E[root]) if rounded else E[root], 0)
     for l in range(1, len(tree.labels)):
         lv = slice(tree.offsets[l], tree.offsets[l + 1])
         par = tree.parent[lv]
-        targets = out[par].astype(float)
-        real = _simplex_projection(E[lv], par, targets)
-        out[lv] = _round_to_totals(real, par, out, tree.nodes)
+        real = _simplex_projection(E[lv], par, out[par].astype(float))
+        out[lv] = _round_to_totals(real, par, out, tree.nodes) if rounded else real
     return out[:, 0] if vec else out
 
 
