@@ -32,7 +32,7 @@ matrix over all pairs of cells:
 
 >>> import numpy as np
 >>> t = Tree.from_labels(4, [np.array([0, 0, 1, 1])])   # two "states" of two cells each
->>> [len(lv) for lv in t.level_sizes], t.parent.tolist()
+>>> [len(lv) for lv in t.level_nodes], t.parent.tolist()
 ([1, 2, 4], [-1, 0, 0, 1, 1, 2, 2])
 >>> H = HierarchyFactor(t, (1.0, 1.0, 1.0))
 >>> x = np.array([3.0, 1.0, 4.0, 1.0])
@@ -100,7 +100,7 @@ class Tree:
         self.level_of = np.repeat(np.arange(len(sizes)), sizes)
 
     @property
-    def level_sizes(self) -> list[range]:
+    def level_nodes(self) -> list[range]:
         """The global node numbers of each level."""
         return [range(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
 
@@ -143,7 +143,7 @@ class Tree:
     def _child_sums(self) -> list[sp.csr_matrix]:
         """Per level ``l > 0``: the ``nodes × level-l nodes`` matrix adding each node into its parent."""
         out = []
-        for lv in self.level_sizes[1:]:
+        for lv in self.level_nodes[1:]:
             m = len(lv)
             par = self.parent[lv.start:lv.stop]
             out.append(sp.csr_matrix((np.ones(m), (par, np.arange(m))), shape=(self.nodes, m)))
@@ -321,7 +321,7 @@ class HierarchyFactor(Matrix):
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         out = np.zeros((self.tree.n, Y.shape[1]))
-        for A, w, lv in zip(self.tree.aggregations, self.weights, self.tree.level_sizes):
+        for A, w, lv in zip(self.tree.aggregations, self.weights, self.tree.level_nodes):
             out += w * (A.T @ Y[lv.start:lv.stop])
         return out
 
@@ -357,7 +357,7 @@ class HierarchyFactor(Matrix):
         out = np.empty(x.shape[0])
         step = max(1, GENERAL_CROSS_LIMIT // (50 * self.shape[1]))
         for a in range(0, x.shape[0], step):
-            rows = np.eye(x.shape[0])[:, a:a + step] if x.shape[0] <= step else _unit_columns(x.shape[0], a, step)
+            rows = _unit_columns(x.shape[0], a, step)
             xr = x.rmatvec(rows)          # cells × chunk
             yr = y.rmatvec(rows)
             out[a:a + step] = np.einsum("ij,ij->j", xr, self.tree.inverse_gram(yr, self.weights))
@@ -368,7 +368,7 @@ class HierarchyFactor(Matrix):
         return float(np.sum(self.cross_diag(f, f)))
 
     def __repr__(self) -> str:
-        return f"HierarchyFactor({[len(lv) for lv in self.tree.level_sizes]}, weights={self.weights})"
+        return f"HierarchyFactor({[len(lv) for lv in self.tree.level_nodes]}, weights={self.weights})"
 
 
 def _unit_columns(m: int, start: int, step: int) -> np.ndarray:
@@ -421,7 +421,7 @@ def optimize_weights(tree: Tree, costs: Sequence[tuple[float, np.ndarray]], p: i
     for c, nodes in costs:
         np.add.at(counts, nodes, c)
 
-    def objective(theta: np.ndarray) -> float:
+    def error(theta: np.ndarray) -> float:
         w = np.exp(theta)
         sens = float(tree.leaf_norms(w, p).max())
         return sens * sens * float(counts @ tree.node_variances(w))
@@ -429,9 +429,13 @@ def optimize_weights(tree: Tree, costs: Sequence[tuple[float, np.ndarray]], p: i
     start = np.zeros(L)
     used = np.bincount(tree.level_of, weights=counts, minlength=L) > 0
     start[~used] = -3.0  # levels no query asks for start small
-    best = minimize(objective, start, method="Nelder-Mead",
-                    options={"xatol": 1e-4, "fatol": 1e-10, "maxiter": 400 * L, "adaptive": True})
-    theta = best.x if best.fun <= objective(start) else start
+    scale = error(start)
+    if not scale > 0:
+        return tuple(float(v) for v in np.exp(start) / tree.leaf_norms(np.exp(start), p).max())
+    # relative error, by L-BFGS-B with finite differences (L + 1 passes a step; Nelder-Mead took ~1,000 passes)
+    best = minimize(lambda th: error(th) / scale, start, method="L-BFGS-B", bounds=[(-12.0, 12.0)] * L,
+                    options={"ftol": 1e-9, "gtol": 1e-7, "maxiter": 200})
+    theta = best.x if best.fun <= 1.0 else start
     w = np.exp(theta)
     w = w / float(tree.leaf_norms(w, p).max())
     return tuple(float(v) for v in w)
