@@ -240,3 +240,12 @@ def test_nonnegative_on_a_hierarchy_is_topdown_and_integer_tables_add_up():
         np.testing.assert_allclose(summed.ravel(), states, atol=1e-6)
         if integer:
             np.testing.assert_array_equal(ans, np.round(ans))
+
+
+def test_integer_answers_need_a_hierarchy_strategy():
+    from dpsql.hdmm.reconstruct import nonnegative
+
+    W = Workload((3, 2), [(1.0, (Identity(3), Total(2)))])
+    A = KronStrategy((Identity(3), Total(2)))
+    with pytest.raises(WorkloadError, match="integer answers need a strategy that measures a hierarchy"):
+        nonnegative(W, A, np.ones(3), integer=True)
