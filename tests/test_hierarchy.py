@@ -249,3 +249,16 @@ def test_integer_answers_need_a_hierarchy_strategy():
     A = KronStrategy((Identity(3), Total(2)))
     with pytest.raises(WorkloadError, match="integer answers need a strategy that measures a hierarchy"):
         nonnegative(W, A, np.ones(3), integer=True)
+
+
+def test_a_public_tables_column_named_as_a_level_is_left_alone():
+    import sqlglot
+
+    from dpsql.schema import load_schema
+    from dpsql.sql.levels import with_levels
+
+    s = load_schema({"table": "t", "columns": {"geo": {"type": "hierarchy", "values": ["0601"],
+                                                       "levels": {"state": 2}}}})
+    tree = sqlglot.parse_one("SELECT r.state, p.state FROM t AS p JOIN r ON r.state = p.state")
+    assert with_levels(tree, s).sql() == ("SELECT r.state, SUBSTRING(p.geo, 1, 2) AS state FROM t AS p "
+                                          "JOIN r ON r.state = SUBSTRING(p.geo, 1, 2)")

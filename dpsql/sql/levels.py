@@ -39,13 +39,17 @@ def level_columns(schema: Schema) -> dict[str, tuple[Hierarchy, int, bool]]:
 
 def with_levels(tree: exp.Expression, schema: Schema) -> exp.Expression:
     """``tree`` with every level reference replaced by its expression (a select item keeps the level's
-    name as its alias); ``tree`` itself when the schema has no hierarchy."""
+    name as its alias), unless it names another table (a public table's column of the same name);
+    ``tree`` itself when the schema has no hierarchy."""
     levels = level_columns(schema)
     if not levels:
         return tree
+    private = {schema.table.lower()} | {t.alias_or_name.lower() for t in tree.find_all(exp.Table)
+                                         if t.name.lower() == schema.table.lower()}
 
     def replace(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Column) or node.name.lower() not in levels or schema.column(node.name):
+        if (not isinstance(node, exp.Column) or node.name.lower() not in levels or schema.column(node.name)
+                or (node.table and node.table.lower() not in private)):  # a public table's column
             return node
         col, length, whole = levels[node.name.lower()]
         code = exp.column(col.name, table=node.table or None)
