@@ -55,6 +55,7 @@ __all__ = [
     "Attribute",
     "Column",
     "Categorical",
+    "Hierarchy",
     "IntegerRange",
     "Binned",
     "Boolean",
@@ -215,6 +216,26 @@ class Categorical(Column):
         if isinstance(value, (np.generic,)):
             value = value.item()
         return lookup[value]
+
+
+@dataclass(frozen=True)
+class Hierarchy(Categorical):
+    """Codes whose prefixes name the levels of a hierarchy (``type: hierarchy``): ``levels`` are
+    ``(name, length)`` pairs, coarsest first, level ``name`` of a code being its first ``length``
+    characters (``state: 2, county: 5`` for tract codes ``SSCCCTTTTTT``). A level is a public
+    function of the code, so SQL groups by and filters on it as on any key (``GROUP BY state``
+    reads ``substr(geo, 1, 2)``, :mod:`dpsql.sql.levels`); the data holds the codes alone."""
+
+    levels: tuple[tuple[str, int], ...] = ()
+    kind = "hierarchy"
+
+    def level_expression(self, name: str) -> tuple[int, bool] | None:
+        """For level ``name`` (case-insensitive): its prefix length and whether it is the whole
+        code; None if it is not a level of this column."""
+        for level, length in self.levels:
+            if level.lower() == name.lower():
+                return length, all(len(v) == length for v in self.choices)
+        return None
 
 
 @dataclass(frozen=True)
@@ -576,13 +597,14 @@ def _yaml_loader() -> type:
 _COMMON_KEYS = {"type", "nullable", "bounds", "description"}
 _KIND_KEYS = {
     "categorical": {"values"},
+    "hierarchy": {"values", "levels"},
     "integer": {"min", "max"},
     "numeric": {"bins", "labels"},
     "boolean": set(),
 }
 _KIND_ALIASES = {"categorical": "categorical", "category": "categorical", "enum": "categorical",
                  "integer": "integer", "int": "integer", "numeric": "numeric", "binned": "numeric",
-                 "boolean": "boolean", "bool": "boolean"}
+                 "boolean": "boolean", "bool": "boolean", "hierarchy": "hierarchy"}
 
 
 def _is_number(x: Any) -> bool:
@@ -689,6 +711,10 @@ def _build(spec: Any, source: str | None) -> Schema:
                     names.append(by_lower[c.lower()])
         merge.append((str(mname), tuple(names)))
 
+    for col in columns:
+        for level, _ in getattr(col, "levels", ()):
+            if level.lower() in seen:
+                bad(f"columns.{col.name}.levels", f"level {level!r} is also the name of a column")
     public = _public_tables(spec.get("public_tables", {}), table, bad)
     if problems:
         raise SchemaError(problems, source)
@@ -788,11 +814,11 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         return None
     raw_kind = cspec.get("type")
     if raw_kind is None:
-        bad(f"{path}.type", "is required (categorical, integer, numeric or boolean)")
+        bad(f"{path}.type", "is required (categorical, integer, numeric, boolean or hierarchy)")
         return None
     kind = _KIND_ALIASES.get(str(raw_kind).lower()) if isinstance(raw_kind, str) else None
     if kind is None:
-        bad(f"{path}.type", f"unknown type {raw_kind!r} (expected categorical, integer, numeric or boolean)")
+        bad(f"{path}.type", f"unknown type {raw_kind!r} (expected categorical, integer, numeric, boolean or hierarchy)")
         return None
     ok = True
     for key in cspec:
@@ -830,6 +856,10 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
             ok = False
         if ok:
             col = Categorical(name=name, nullable=nullable, bounds=bounds, choices=tuple(vals))
+    elif kind == "hierarchy":
+        col = _build_hierarchy(name, cspec, path, bad) if ok and bounds is None else None
+        if bounds is not None:
+            bad(f"{path}.bounds", "a hierarchy's codes cannot be summed")
     elif kind == "integer":
         lo, hi = cspec.get("min"), cspec.get("max")
         if lo is None:
@@ -887,3 +917,30 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
                               f"(they range over [{min(col.values)}, {max(col.values)}])")
         return None
     return col
+
+
+def _build_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callable[[str, str], None]) -> Column | None:
+    """``{type: hierarchy, values: [codes], levels: {name: prefix length, ...}}``: the codes are
+    distinct strings, the levels' lengths increase and none is longer than the shortest code."""
+    vals, levels = cspec.get("values"), cspec.get("levels")
+    if not isinstance(vals, list) or not vals or not all(isinstance(v, str) and v for v in vals):
+        bad(f"{path}.values", "must be a non-empty list of code strings")
+        return None
+    if not _domain_fits(path, len(vals), "declare fewer codes", bad) or not _check_keys(vals, f"{path}.values", bad):
+        return None
+    if (not isinstance(levels, Mapping) or not levels
+            or not all(isinstance(k, str) and k and _is_int(v) and v >= 1 for k, v in levels.items())):
+        bad(f"{path}.levels", "must map each level's name to its codes' prefix length, coarsest first "
+                              "(e.g. {state: 2, county: 5})")
+        return None
+    lengths = list(levels.values())
+    shortest = min(len(v) for v in vals)
+    if any(b <= a for a, b in zip(lengths, lengths[1:])) or lengths[-1] > shortest:
+        bad(f"{path}.levels", f"prefix lengths must increase, up to the shortest code's length ({shortest})")
+        return None
+    names = [k.lower() for k in levels]
+    if len(set(names)) != len(names) or name.lower() in names:
+        bad(f"{path}.levels", "level names must be distinct and differ from the column's name")
+        return None
+    return Hierarchy(name=name, nullable=bool(cspec.get("nullable", False)), choices=tuple(vals),
+                     levels=tuple((k, int(v)) for k, v in levels.items()))

@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.errors import CacheError, WorkloadError
+from dpsql.hdmm.hierarchy import HierarchyFactor, Tree
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
 from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones
 from dpsql.hdmm.pidentity import PIdentity
@@ -110,6 +111,9 @@ class _Encoder:
             return {"type": "Marginals", "domain": list(m.domain), "theta": self.array(m.theta)}
         if isinstance(m, ResidualMarginals):
             return {"type": "ResidualMarginals", "domain": list(m.domain), "weights": self.array(m.weights)}
+        if isinstance(m, HierarchyFactor):
+            return {"type": "HierarchyFactor", "n": m.tree.n, "labels": [self.array(a) for a in m.tree.labels],
+                    "parent": self.array(m.tree.parent), "weights": list(m.weights)}
         if m.shape[0] * m.shape[1] <= DENSE_LIMIT:  # a workload's own factor (the direct candidate)
             return {"type": "Dense", "array": self.array(m.dense())}
         raise CacheError(f"cannot cache a strategy factor of type {type(m).__name__}")
@@ -145,6 +149,9 @@ def _decode_matrix(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Matri
         return Marginals(spec["domain"], arrays[spec["theta"]])
     if t == "ResidualMarginals":
         return ResidualMarginals(spec["domain"], arrays[spec["weights"]])
+    if t == "HierarchyFactor":
+        tree = Tree(spec["n"], [arrays[a] for a in spec["labels"]], arrays[spec["parent"]])
+        return HierarchyFactor(tree, spec["weights"])
     raise CacheError(f"unknown cached matrix type {t!r}")
 
 

@@ -29,7 +29,8 @@ errors are not those the reported standard errors describe. Those remain the
 least-squares ones, an approximation for this estimator.
 
 >>> import numpy as np
->>> from dpsql.hdmm.matrix import Identity, Prefix, Total
+>>> from dpsql.hdmm.hierarchy import HierarchyFactor, topdown_integer
+from dpsql.hdmm.matrix import Identity, Prefix, Total
 >>> from dpsql.hdmm.strategy import KronStrategy
 >>> from dpsql.hdmm.workload import Workload
 >>> W = Workload((4, 3), [(1.0, (Prefix(4), Total(3)))])
@@ -51,12 +52,13 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from dpsql.errors import WorkloadError
+from dpsql.hdmm.hierarchy import HierarchyFactor, topdown_integer
 from dpsql.hdmm.matrix import Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
 from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
 
-__all__ = ["least_squares", "nonnegative", "NONNEGATIVE_LIMIT", "NONNEGATIVE_SECONDS"]
+__all__ = ["least_squares", "nonnegative", "topdown", "NONNEGATIVE_LIMIT", "NONNEGATIVE_SECONDS"]
 
 #: Largest domain on which :func:`nonnegative` solves for a full data vector.
 NONNEGATIVE_LIMIT = 20_000_000
@@ -187,7 +189,7 @@ def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.n
 
 
 def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_iterations: int = 2000,
-                seconds: float = NONNEGATIVE_SECONDS) -> np.ndarray:
+                seconds: float = NONNEGATIVE_SECONDS, integer: bool = False) -> np.ndarray:
     """Answers read from one non-negative data vector fitted to ``y``.
 
     Solves ``min ‖A x − y‖²`` subject to ``x ≥ 0`` (L-BFGS-B on the implicit
@@ -197,13 +199,20 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
     :data:`NONNEGATIVE_LIMIT` domain cells. A strategy on a reduced domain is fitted
     there: a non-negative ``x`` exists exactly when a non-negative ``P x`` does.
 
+    A product strategy with a hierarchy factor (OPT_H) is fitted TopDown instead (:func:`topdown`),
+    and only it gives ``integer`` answers.
+
     The fit starts from the least-squares data vector with its negative cells set to 0 (from 0
     for a union strategy, whose parts each answer their own terms), and stops after
     ``max_iterations`` steps or ``seconds``, with a warning: the answers are then non-negative
     and consistent, but not the best fit.
     """
     if isinstance(strategy, ReducedStrategy):
-        return nonnegative(strategy.reduction.apply(workload), strategy.inner, y, max_iterations, seconds)
+        return nonnegative(strategy.reduction.apply(workload), strategy.inner, y, max_iterations, seconds, integer)
+    if isinstance(strategy, KronStrategy) and any(isinstance(f, HierarchyFactor) for f in strategy.factors):
+        return topdown(workload, strategy, y, integer)
+    if integer:
+        raise WorkloadError("integer answers need a strategy that measures a hierarchy (OPT_H)")
     A = strategy.matrix
     N = A.shape[1]
     if N > NONNEGATIVE_LIMIT:
@@ -237,3 +246,26 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
                       f"{N:,} cells): its answers are non-negative and consistent but fit the measurements less "
                       "well than it could", RuntimeWarning, stacklevel=2)
     return workload.matvec(res.x * scale)
+
+
+def topdown(workload: Workload, strategy: KronStrategy, y: np.ndarray, integer: bool = False) -> np.ndarray:
+    """Answers read from one non-negative data vector that adds up across the hierarchy: the
+    least-squares estimate of every node of the hierarchy factor's tree by every cell of the other
+    attributes (their factors' ``(AᵀA)⁺Aᵀ`` along their axes, the tree's two passes along its own),
+    then, from the root down, each node's children made the nearest non-negative values adding up
+    to it (:func:`~dpsql.hdmm.hierarchy.topdown_integer`; non-negative integers with ``integer``).
+    Every level of the tree then adds up exactly, for each cell of the other attributes. Biased as
+    :func:`nonnegative` is (see the module docstring); ``O(nodes × other cells)``."""
+    h = next(i for i, f in enumerate(strategy.factors) if isinstance(f, HierarchyFactor))
+    H = strategy.factors[h]
+    Y = np.asarray(y, dtype=float).reshape([f.shape[0] for f in strategy.factors])
+    for i, f in enumerate(strategy.factors):
+        if i != h:  # this attribute's cells from its measurements: (AᵀA)⁺Aᵀ along axis i
+            Yi = np.moveaxis(Y, i, 0)
+            Z = Product(strategy.factor_pinvs[i], Transpose(f)).matvec(Yi.reshape(Yi.shape[0], -1))
+            Y = np.moveaxis(Z.reshape((f.shape[1],) + Yi.shape[1:]), 0, i)
+    rest = np.moveaxis(Y, h, 0)
+    nodes = H.tree.estimate_nodes(rest.reshape(rest.shape[0], -1), H.weights)
+    table = topdown_integer(H.tree, nodes, rounded=integer)
+    x = np.moveaxis(table[H.tree.offsets[-2]:].reshape((H.shape[1],) + rest.shape[1:]).astype(float), 0, h)
+    return workload.matvec(x.ravel())

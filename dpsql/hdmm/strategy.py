@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.errors import WorkloadError
+from dpsql.hdmm.hierarchy import HierarchyFactor
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals, workload_eigen_weights
 from dpsql.hdmm.matrix import (
     DENSE_LIMIT,
@@ -104,7 +105,8 @@ class KronStrategy(Strategy):
     @cached_property
     def _grams(self) -> list[Matrix | None]:
         """``A_iᵀA_i`` per factor; ``None`` for a thin one (see :attr:`_thin`), whose Gram is not held."""
-        return [None if T is not None else f.gram() for f, T in zip(self.factors, self._thin)]
+        return [None if T is not None or isinstance(f, HierarchyFactor) else f.gram()
+                for f, T in zip(self.factors, self._thin)]
 
     @cached_property
     def _thin(self) -> list[np.ndarray | None]:
@@ -118,29 +120,34 @@ class KronStrategy(Strategy):
         2.9 s); a factor too large for that too is refused. Singular values below
         ``√PINV_RCOND`` times the largest count as zero, as the Gram's below ``PINV_RCOND`` do."""
         return [np.linalg.pinv(f.dense(), rcond=math.sqrt(PINV_RCOND))
-                if f.shape[1] ** 2 > DENSE_LIMIT or 4 * f.shape[0] <= f.shape[1] else None for f in self.factors]
+                if not isinstance(f, HierarchyFactor) and (f.shape[1] ** 2 > DENSE_LIMIT or 4 * f.shape[0] <= f.shape[1])
+                else None for f in self.factors]
 
     @cached_property
     def factor_pinvs(self) -> list[Matrix]:
         """``(A_iᵀA_i)⁺`` per factor (the exact inverse where it is known): dense, or
-        ``A_i⁺A_i⁺ᵀ`` as a product for a factor on a domain too large for a dense Gram."""
+        ``A_i⁺A_i⁺ᵀ`` as a product for a factor on a domain too large for a dense Gram, and the
+        tree's implicit inverse for a :class:`~dpsql.hdmm.hierarchy.HierarchyFactor`."""
         return [
-            Dense(X.inverse()) if isinstance(X, InvertibleGram)
+            f.inverse if isinstance(f, HierarchyFactor)
+            else Dense(X.inverse()) if isinstance(X, InvertibleGram)
             else Product(Dense(T), Transpose(Dense(T))) if T is not None else Dense(X.pinv().dense())
-            for X, T in zip(self._grams, self._thin)
+            for f, X, T in zip(self.factors, self._grams, self._thin)
         ]
 
     @cached_property
     def _projectors(self) -> list[np.ndarray | None]:
         """``X_i⁺X_i`` per factor; ``None`` where ``A_i`` is known to have full column rank or
-        is thin (its projector is then ``A_i⁺A_i``, never formed)."""
+        is thin (its projector is then ``A_i⁺A_i``, never formed); a hierarchy's leaves are all measured."""
         return [
-            None if isinstance(X, (InvertibleGram, Identity)) or T is not None else P.dense() @ X.dense()
+            None if X is None or isinstance(X, (InvertibleGram, Identity)) or T is not None else P.dense() @ X.dense()
             for P, X, T in zip(self.factor_pinvs, self._grams, self._thin)
         ]
 
     def factor_trace(self, i: int, f: Matrix) -> float:
         """``tr(fᵀf (A_iᵀA_i)⁺)`` for a workload factor ``f`` on attribute ``i``; ``inf`` if unsupported."""
+        if isinstance(self.factors[i], HierarchyFactor):
+            return self.factors[i].trace(f)
         T = self._thin[i]
         if T is not None:
             return float(np.sum(f._matmat(T) ** 2)) if self._supported_rows(i, f).all() else math.inf
@@ -197,6 +204,8 @@ class KronStrategy(Strategy):
 
     def _cross(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
         """``diag(x X_i⁺ yᵀ)``, through ``A_i⁺`` for a thin factor (``x A_i⁺ (y A_i⁺)ᵀ``)."""
+        if isinstance(self.factors[i], HierarchyFactor):
+            return self.factors[i].cross_diag(x, y)
         T = self._thin[i]
         if T is None:
             return _cross_diag(x, y, self.factor_pinvs[i].dense())

@@ -48,6 +48,7 @@ from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
 from dpsql.sql.constants import check_constants
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
+from dpsql.sql.levels import with_levels
 from dpsql.sql.lookup import lookup
 from dpsql.sql.outputs import clash
 from dpsql.sql.parse import Statement, parse_statements
@@ -198,7 +199,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         ctx.fail(UnsupportedSQLError, f"privacy_unit_column = {unit} is not the privacy unit the data owner declared "
                  f"in the schema ({declared}); a statement cannot choose whom the noise protects",
                  "privacy_unit_column", None)
-    tree = _check_statement(stmt.tree, schema, ctx)
+    tree = _check_statement(with_levels(stmt.tree, schema), schema, ctx)
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)

@@ -37,7 +37,8 @@ def output_names(text: str, schema: Schema) -> list[str]:
     table, deduplicated as DuckDB does (:func:`deduplicated`). Raises ``duckdb.Error`` when DuckDB
     cannot read the statement (``duckdb.BinderException`` when its binder refuses it)."""
     with sandbox.limited("binding the statement") as con:  # the binder folds constants: bounded in time
-        columns = ", ".join(f"{_quoted(c.name)} {c.sql_type}" for c in schema.columns)
+        columns = ", ".join([f"{_quoted(c.name)} {c.sql_type}" for c in schema.columns]
+                            + [f"{_quoted(level)} VARCHAR" for c in schema.columns for level, _ in getattr(c, "levels", ())])
         con.execute(f"CREATE TEMP TABLE {_quoted(schema.table)} ({columns})")
         for table in schema.public_tables:
             columns = ", ".join(f"{_quoted(c)} {_public_type([r[i] for r in table.rows])}"

@@ -43,6 +43,8 @@ def estimate_bytes(name: str, workload: Workload) -> int:
     """Bytes operator ``name`` needs at its peak on ``workload`` (float64 arrays)."""
     if name in GRAM_OPERATORS:
         return 8 * GRAM_COPIES * sum(n * n for n in workload.domain)
+    if name == "OPT_H":  # a tree's vectors for a hierarchy, Grams for the other attributes
+        return sum(8 * GRAM_COPIES * n * n if n * n <= DENSE_LIMIT else 8 * VECTOR_COPIES * 4 * n for n in workload.domain)
     if name == "direct":
         return 8 * GRAM_COPIES * sum(_factor_entries(f) for _, fs in workload.terms for f in fs)
     return 8 * (VECTOR_COPIES * math.prod(workload.domain) + 4 ** len(workload.domain))

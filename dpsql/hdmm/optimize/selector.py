@@ -49,6 +49,7 @@ from dpsql.hdmm.error_analysis import rmse as expected_rmse
 from dpsql.hdmm.marginals import in_algebra
 from dpsql.hdmm.optimize.baseline import direct, direct_applies, identity, identity_applies
 from dpsql.hdmm.optimize.footprint import estimate_bytes
+from dpsql.hdmm.optimize.hier import hierarchies, opt_hier
 from dpsql.hdmm.optimize.kron import opt_kron
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from dpsql.hdmm.optimize.maxvar import opt_max_marginal
@@ -73,7 +74,7 @@ OBJECTIVES = ("total", "max")
 
 #: Operators given the workload's own terms, not stacked ones: the direct candidate stands for
 #: answering each statement alone (its terms, the budget split among them), the bound it keeps.
-TERMWISE = frozenset({"direct"})
+TERMWISE = frozenset({"direct", "OPT_H"})
 
 
 def opt_marginal_max(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> Strategy:
@@ -89,6 +90,7 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
     "OPT_M_max": opt_marginal_max,
     "identity": identity,
     "direct": direct,
+    "OPT_H": opt_hier,
 }
 
 
@@ -111,6 +113,8 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
         ops.append("identity")
     if direct_applies(workload):
         ops.append("direct")
+    if any(t is not None for t in hierarchies(workload)):
+        ops.append("OPT_H")
     return ops
 
 
