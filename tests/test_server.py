@@ -159,6 +159,41 @@ def test_pg8000_answers(served):
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="PostgreSQL's client psql is not installed")
+def test_asyncpg_binds_typed_parameters(served):
+    """asyncpg asks the server for each parameter's type and then sends its values in that type: the server
+    infers a parameter compared with a column from the column's declared domain, as PostgreSQL would, so an
+    int, a str and a bool bind where each column needs them (they failed as 'expected str' when every
+    parameter was reported as text)."""
+    import asyncio
+
+    import asyncpg
+
+    d, port, _ = served
+
+    async def ask() -> tuple[list, list, str]:
+        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="alice", password=PASSWORDS["alice"],
+                                     database="people", ssl=False)
+        try:
+            await conn.execute(f"SET dpsql.epsilon = {HUGE}")
+            grouped = await conn.fetch("SELECT sex, COUNT(*) AS n FROM people WHERE age >= $1 AND smoker = $2 "
+                                       "AND sex IN ($3, $4) GROUP BY sex ORDER BY sex", 50, True, "F", "M")
+            ranged = await conn.fetch("SELECT COUNT(*) AS n FROM people WHERE age BETWEEN $1 AND $2", 10, 20)
+            wrong = ""
+            try:
+                await conn.fetch("SELECT COUNT(*) AS n FROM people WHERE age >= $1", "fifty")
+            except (asyncpg.PostgresError, asyncpg.exceptions.DataError) as e:
+                wrong = type(e).__name__
+            return grouped, ranged, wrong
+        finally:
+            await conn.close()
+
+    grouped, ranged, wrong = asyncio.run(ask())
+    close_rows([(r["sex"], r["n"]) for r in grouped],
+               exact(d, "SELECT sex, COUNT(*) FROM people WHERE age >= 50 AND smoker GROUP BY sex ORDER BY sex"))
+    close_rows([(r["n"],) for r in ranged], exact(d, "SELECT COUNT(*) FROM people WHERE age BETWEEN 10 AND 20"))
+    assert wrong  # a str for an integer column is refused by the client, as against PostgreSQL
+
+
 def test_psql_batch_in_one_message_is_one_spend(served):
     """Two statements in one simple-protocol message: one jointly optimized batch, one ledger entry."""
     d, port, app = served

@@ -15,7 +15,8 @@ The subset spoken:
   are substituted into the statement as SQL literals (:mod:`dpsql.server.sqltext`,
   :mod:`dpsql.server.wiretypes`) before the session sees it, so a session only ever gets plain SQL text.
   Describe of a statement (before its parameters are bound) asks the session to describe the text with NULL
-  in place of each parameter, and reports parameters of unspecified type as text. Describe of a portal runs
+  in place of each parameter, and reports a parameter of unspecified type as the session infers it
+  (:meth:`Session.parameter_types`: ``age >= $1`` an integer where ``age`` is one), else as text. Describe of a portal runs
   its statement (a session cannot always know a statement's columns without running it) and Execute sends
   the outcome kept from then: a statement runs once.
 - Result columns in text or binary format for the types of :data:`dpsql.server.wiretypes.TYPES`.
@@ -124,6 +125,11 @@ class Session(Protocol):
 
     def describe(self, sql: str) -> list[Column] | None:
         """The columns :meth:`run` would return, without running it (None: no rows). Cheap, no side effects."""
+
+    def parameter_types(self, sql: str) -> dict[int, str]:
+        """For an extended-protocol statement with ``$n`` parameters: the type (a :data:`wiretypes.TYPES` name)
+        of each parameter ``n`` the session can tell from the text, as PostgreSQL infers ``age >= $1`` to be an
+        integer. The others are reported as text. No side effects; never raises."""
 
     def cancel(self) -> None:
         """A CancelRequest for this connection arrived: stop the running statement if there is one."""
@@ -668,6 +674,10 @@ class _Connection:
             self._room()
         spots = sqltext.scan(sql)
         oids += [0] * (spots.count - len(oids))
+        if wiretypes.UNKNOWN in oids:  # clients such as asyncpg then send each value in the type reported
+            inferred = await self.server.call(self.session.parameter_types, sql)
+            oids = [wiretypes.TYPES[inferred[n + 1]][0] if oid == wiretypes.UNKNOWN and n + 1 in inferred else oid
+                    for n, oid in enumerate(oids)]
         self.pending.statements[name] = _Statement(sql, spots, oids)
         self.writer.write(_message(b"1"))
 

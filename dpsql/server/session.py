@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import duckdb
 import numpy as np
+import sqlglot
+from sqlglot import exp
 from sqlglot import tokens as sqlglot_tokens
 from sqlglot.dialects.dialect import Dialect
 
@@ -91,6 +93,9 @@ SETTINGS: dict[str, Callable[[str], Any]] = {
 }
 
 _DIALECT = Dialect.get_or_raise("duckdb")
+# a schema column's DuckDB type -> the wire type its parameters are sent in (HUGEINT may exceed int8)
+_WIRE_TYPES = {"BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int8", "INTEGER": "int8", "BIGINT": "int8",
+               "HUGEINT": "numeric", "DOUBLE": "float8", "VARCHAR": "text", "DATE": "date"}
 _T = sqlglot_tokens.TokenType
 
 
@@ -188,6 +193,33 @@ class AnalystSession:
         if st.words[:1] in (("SELECT",), ("WITH",), ("FROM",), ("VALUES",), ("TABLE",)):
             return self._translate(lambda: self._released_columns(st.text), [st])
         return None
+
+    def parameter_types(self, sql: str) -> dict[int, str]:
+        """The wire type of each ``$n`` parameter the text compares with a column of the private table
+        (``age >= $1``, ``$1 < age``, ``sex IN ($1, $2)``, ``age BETWEEN $1 AND $2``), from the column's
+        declared domain: public, like the text. Other parameters are left out (the client sends text)."""
+        try:
+            statements = self._split(sql)
+            if len(statements) != 1 or not statements[0].private:
+                return {}
+            tree = sqlglot.parse_one(sql, dialect=_DIALECT)
+        except Exception:  # noqa: BLE001 - unparsable text: the statement's own run reports it
+            return {}
+        columns = {c.name.lower(): c.sql_type for c in self._ws.engine.schema.columns}
+        out: dict[int, str] = {}
+        for spot in tree.find_all(exp.Placeholder):
+            number, parent = spot.name, spot.parent
+            if isinstance(parent, exp.In) and spot.arg_key == "expressions":
+                other = parent.this
+            elif isinstance(parent, exp.Between) and spot.arg_key in ("low", "high"):
+                other = parent.this
+            elif isinstance(parent, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+                other = parent.expression if spot.arg_key == "this" else parent.this
+            else:
+                continue
+            if number.isdigit() and isinstance(other, exp.Column) and other.name.lower() in columns:
+                out[int(number)] = _WIRE_TYPES.get(columns[other.name.lower()], "text")
+        return out
 
     def cancel(self) -> None:
         """Interrupts a query on released data; a private request, once charged, runs to its answer."""
