@@ -44,15 +44,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql import limits
-from dpsql.errors import (
-    DomainError,
-    GroupingError,
-    ParseError,
-    SQLError,
-    UnknownColumnError,
-    UnsupportedSQLError,
-    did_you_mean,
-)
+from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError, did_you_mean
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
@@ -279,9 +271,6 @@ def _check_clash(plan: QueryPlan, tree: exp.Select, ctx: _Context) -> None:
 
 def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp.Select:
     """Check that the statement is a SELECT using only supported clauses and nodes, before anything reads it."""
-    if isinstance(tree, (exp.Condition, exp.Alias)):  # sqlglot reads any expression, "SELEC x" too
-        first = next(t.text for t in ctx.stmt.source.tokens if t.start >= ctx.stmt.offset)
-        ctx.fail(ParseError, f"syntax error: a statement starts with SELECT, not {first[:40]!r}", first[:40])
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
