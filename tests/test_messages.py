@@ -86,8 +86,8 @@ UNKNOWN = [
     ("SELECT sex, MEDIANN(age) FROM adult GROUP BY sex", E.UnsupportedSQLError,
      "unknown function MEDIANN (did you mean MEDIAN?)"),
     ("SELECT COUNT(*) FROM adult WHERE sqrtt(age) > 5", E.UnsupportedSQLError,
-     "unknown function SQRTT (did you mean SQRT?)"),
-    ("SELECT COUNT(*) FROM adult WHERE zqx(age) > 5", E.UnsupportedSQLError, "unknown function ZQX"),
+     "unknown function sqrtt (did you mean SQRT?)"),
+    ("SELECT COUNT(*) FROM adult WHERE zqx(age) > 5", E.UnsupportedSQLError, "unknown function zqx"),
 ]
 
 

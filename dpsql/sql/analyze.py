@@ -659,7 +659,7 @@ def _check_function(node: exp.Anonymous, ctx: _Context) -> None:
     if name.lower() in sandbox.function_names():
         return
     near = did_you_mean(name.upper(), _AGGREGATE_NAMES) or did_you_mean(name, {n.upper() for n in sandbox.function_names()})
-    ctx.fail(UnsupportedSQLError, f"unknown function {name.upper()}{near}", f"function {name.upper()}", node)
+    ctx.fail(UnsupportedSQLError, f"unknown function {name}{near}", f"function {name.upper()}", node)
 
 
 def _check_known(expr: exp.Expression, schema: Schema, ctx: _Context) -> None:
