@@ -466,9 +466,9 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
             for measure in MEASURES[agg.func]:
                 column = agg.column
                 col = schema.column(column) if column else None
-                # COUNT(col) of a non-nullable column is COUNT(*)
                 # a proportion's SUM counts the rows where its value is 1
                 hits = _masks(agg.indicator, masks, grids, attr_of) if measure == "sum" and agg.indicator else None
+                # COUNT(col) of a non-nullable column is COUNT(*)
                 sig = (measure, column if (measure != "count" or (col is not None and col.nullable)) else None,
                        filter_sql, None if hits is None else agg.indicator.sql(dialect="duckdb"))
                 if sig in made:
