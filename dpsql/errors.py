@@ -7,6 +7,30 @@ workload shapes, budgets) and never from the private data.
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean hours_per_week?)``, naming the one of the ``known`` names nearest to
+    ``name``, ignoring case: the closest spelling (:func:`difflib.get_close_matches`), else the
+    shortest name one of whose ``_``-separated words starts with ``name``; '' when none is near.
+    Messages call it with public names only (the schema's, DuckDB's functions), never data.
+
+    >>> did_you_mean("hours", ["age", "hours_per_week"]), did_you_mean("agee", ["age", "sex"])
+    (' (did you mean hours_per_week?)', ' (did you mean age?)')
+    >>> did_you_mean("zip", ["age", "sex"])
+    ''
+    """
+    names = {k.lower(): k for k in known}
+    wanted = name.lower()
+    if not wanted or wanted in names:
+        return ""
+    close = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.7)
+    if not close and len(wanted) >= 3:
+        close = sorted((k for k in names if any(word.startswith(wanted) for word in k.split("_"))), key=len)[:1]
+    return f" (did you mean {names[close[0]]}?)" if close else ""
+
 
 class Error(Exception):
     """Base class of every dpsql error."""

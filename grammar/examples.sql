@@ -18,6 +18,11 @@ SELECT a.sex, COUNT(*) AS n FROM adult AS a GROUP BY a.sex;
 SELECT COUNT(income) AS with_income, SUM(income) AS total_income, AVG(age) AS mean_age FROM adult;
 SELECT sex, SUM(hours) AS total_hours, AVG(hours) AS mean_hours FROM adult WHERE hours >= 20 GROUP BY sex;
 
+-- rule: proportion, indicator, number_type
+SELECT sex, AVG(CASE WHEN income >= 5 THEN 1 ELSE 0 END) AS share_high, AVG(married::INT) AS share_married FROM adult GROUP BY sex;
+SELECT education, AVG(CAST(hours >= 40 AS DOUBLE)) AS full_time, AVG(CASE WHEN veteran THEN 1 END) AS all_ones FROM adult GROUP BY education;
+SELECT AVG((age >= 65)::INTEGER) FILTER (WHERE married) AS share_senior, AVG(CASE WHEN sex = 'Male' THEN CAST(veteran AS INT) END) AS male_veterans FROM adult;
+
 -- rule: constant, select_item
 SELECT 2026 AS year, sex, (COUNT(*)) AS n FROM adult GROUP BY sex;
 

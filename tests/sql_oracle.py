@@ -285,7 +285,16 @@ class StatementGenerator:
             ("VARIANCE(score)", f"VARIANCE({SCORE_CLAMPED})"), ("STDDEV(age)", "STDDEV(age)"),
             ("MEDIAN(age)", "MEDIAN(age)"), ("QUANTILE_DISC(score, 0.25)", "QUANTILE_DISC(score, 0.25)"),
             ("PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age DESC)", "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age DESC)"),
-            ("PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)", "PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)")]
+            ("PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)", "PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)"),
+            ("PROPORTION", None)]  # the share of rows where a random condition holds (:meth:`proportion`)
+
+    def proportion(self) -> str:
+        """An AVG of a random condition made 1, 0 or NULL, in one of the spellings dpsql reads as a
+        ratio of two counts (DuckDB answers each as written: its NULLs are skipped)."""
+        cond = self.predicate(1)
+        return self.rng.choice([f"AVG(CASE WHEN {cond} THEN 1 ELSE 0 END)", f"AVG(({cond})::INT)",
+                                f"AVG(CAST(({cond}) AS DOUBLE))", f"AVG(CASE WHEN {cond} THEN 1 END)",
+                                f"AVG(CASE WHEN {cond} THEN 1.0 ELSE NULL END)", f"AVG(CAST({cond} AS INTEGER))"])
 
     def filtered(self, agg: str, cond: str) -> str:
         """``agg`` restricted to the rows where ``cond`` holds, spelled as FILTER or, where
@@ -321,6 +330,8 @@ class StatementGenerator:
                 group.append(g)
                 ogroup.append(str(i + 1))
         for j, (a, oa) in enumerate(aggs):
+            if a == "PROPORTION":
+                a = oa = self.proportion()
             if r.random() < 0.3:  # the rows where a condition holds: FILTER, or a CASE argument
                 cond = self.predicate(1)
                 a, oa = self.filtered(a, cond), f"{oa} FILTER (WHERE {cond})"

@@ -469,7 +469,7 @@ def test_unreadable_input_files_are_usage_errors(data, tmp_path, capsys):
     (["--seed", "-1"], "seed must be an integer >= 0"),
     (["--workload", "nosuch.sql"], "the --workload file nosuch.sql: cannot be read"),
     (["--workload", "a,nope"], "unknown column"),
-    (["--epsilon", "1e-320"], "epsilon=1e-320 is below the smallest epsilon dpsql answers with, 1e-06"),
+    (["--epsilon", "1e-320"], "--epsilon 1e-320 is below the smallest epsilon dpsql answers with, 1e-06"),
 ])
 def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra, match):
     ledger = tmp_path / "l.ledger"

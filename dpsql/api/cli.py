@@ -38,6 +38,7 @@ from typing import Any, Sequence
 import duckdb
 
 from dpsql.api.connection import Connection, connect
+from dpsql.api.flags import in_flags
 from dpsql.api.result import Result
 from dpsql.errors import Error
 from dpsql.owner.validate import validate
@@ -449,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_synth(args)
         return _run_query(args, args.sql_text, single=False)
     except Error as e:
-        print(f"dpsql: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"dpsql: {type(e).__name__}: {in_flags(str(e))}", file=sys.stderr)
         return 2
     except UsageError as e:
         print(f"dpsql: {e}", file=sys.stderr)

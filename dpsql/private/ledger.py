@@ -337,7 +337,11 @@ class Ledger:
         assert conn is not None
         if not conn.execute("SELECT name FROM sqlite_master").fetchall():
             if budget is None:
-                raise LedgerError(f"{self._where}: the file holds no ledger, and a new ledger needs a budget")
+                held = (f"{self._path}: the file holds no ledger" if self._path is not None
+                        else "a ledger kept in memory (no ledger file) starts empty")
+                raise LedgerError(f"{held}, and a new ledger needs a budget: pass "
+                                  "budget=dpsql.Budget(epsilon=...) (or rho=...), or the path of a ledger file "
+                                  "that holds one")
             # Create under the write lock; re-check in case another process
             # created the ledger since we looked.
             conn.execute("BEGIN IMMEDIATE")

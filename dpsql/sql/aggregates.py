@@ -9,6 +9,11 @@ which each function needs; :func:`value` combines them exactly as DuckDB
 defines the function; :func:`gradient` gives the partial derivatives that the
 delta method turns into a standard error. Nothing here sees private data.
 
+A proportion, the AVG of a condition made 1, 0 or NULL (``AVG(CASE WHEN c THEN 1 ELSE 0 END)``,
+``AVG(c::INT)``), is an ``avg`` whose ``sum`` counts the rows where the value is 1 and whose
+``count`` counts those where it is not NULL (:attr:`dpsql.sql.plan.Aggregate.indicator`): the
+same value, NULL over no rows, and the same delta-method standard error of a ratio of two counts.
+
 >>> import numpy as np
 >>> parts = {"count": np.array([4.0]), "sum": np.array([10.0]), "sumsq": np.array([30.0])}  # values 1, 2, 3, 4
 >>> [float(value(f, parts)[0]) for f in ("avg", "var_pop", "var_samp")]

@@ -36,13 +36,15 @@ dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public 
 
 from __future__ import annotations
 
+import math
 from typing import NoReturn
 
 import duckdb
+import numpy as np
 from sqlglot import exp
 
 from dpsql import limits
-from dpsql.errors import DomainError, GroupingError, ParseError, SQLError, UnknownColumnError, UnsupportedSQLError
+from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError, did_you_mean
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
@@ -69,6 +71,7 @@ _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Variance:
                exp.StddevPop: "stddev_pop"}
 _SUPPORTED_AGGREGATES = ("COUNT, SUM, AVG, VAR_POP, VAR_SAMP, VARIANCE, STDDEV, STDDEV_POP, STDDEV_SAMP, MEDIAN, "
                          "QUANTILE_CONT, QUANTILE_DISC, QUANTILE, PERCENTILE_CONT and PERCENTILE_DISC")
+_AGGREGATE_NAMES = tuple(_SUPPORTED_AGGREGATES.replace(" and", ",").split(", "))
 
 _BINARY = frozenset({"this", "expression"})
 #: The sqlglot node types the compiler implements exactly, each with the arguments it reads (an
@@ -269,9 +272,6 @@ def _check_clash(plan: QueryPlan, tree: exp.Select, ctx: _Context) -> None:
 
 def _check_statement(tree: exp.Expression, schema: Schema, ctx: _Context) -> exp.Select:
     """Check that the statement is a SELECT using only supported clauses and nodes, before anything reads it."""
-    if isinstance(tree, (exp.Condition, exp.Alias)):  # sqlglot reads any expression, "SELEC x" too
-        first = next(t.text for t in ctx.stmt.source.tokens if t.start >= ctx.stmt.offset)
-        ctx.fail(ParseError, f"syntax error: a statement starts with SELECT, not {first[:40]!r}", first[:40])
     if not isinstance(tree, exp.Select):
         name = _statement_kind(tree)
         ctx.fail(UnsupportedSQLError, f"{name} is not supported: only SELECT statements compile", name, tree)
@@ -537,6 +537,8 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
             name = str(node.this).upper()
             ctx.fail(UnsupportedSQLError, f"aggregate {name} is not supported ({_SUPPORTED_AGGREGATES} are)",
                      f"aggregate {name}", node)
+        if isinstance(node, exp.Anonymous):
+            _check_function(node, ctx)
         if allowed is None and scalar_function(node):
             continue  # DuckDB evaluates it whole, on the domain or on released values
         if allowed is None or (type(node) is exp.Distinct and not _plain_distinct(tree, node)):
@@ -609,8 +611,8 @@ def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, s
         ctx.fail(UnsupportedSQLError, f"a qualified table name ({src.sql(dialect='duckdb')}) is not supported: "
                  f"write FROM {schema.table}", src.sql(dialect="duckdb"), src)
     if src.name.lower() != schema.table.lower():
-        ctx.fail(UnknownColumnError, f"unknown table {src.name!r}; the schema declares {schema.table!r}",
-                 f"table {src.name!r}", src)
+        ctx.fail(UnknownColumnError, f"unknown table {src.name!r}{did_you_mean(src.name, [schema.table])}; the "
+                 f"schema declares {schema.table!r}", f"table {src.name!r}", src)
     if src.args.get("joins") or src.args.get("laterals"):
         ctx.fail(UnsupportedSQLError, "JOIN is not supported: a statement reads one table", "JOIN", src)
     if src.args.get("pivots"):
@@ -635,7 +637,9 @@ def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | 
         if qual and qual.lower() not in ok_tables:
             aliased = (f": FROM {table} {alias} calls the table {alias!r} in this statement, and DuckDB no longer "
                        f"knows it as {table!r}" if alias and qual.lower() == table.lower() else "")
-            ctx.fail(UnknownColumnError, f"unknown table {qual!r} in {col.sql()}{aliased}", f"table {qual!r}", col)
+            near = "" if aliased else did_you_mean(qual, ok_tables)
+            ctx.fail(UnknownColumnError, f"unknown table {qual!r} in {col.sql()}{near}{aliased}", f"table {qual!r}",
+                     col)
         if col.args.get("db") or col.args.get("catalog"):
             ctx.fail(UnsupportedSQLError, "qualified names with a schema are not supported", col.sql(), col)
         c = schema.column(col.name)
@@ -649,11 +653,21 @@ def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | 
                      "queried", f"column {col.name!r}", col)
 
 
+def _check_function(node: exp.Anonymous, ctx: _Context) -> None:
+    """Refuse a call of a function DuckDB does not know, naming the nearest aggregate dpsql answers
+    or DuckDB function (``AVGG`` -> AVG)."""
+    name = str(node.this)
+    if name.lower() in sandbox.function_names():
+        return
+    near = did_you_mean(name.upper(), _AGGREGATE_NAMES) or did_you_mean(name, {n.upper() for n in sandbox.function_names()})
+    ctx.fail(UnsupportedSQLError, f"unknown function {name}{near}", f"function {name.upper()}", node)
+
+
 def _check_known(expr: exp.Expression, schema: Schema, ctx: _Context) -> None:
     for col in expr.find_all(exp.Column):
         if schema.column(col.name) is None:
-            ctx.fail(UnknownColumnError, f"unknown column {col.name!r}; the schema of {schema.table!r} "
-                     f"declares {', '.join(schema.names)}", f"column {col.name!r}", col)
+            ctx.fail(UnknownColumnError, f"unknown column {col.name!r}{did_you_mean(col.name, schema.names)}; the "
+                     f"schema of {schema.table!r} declares {', '.join(schema.names)}", f"column {col.name!r}", col)
 
 
 def _validate_expression(expr: exp.Expression, schema: Schema, ctx: _Context, predicate: bool) -> None:
@@ -825,7 +839,13 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         if arg is None:  # SUM(CASE WHEN c THEN 1 ...) and COUNT(CASE WHEN c THEN 'x' END) count the rows where c holds
             func, arg = "count", exp.Star()
     name = alias
-    if func == "count" and isinstance(arg, exp.Star):
+    proportion = _proportion(arg, schema, ctx) if func == "avg" else None
+    if proportion is not None:  # AVG(CASE WHEN c THEN 1 ELSE 0 END): rows where it is 1 over rows where it is not NULL
+        name = name or f"AVG({arg.sql(dialect='duckdb')})" + (
+            f" FILTER (WHERE {condition.sql(dialect='duckdb')})" if condition is not None else "")
+        if proportion[0] is not None:
+            condition = proportion[0] if condition is None else exp.and_(condition.copy(), proportion[0])
+    if (func == "count" and isinstance(arg, exp.Star)) or proportion is not None:
         column = None
     else:
         if not isinstance(arg, exp.Column):
@@ -864,7 +884,72 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         if condition is not None:
             name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
     return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible,
-                     filter=condition)
+                     filter=condition, indicator=proportion[1] if proportion is not None else None)
+
+
+def _proportion(arg: exp.Expression, schema: Schema,
+                ctx: _Context) -> tuple[exp.Expression | None, exp.Expression] | None:
+    """``(counted, indicator)`` when ``AVG(arg)`` is a proportion: ``arg`` is 1, 0 or NULL on every
+    row. DuckDB's AVG skips NULLs, so it is the count of rows where ``indicator`` holds over the
+    count of rows where ``counted`` holds (None: every row): two linear queries, exact on the domain.
+
+    ``CASE WHEN c THEN 1 ELSE 0 END`` counts c over every row, ``CASE WHEN c THEN 1 [ELSE NULL] END``
+    c over c, and ``CAST(c AS INT)`` (or DOUBLE) c over ``c OR NOT c`` (c not NULL), where c is a
+    condition; ``CASE WHEN d THEN <one of these> END`` counts it within the rows where d holds. Any other argument that reads columns and is 1, 0 or NULL on every cell of their
+    public domain counts ``arg = 1`` over ``arg IS NOT NULL``. None for anything else (a column, or
+    values other than 0 and 1), which is read as before.
+    """
+    if isinstance(arg, (exp.Column, exp.Star)) or not column_refs(arg) or _first_aggregate(arg) is not None:
+        return None
+    _check_known(arg, schema, ctx)
+    shape = _indicator_shape(_unwrap(arg), schema)
+    if shape is None:
+        cols = sorted({schema.column(n) for n in column_refs(arg)}, key=lambda c: schema.position(c.name))
+        if math.prod(c.size for c in cols) > MAX_ATTRIBUTE_SIZE:
+            return None
+        grid = Grid(cols, fail=ctx.error)
+        v = grid.value(arg)
+        if v.kind != "num" or not np.isin(grid.full(v.values)[~grid.full(v.null)].astype(float), (0.0, 1.0)).all():
+            return None
+        shape = (exp.Not(this=exp.Is(this=exp.paren(arg.copy()), expression=exp.Null())),
+                 exp.EQ(this=exp.paren(arg.copy()), expression=exp.Literal.number(1)))
+    for condition in shape:
+        if condition is not None:
+            _check_condition(condition, "AVG", schema, ctx)
+    return shape
+
+
+#: The types a condition is cast to in a proportion, ``AVG(c::INT)``: DuckDB's integers and floats.
+_INDICATOR_TYPES = tuple((exp.DataType.INTEGER_TYPES - {exp.DataType.Type.BIT})
+                         | {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT})
+
+
+def _indicator_shape(node: exp.Expression, schema: Schema) -> tuple[exp.Expression | None, exp.Expression] | None:
+    """``(counted, indicator)`` of a proportion spelled with a condition c (see :func:`_proportion`),
+    read from the syntax alone, so that c may be any condition WHERE takes (a cut of a binned
+    column too); None for other spellings."""
+    if isinstance(node, exp.Case) and node.this is None and len(node.args.get("ifs") or []) == 1:
+        when = node.args["ifs"][0]
+        ok, then = literal_value(_unwrap(when.args["true"]))
+        default = node.args.get("default")
+        ok_else, other = literal_value(default) if default is not None else (True, None)
+        c = _strip(when.this)
+        if ok and ok_else and _is_number(then, 1) and (other is None or _is_number(other, 0)):
+            return (None if other is not None else c.copy()), c
+        inner = _indicator_shape(_unwrap(when.args["true"]), schema) if ok_else and other is None else None
+        if inner is not None:  # CASE WHEN c THEN <a proportion's value> END: that proportion over the rows where c
+            counted = c.copy() if inner[0] is None else exp.and_(c.copy(), inner[0])
+            return counted, exp.and_(c.copy(), inner[1])
+    if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*_INDICATOR_TYPES):
+        c = _strip(node.this)
+        column = schema.column(c.name) if isinstance(c, exp.Column) else None
+        if isinstance(c, (exp.Predicate, exp.Connector, exp.Not)) or (column is not None and column.kind == "boolean"):
+            return exp.or_(c.copy(), exp.not_(c.copy())), c
+    return None
+
+
+def _is_number(value: object, number: int) -> bool:
+    return not isinstance(value, (bool, str)) and value is not None and value == number
 
 
 def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, float, bool], alias: str | None,
@@ -1030,7 +1115,8 @@ class _Rewriter:
             if self.schema.column(node.name) is not None:
                 self.ctx.fail(GroupingError, f"{clause} uses column {node.name!r}, which is not a group key",
                               f"column {node.name!r}", node)
-            self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}",
+            near = did_you_mean(node.name, [*self.outputs, *(k.name for k in self.keys)])
+            self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}{near}",
                           f"column {node.name!r}", node)
         return node
 
@@ -1041,6 +1127,7 @@ class _Rewriter:
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
             if (a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter)
+                    and _same_filter(a.indicator, probe.indicator)
                     and a.quantile == probe.quantile and a.descending == probe.descending):
                 return a.name
         agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)

@@ -317,7 +317,7 @@ def _attributes(schema: Schema, plans: list[QueryPlan], statements: list[Stateme
             resolved.append(col.name)
         union(resolved)
     for plan, st in zip(plans, statements):
-        filters = [part for a in plan.aggregates for part in conjuncts(a.filter)]
+        filters = [part for a in plan.aggregates for part in conjuncts(a.filter) + conjuncts(a.indicator)]
         for part in conjuncts(plan.where) + filters + [k.expr for k in plan.keys]:
             cols = column_refs(part)
             if len(cols) > 1:
@@ -334,7 +334,7 @@ def _attributes(schema: Schema, plans: list[QueryPlan], statements: list[Stateme
     for c in schema.columns:
         groups.setdefault(find(c.name), []).append(c.name)
     # a binned column a statement sums is measured by endpoint masses (see Attribute)
-    summed = {a.column for plan in plans for a in plan.aggregates if a.func in ("sum", "avg")
+    summed = {a.column for plan in plans for a in plan.aggregates if a.func in ("sum", "avg") and a.column
               and isinstance(schema.column(a.column), Binned)}
     attrs = []
     for cols in sorted(groups.values(), key=lambda cs: schema.position(cs[0])):
@@ -466,9 +466,11 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
             for measure in MEASURES[agg.func]:
                 column = agg.column
                 col = schema.column(column) if column else None
+                # a proportion's SUM counts the rows where its value is 1
+                hits = _masks(agg.indicator, masks, grids, attr_of) if measure == "sum" and agg.indicator else None
                 # COUNT(col) of a non-nullable column is COUNT(*)
                 sig = (measure, column if (measure != "count" or (col is not None and col.nullable)) else None,
-                       filter_sql)
+                       filter_sql, None if hits is None else agg.indicator.sql(dialect="duckdb"))
                 if sig in made:
                     # the same rows (and, for a SUM, the same empty groups) under this aggregate's name
                     blocks.append(replace(made[sig], aggregate=agg.name, column=column,
@@ -483,7 +485,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                 factors = []
                 nonempty = np.ones(1, dtype=bool)  # for a SUM: the groups with a cell whose value is not NULL
                 for a, attr in enumerate(attributes):
-                    mask = masks[a]
+                    mask = masks[a] if hits is None else hits[a]
                     weights = endpoints = None
                     keys_here = ([key_domains[k] for k in hosted[a]], [plan.keys[k] for k in hosted[a]], kept[a])
                     counted = mask  # the cells a COUNT(column) would count here

@@ -27,6 +27,7 @@ The clause is recognised on tokens only, right after a statement's first
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import math
 import re
@@ -516,8 +517,7 @@ def parse_statements(text: str) -> list[Statement]:
             err = exc.errors[0] if exc.errors else {}
             line, col = _chunk_position(original, begin, chunk, err)
             desc = err.get("description") or _first_line(str(exc))
-            desc = re.sub(r"<Token token_type: TokenType\.(\w+), text: ([^,]*),.*?>", r"\2", desc)
-            raise ParseError(f"syntax error: {desc}", err.get("highlight") or "syntax", line, col) from None
+            raise _syntax_error([tokens[i] for i in chunk_tokens], original, line, col, desc) from None
         except RecursionError:
             raise _too_deep(original, begin) from None
         except _SqlglotTokenError as exc:  # pragma: no cover - caught above
@@ -527,6 +527,8 @@ def parse_statements(text: str) -> list[Statement]:
         if not trees:
             continue
         tree = trees[0]
+        if isinstance(tree, (exp.Condition, exp.Alias)):  # sqlglot reads any expression: "SELEC x" too
+            raise _not_a_statement(tokens[chunk_tokens[0]], original)
         try:
             sql = tree.sql(dialect=DIALECT)
         except RecursionError:
@@ -552,6 +554,86 @@ def _no_command_fallback_warning() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(quiet)
+
+
+#: The words a statement may start with, for the message when it starts with another.
+_STARTS = ("SELECT", "WITH", "EXPLAIN")
+#: Keywords a misspelt word may have meant (a word that is not a keyword reads as a name in SQL).
+_KEYWORDS = ("SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "HAVING", "LIMIT", "OFFSET", "AS", "AND", "OR",
+             "NOT", "IN", "IS", "NULL", "BETWEEN", "LIKE", "CASE", "WHEN", "THEN", "ELSE", "END", "DISTINCT",
+             "FILTER", "JOIN", "USING", "WITH", "EXPLAIN", "ASC", "DESC", "CAST", "TRUE", "FALSE")
+_NAMES = frozenset({TokenType.VAR, TokenType.IDENTIFIER})
+#: Tokens that begin an operand (a name, a literal): after another operand, something is missing between them.
+_OPERAND = _NAMES | {TokenType.NUMBER, TokenType.STRING}
+
+
+def _quoted(tok: Token) -> str:
+    text = tok.text if tok.token_type != TokenType.STRING else f"'{tok.text}'"
+    return repr(text[:40])
+
+
+def _not_a_statement(first: Token, source: Source) -> ParseError:
+    """The error for a statement whose first word cannot start one (``SELEC ...``)."""
+    line, col = source.position(first.start)
+    hint = difflib.get_close_matches(first.text.upper(), _STARTS, n=1, cutoff=0.6)
+    mean = f" (did you mean {hint[0]}?)" if hint and first.token_type in _NAMES else ""
+    return ParseError(f"syntax error: unexpected {_quoted(first)}; a statement starts with "
+                      f"{', '.join(_STARTS[:-1])} or {_STARTS[-1]}{mean}", first.text[:40], line, col)
+
+
+def _keyword_hint(tok: Token) -> str | None:
+    """``did you mean FROM?`` for a word that is not a keyword but is spelt like one (``FORM``), and
+    ``GROUP BY`` for a lone GROUP or ORDER."""
+    if tok.token_type != TokenType.VAR:
+        return None
+    word = tok.text.upper()
+    if word in ("GROUP", "ORDER"):
+        return f"did you mean {word} BY?"
+    hint = difflib.get_close_matches(word, _KEYWORDS, n=1, cutoff=0.75)
+    return f"did you mean {hint[0]}?" if hint and hint[0] != word else None
+
+
+def _syntax_error(tokens: Sequence[Token], source: Source, line: int | None, col: int | None,
+                  description: str) -> ParseError:
+    """A syntax error that names the token found where sqlglot stopped (or the end of the
+    statement) and what could come there, from sqlglot's ``description`` of what it expected."""
+    if tokens and tokens[0].token_type in _OPERAND:  # "SELEC COUNT(*) ...": not a statement at all
+        return _not_a_statement(tokens[0], source)
+    at = None
+    if line is not None and col is not None:
+        for i, tok in enumerate(tokens):
+            if source.position(tok.start) == (line, col):
+                at = i
+    if at is None:  # pragma: no cover - sqlglot points at one of the statement's tokens
+        return ParseError(f"syntax error: {description}", "syntax", line, col)
+    found, prev = tokens[at], (tokens[at - 1] if at else None)
+    missing = description.startswith(("Expecting", "Required keyword", "Expected"))
+    if missing and at == len(tokens) - 1:  # sqlglot points at the last token when the text ends too early
+        what, prev = f"the statement ends after {_quoted(found)}", found
+    else:
+        what = f"unexpected {_quoted(found)}" + (f" after {_quoted(prev)}" if prev is not None else "")
+    expecting = re.match(r"Expecting (.+)$", description)
+    before = tokens[at - 2] if at >= 2 else None
+    if expecting:
+        hint = f"expected {expecting.group(1)!r}"
+        if found.token_type in _OPERAND and prev is not None and prev.token_type in _ENDS_OPERAND and what[0] == "u":
+            hint += f", or is a comma missing before {_quoted(found)}?"
+    elif description.startswith("Expected table name"):
+        hint = f"a table name must follow {_quoted(prev)}"
+    elif missing and prev is not None:
+        hint = f"an expression must follow {_quoted(prev)}"
+    elif prev is not None and _keyword_hint(prev):
+        hint = _keyword_hint(prev)
+    elif _keyword_hint(found):
+        hint = _keyword_hint(found)
+    elif (found.token_type == TokenType.L_PAREN and prev is not None and prev.token_type in _NAMES
+          and before is not None and before.token_type in _ENDS_OPERAND):  # "age COUNT(*)": age AS COUNT, then (
+        hint = f"is a comma missing between {_quoted(before)} and {_quoted(prev)}?"
+    elif found.token_type in _OPERAND and prev is not None and prev.token_type in _ENDS_OPERAND:
+        hint = f"is a comma, an operator, AND or OR missing before {_quoted(found)}?"
+    else:
+        hint = None
+    return ParseError(f"syntax error: {what}" + (f"; {hint}" if hint else ""), found.text[:40], line, col)
 
 
 def _chunk_position(source: Source, begin: int, chunk: str, err: dict) -> tuple[int | None, int | None]:

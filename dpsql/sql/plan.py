@@ -45,7 +45,10 @@ class Aggregate:
     ...)``: the aggregate reads only the rows where it holds (ANDed with WHERE).
     For 'quantile_cont' and 'quantile_disc' (MEDIAN, QUANTILE_CONT/DISC,
     PERCENTILE_CONT/DISC ... WITHIN GROUP), ``quantile`` is the fraction and
-    ``descending`` the order it counts in."""
+    ``descending`` the order it counts in. For an AVG of a value that is 1, 0 or NULL on every
+    row (a proportion, ``AVG(CASE WHEN c THEN 1 ELSE 0 END)``, ``AVG(c::INT)``), ``column`` is
+    None, ``filter`` also requires the value not NULL, and ``indicator`` is the condition that
+    it is 1: the AVG's SUM part counts the rows where ``indicator`` holds."""
 
     name: str
     func: str
@@ -55,6 +58,7 @@ class Aggregate:
     filter: exp.Expression | None = None
     quantile: float | None = None
     descending: bool = False
+    indicator: exp.Expression | None = None
 
     @property
     def sensitivity(self) -> float:
@@ -90,7 +94,7 @@ class QueryPlan:
         """Every column the statement reads (keys, WHERE, aggregates)."""
         seen: list[str] = []
         parts = [k.expr for k in self.keys] + ([self.where] if self.where is not None else [])
-        parts += [a.filter for a in self.aggregates if a.filter is not None]
+        parts += [c for a in self.aggregates for c in (a.filter, a.indicator) if c is not None]
         for part in parts:
             for c in part.find_all(exp.Column):
                 if c.name not in seen:

@@ -161,6 +161,12 @@ def _function_names(condition: str) -> frozenset[str]:
     return cached
 
 
+def function_names() -> frozenset[str]:
+    """The names (lower case) of every function and macro DuckDB knows: a call of another name is
+    a misspelling, refused before anything else is checked."""
+    return _function_names("TRUE")
+
+
 def aggregate_names() -> frozenset[str]:
     """The names (lower case) of DuckDB's aggregate functions, such as ``mode`` or ``string_agg``:
     a call sqlglot does not know is still recognized as an aggregate."""
