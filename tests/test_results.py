@@ -5,6 +5,7 @@ and the notebook, Arrow, Polars and plot forms."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -218,6 +219,7 @@ def test_repeats_persist_across_processes_but_not_across_ledgers(files, tmp_path
     assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes()
     assert len(Ledger(ledger).entries()) == 1
     assert json.loads((tmp_path / "two.json").read_text())["repeated"] is True
+    assert os.stat(f"{ledger}.released").st_mode & 0o777 == 0o600  # every analyst's releases: the owner's only
     ledger.unlink()  # a new ledger of the same name: the old releases are not its own
     out = cli(capsys, "query", RATIO, *common, "--out", str(tmp_path / "three.csv"))
     assert "a repeat:" not in out and len(Ledger(ledger).entries()) == 1
@@ -270,3 +272,22 @@ def test_plot_draws_each_answer_with_its_interval(batch):
         ends = np.array([[segment[0][1], segment[1][1]] for segment in bars.get_segments()])
         np.testing.assert_allclose(ends, ratio.df[[f"{column}_ci_low", f"{column}_ci_high"]].to_numpy(), rtol=1e-12)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["r", "s"]
+
+
+def test_a_kept_release_reads_back_exactly():
+    """What a repeat returns is the earlier table exactly: dtypes, missing values (None and NaN apart),
+    infinities, -0.0 and every float's bits; a column JSON cannot carry exactly is not kept."""
+    from dpsql.engine.answer import Answer, Release
+    from dpsql.engine.repeats import _decode, _encode
+
+    release = Release("laplace", 0.1, 0.0, 0.0, 1.0, "OPT_0", 3, 1, 7)
+    df = pd.DataFrame({"k": ["x", None, "z"], "i": np.array([1, 2, 3]), "b": [True, False, True],
+                       "f": [0.1, np.nan, -np.inf], "g": [1 / 3, -0.0, 1e300],
+                       "o": pd.Series([1.5, None, np.nan], dtype=object)})
+    (back,) = _decode(_encode([Answer("SELECT 1", df, release, {"f": ("g", "g", "g")})]))
+    pd.testing.assert_frame_equal(back.df, df, check_exact=True)
+    assert back.df["o"].tolist()[1] is None and math.isnan(back.df["o"].tolist()[2])
+    assert np.signbit(back.df["g"][1]) and back.errors == {"f": ("g", "g", "g")}
+    assert back.release == dataclasses.replace(release, repeated=True)
+    dates = pd.DataFrame({"d": pd.to_datetime(["2020-01-01"])})
+    assert _encode([Answer("SELECT 1", dates, release)]) is None

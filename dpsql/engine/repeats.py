@@ -13,10 +13,12 @@ engine's lifetime. It is not part of the ledger's hash-chained format: it holds 
 values only (no budget is granted or taken by it), and each release names its ledger entry
 (id and time), which must still be the analyst's entry in the ledger for the release to be
 served: a release kept for a ledger that was since replaced, or for another analyst, is
-never served. Like the ledger, keep it where analysts cannot write it.
+never served. It is created readable by its owner only (it holds every analyst's releases);
+like the ledger, keep it where analysts cannot write it.
 
 The answers are stored column by column with their pandas dtypes and every float as its
-exact ``repr`` (JSON), so a repeat returns exactly the earlier table. A table with a column
+exact ``repr`` (JSON; NaN and infinities as ``{"float": "nan"}``), so a repeat returns exactly
+the earlier table (checked when it is stored). A table with a column
 this cannot hold exactly (a date or timestamp) is not kept: its repeat is measured anew.
 """
 
@@ -56,22 +58,28 @@ def request_key(*parts: Any) -> str:
 
 
 def _encode(answers: "list[Answer]") -> str | None:
-    """The answers as JSON that :func:`_decode` turns back into exactly the same tables, or None when a
-    column holds values that JSON cannot carry exactly."""
+    """The answers as JSON that :func:`_decode` turns back into exactly the same tables (checked), or None
+    when a column holds values that JSON cannot carry exactly (dates, timestamps)."""
+    import pandas as pd
+
     tables = []
     for a in answers:
         columns = []
         for name in a.df.columns:
             series = a.df[name]
-            if series.dtype.kind in "mM":
+            values = [None if v is None or v is pd.NA else {"float": repr(v)} if type(v) is float and not math.isfinite(v)
+                      else v for v in series.tolist()]  # NaN and infinities as {"float": "nan"}: JSON has none
+            if not all(v is None or type(v) in (str, int, float, bool, dict) for v in values):
                 return None
-            values = series.astype(object).where(series.notna(), None).tolist()
-            if not all(v is None or type(v) in (str, int, float, bool) for v in values):
-                return None
-            columns.append([name, str(series.dtype), [v if not isinstance(v, float) or math.isfinite(v)
-                                                      else repr(v) for v in values]])
+            columns.append([name, str(series.dtype), values])
         tables.append({"sql": a.sql, "columns": columns, "errors": a.errors})
-    return json.dumps({"release": dataclasses.asdict(answers[0].release), "tables": tables})
+    text = json.dumps({"release": dataclasses.asdict(answers[0].release), "tables": tables}, allow_nan=False)
+    try:
+        for a, b in zip(answers, _decode(text)):
+            pd.testing.assert_frame_equal(a.df, b.df, check_exact=True)
+    except (AssertionError, TypeError, ValueError):
+        return None
+    return text
 
 
 def _decode(text: str) -> "list[Answer]":
@@ -81,8 +89,8 @@ def _decode(text: str) -> "list[Answer]":
     release = dataclasses.replace(Release(**data["release"]), repeated=True)
     out = []
     for t in data["tables"]:
-        frame = pd.DataFrame({name: pd.Series([float(v) if isinstance(v, str) and dtype.startswith("float") else v
-                                               for v in values], dtype=dtype)
+        frame = pd.DataFrame({name: pd.Series([float(v["float"]) if isinstance(v, dict) else v for v in values],
+                                              dtype=dtype)
                               for name, dtype, values in t["columns"]})
         out.append(Answer(t["sql"], frame, release, {k: tuple(v) for k, v in t["errors"].items()}))
     return out
@@ -98,6 +106,8 @@ class Repeats:
 
     def _connection(self, create: bool) -> sqlite3.Connection | None:
         if self._conn is None and (create or self._path is None or os.path.exists(self._path)):
+            if self._path is not None:  # readable by its owner only: it holds every analyst's releases
+                os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
             conn = sqlite3.connect(self._path or ":memory:", timeout=_BUSY_TIMEOUT, check_same_thread=False)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute(_SCHEMA)
