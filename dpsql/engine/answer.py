@@ -57,8 +57,9 @@ class Release:
     recorded in the ledger (entry ``entry``); ``rmse`` is the expected root mean squared
     error over every measured query of the batch (internal COUNTs and SUMs included:
     each answer's own error is :attr:`Answer.rmse`); ``operator`` is the HDMM strategy
-    operator; ``confidence`` the level of the answers' confidence intervals. ``repeated``: this request was answered before, with the same SQL and
-    spend, and this is that release again, read from the ledger: nothing was spent now.
+    operator; ``confidence`` the level of the answers' confidence intervals. ``repeated``:
+    the same request was answered before, and this is that release again, kept beside the
+    ledger (:mod:`dpsql.engine.repeats`): nothing was spent now.
     """
 
     mechanism: str
