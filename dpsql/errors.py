@@ -163,3 +163,8 @@ class MeasurementError(Error):
     """Counting the private table failed (a missing table or column, or a
     database error). The message names the table and, for schema-level
     problems only, repeats the database's message; it never holds data values."""
+
+
+class DependencyError(Error, ImportError):
+    """An optional package that a call needs is not installed; the message names it and the
+    ``pip install`` that adds it."""

@@ -390,25 +390,25 @@ def test_budget_command_shows_each_analyst(tmp_path, capsys):
         ledger.account("bob").spend(STEP, description="", mechanism="gaussian")
         alice.spend(STEP, description="SELECT b", mechanism="laplace")
         e1, e2, e3, e4 = (e.time for e in ledger.entries())
-    head = [f"ledger {path}", "  budget:    epsilon=1.0, delta=0.0", "  spent:     epsilon=0.625, delta=0.0",
-            "  remaining: epsilon=0.375, delta=0.0"]
+    head = [f"ledger {path}", "  budget:    epsilon=1, delta=0", "  spent:     epsilon=0.625, delta=0",
+            "  remaining: epsilon=0.375, delta=0"]
     assert _lines(capsys, "budget", "--ledger", str(path)) == head + [
         "  spent by analyst:",
-        "    (owner): epsilon=0.125, delta=0.0",
-        "    'alice': epsilon=0.375, delta=0.0",
-        "    'bob': epsilon=0.125, delta=0.0",
+        "    (owner): epsilon=0.125, delta=0",
+        "    'alice': epsilon=0.375, delta=0",
+        "    'bob': epsilon=0.125, delta=0",
         "  4 releases",
-        f"    #1 {e1} (owner) laplace epsilon=0.125, delta=0.0  SELECT 1",
-        f"    #2 {e2} 'alice' laplace epsilon=0.25, delta=0.0  SELECT a",
-        f"    #3 {e3} 'bob' gaussian epsilon=0.125, delta=0.0  ",
-        f"    #4 {e4} 'alice' laplace epsilon=0.125, delta=0.0  SELECT b"]
+        f"    #1 {e1} (owner) laplace epsilon=0.125, delta=0", "        SELECT 1",
+        f"    #2 {e2} 'alice' laplace epsilon=0.25, delta=0", "        SELECT a FROM t",
+        f"    #3 {e3} 'bob' gaussian epsilon=0.125, delta=0",
+        f"    #4 {e4} 'alice' laplace epsilon=0.125, delta=0", "        SELECT b"]
     assert _lines(capsys, "budget", "--ledger", str(path), "--analyst", "alice") == head + [
-        "  spent by 'alice': epsilon=0.375, delta=0.0",
+        "  spent by 'alice': epsilon=0.375, delta=0",
         "  2 releases",
-        f"    #2 {e2} laplace epsilon=0.25, delta=0.0  SELECT a",
-        f"    #4 {e4} laplace epsilon=0.125, delta=0.0  SELECT b"]
+        f"    #2 {e2} laplace epsilon=0.25, delta=0", "        SELECT a FROM t",
+        f"    #4 {e4} laplace epsilon=0.125, delta=0", "        SELECT b"]
     assert _lines(capsys, "budget", "--ledger", str(path), "--analyst", "dave") == head + [
-        "  spent by 'dave': epsilon=0.0, delta=0.0", "  0 releases"]
+        "  spent by 'dave': epsilon=0, delta=0", "  0 releases"]
     assert main(["budget", "--ledger", str(path), "--analyst", ""]) == 2
     assert "LedgerError: an analyst's name must be" in capsys.readouterr().err
 

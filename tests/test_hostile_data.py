@@ -393,15 +393,15 @@ def test_threads_share_one_connection_safely(tmp_path):
     db.query(QUERIES[0], epsilon=0.1)  # select the strategy once
     outcomes: list[str] = []
 
-    def work():
-        for _ in range(10):
-            try:
-                db.query(QUERIES[0], epsilon=0.1)
+    def work(k: int):
+        for i in range(10):
+            try:  # each a new request (a confidence of its own): a repeated one is answered free from its release
+                db.query(QUERIES[0], epsilon=0.1, confidence=0.5 + (10 * k + i + 1) / 1000)
                 outcomes.append("ok")
             except dpsql.BudgetExceededError:
                 outcomes.append("refused")
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -412,12 +412,12 @@ def test_threads_share_one_connection_safely(tmp_path):
 
 
 def _spend_in_process(args):
-    data, ledger, cache = args
+    data, ledger, cache, k = args
     db = dpsql.connect(data, schema=SCHEMA, ledger=ledger, cache=cache)
     ok = 0
-    for _ in range(8):
-        try:
-            db.query(QUERIES[0], epsilon=0.25)
+    for i in range(8):
+        try:  # each a new request (a confidence of its own): a repeated one is answered free from its release
+            db.query(QUERIES[0], epsilon=0.25, confidence=0.5 + (8 * k + i + 1) / 1000)
             ok += 1
         except dpsql.BudgetExceededError:
             pass
@@ -436,7 +436,7 @@ def test_processes_share_one_database_and_ledger(tmp_path):
     db.query(QUERIES[0], epsilon=0.25)
     db.close()
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        done = pool.map(_spend_in_process, [(str(data), ledger, str(tmp_path))] * 3)
+        done = pool.map(_spend_in_process, [(str(data), ledger, str(tmp_path), k) for k in range(3)])
     assert sum(done) == 15   # 4.0 / 0.25 = 16 spends, one made before
     with dpsql.Ledger(ledger) as check:
         assert check.spent().epsilon == pytest.approx(4.0) and len(check.entries()) == 16

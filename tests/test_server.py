@@ -494,7 +494,7 @@ def test_budget_command_reads_the_config_and_shows_an_analysts_spend(served, cap
     assert main(["budget", "--config", str(d / "serve.yaml"), "--dataset", "people", "--analyst", "bob"]) == 0
     out = capsys.readouterr().out
     spent = app.datasets["people"].ledger.account("bob").spent()
-    assert f"spent by 'bob': epsilon={spent.epsilon!r}, delta=0.0 of a part of epsilon={1e6 * HUGE!r}" in out
+    assert f"spent by 'bob': epsilon={spent.epsilon:.12g}, delta=0 of a part of epsilon={1e6 * HUGE:.12g}" in out
     assert "AS bobs FROM people" in out
 
 

@@ -14,8 +14,12 @@ A new ledger needs its total budget: ``--budget-epsilon`` (and
 ``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
 or Parquet, chosen by the file extension; a batch of several statements writes
 one file per statement into the ``--out`` directory (``--format`` picks the
-type), so a .csv or .parquet file name is refused for it. Every file is written
-to a temporary name and renamed into place, so a reader never sees half a file.
+type), so a .csv or .parquet file name is refused for it. Each result file carries
+its provenance (the SQL, the mechanism, epsilon, delta or rho, the ledger entry, the
+error columns and their confidence level): as Parquet key-value metadata under the
+key ``dpsql``, or as JSON in a file beside a CSV (``q01.csv``, ``q01.json``).
+Every file is written to a temporary name and renamed into place, so a reader
+never sees half a file.
 Errors print one line, never a traceback, and exit with status 2 (bad input,
 refused spend) or 1 (anything else; 130 when interrupted); a failure of DuckDB
 or an unexpected one is named by its exception class only, as its message may
@@ -33,19 +37,22 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import duckdb
 
 from dpsql.api.connection import Connection, connect
 from dpsql.api.flags import in_flags
-from dpsql.api.result import Result
+from dpsql.engine.answer import budget_number, one_line
 from dpsql.errors import Error
 from dpsql.owner.validate import validate
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.sql.parse import explained, parse_statements
-from dpsql.synth.synthesize import METHODS, SyntheticTable
+from dpsql.synth.synthesize import METHODS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OUT_FORMATS = ("csv", "parquet")
 
@@ -157,30 +164,55 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_atomic(result: "Result | SyntheticTable", path: Path) -> None:
-    """Write one result (or a synthetic table) as CSV or Parquet (by extension) via a
-    temporary file and a rename."""
+def _write_atomic(df: "pd.DataFrame", path: Path, provenance: "dict[str, Any] | None" = None) -> None:
+    """Write a released table as CSV or Parquet (by extension) via temporary files and renames: a reader
+    never sees half a file. ``provenance`` (a result's :meth:`~dpsql.api.result.Result.provenance`) goes into
+    a Parquet file's key-value metadata under ``dpsql``, and beside a CSV file as JSON (``<name>.json``);
+    both files are written before either is renamed into place, the JSON first, so a CSV is never without
+    it and a failed write leaves neither."""
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in OUT_FORMATS:
         raise ValueError(f"--out {path}: use a .csv or .parquet file name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Not tempfile.mkstemp: its files are mode 0600, which the rename would
-    # carry over to the result; O_EXCL with mode 0666 gets the umask's mode.
-    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    text = None if provenance is None else json.dumps(provenance, indent=2, allow_nan=False)
+
+    def parquet(tmp: str) -> None:  # the analyst's DuckDB cannot write files: a scratch one writes the frame
+        with duckdb.connect() as writer:
+            writer.register("answers", df)
+            metadata = "" if text is None else f", KV_METADATA {{dpsql: {_sql_string(text)}}}"
+            writer.execute(f"COPY answers TO {_sql_string(tmp)} (FORMAT parquet{metadata})")
+
+    files = [(path, (lambda tmp: df.to_csv(tmp, index=False)) if fmt == "csv" else parquet)]
+    if fmt == "csv" and text is not None:
+        files.insert(0, (_sidecar(path), lambda tmp: Path(tmp).write_text(text + "\n", encoding="utf-8")))
+    written: list[tuple[str, Path]] = []
     try:
-        if fmt == "csv":
-            result.df.to_csv(tmp, index=False)
-        else:  # the analyst's DuckDB cannot write files: a scratch one writes the released frame
-            with duckdb.connect() as writer:
-                writer.from_df(result.df).write_parquet(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        for target, write in files:
+            # Not tempfile.mkstemp: its files are mode 0600, which the rename would
+            # carry over to the result; O_EXCL with mode 0666 gets the umask's mode.
+            tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            written.append((tmp, target))
+            write(tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        for tmp, target in written:
+            os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in written:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         raise
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sidecar(path: Path) -> Path:
+    """The JSON file of provenance written beside the CSV file ``path``."""
+    return path.with_suffix(".json")
 
 
 def _is_out_file(out: Path) -> bool:
@@ -225,7 +257,7 @@ def _checked_out_paths(args: argparse.Namespace, out: Path) -> list[Path]:
     named = [("--ledger", args.ledger), ("--data", args.data), ("--schema", args.schema),
              ("the batch file", getattr(args, "file", None))]
     inputs = {os.path.realpath(f): flag for flag, f in named if f}
-    for path in paths:
+    for path in paths + [_sidecar(p) for p in paths if p.suffix.lower() == ".csv"]:
         if path.is_dir():
             raise UsageError(f"--out {out}: {path} is a directory, not a file that can be written; "
                              "nothing was spent")
@@ -293,8 +325,8 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
         if args.out:
             paths = args.out_paths
             for r, path in zip(results, paths, strict=True):
-                _write_atomic(r, path)
-            print(f"-- {results[0].release.describe()}")
+                _write_atomic(r.df, path, r.provenance())
+                print(r.describe())
             print(f"-- wrote {len(paths)} file{'s' if len(paths) != 1 else ''}: {', '.join(map(str, paths[:3]))}"
                   f"{' ...' if len(paths) > 3 else ''}")
         else:
@@ -324,7 +356,7 @@ def _run_synth(args: argparse.Namespace) -> int:
                             rho=args.rho, rows=args.rows, seed=args.seed, **options)
         print(syn)
         if args.out:
-            _write_atomic(syn, Path(args.out))
+            _write_atomic(syn.df, Path(args.out))
             print(f"-- wrote {len(syn.df):,} rows to {args.out}")
         else:
             print(syn.df.head(10).to_string(index=False))
@@ -335,11 +367,12 @@ def _run_synth(args: argparse.Namespace) -> int:
 
 
 def _format_cost(c: Cost, budget: Budget) -> str:
-    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``), each number as
-    Python's shortest text that reads back exactly: a rounded remaining budget could be more than is left."""
+    """``c`` in the budget's currency (a zCDP ledger with nothing spent shows ``rho=0``), each number rounded to
+    12 significant digits (:func:`~dpsql.engine.answer.budget_number`: ``0.1``, not the float sum
+    ``0.10000000000000009``), close enough that a printed remaining budget can be spent."""
     if budget.rho is not None:
-        return f"rho={c.rho!r}"
-    return f"epsilon={c.epsilon!r}, delta={c.delta!r}"
+        return f"rho={budget_number(c.rho)}"
+    return f"epsilon={budget_number(c.epsilon)}, delta={budget_number(c.delta)}"
 
 
 def _ledger_of_config(args: argparse.Namespace) -> None:
@@ -385,10 +418,21 @@ def _run_budget(args: argparse.Namespace) -> int:
                     print(f"    {_analyst(name)}: {_format_cost(cost, b)}")
         print(f"  {len(entries)} release{'s' if len(entries) != 1 else ''}")
         for e in entries:
-            first = e.description.strip().splitlines()[0] if e.description.strip() else ""
             who = f" {_analyst(e.analyst)}" if by_analyst else ""
-            print(f"    #{e.id} {e.time}{who} {e.mechanism} {_format_cost(e.cost, b)}  {first[:80]}")
+            print(f"    #{e.id} {e.time}{who} {e.mechanism} {_format_cost(e.cost, b)}")
+            for statement in _statements(e.description):
+                print(f"        {statement}")
     return 0
+
+
+def _statements(description: str) -> list[str]:
+    """A ledger entry's description as ``dpsql budget`` prints it: each statement of a batch (the engine
+    records them ``;``-separated) on a line of its own, its whitespace collapsed; any other text as one line."""
+    try:
+        parts = parse_statements(description)
+    except Error:  # not SQL: a synthetic table's or another mechanism's description
+        parts = [description]
+    return [line for line in (one_line(p if isinstance(p, str) else p.sql) for p in parts) if line]
 
 
 def _analyst(name: str) -> str:

@@ -17,6 +17,9 @@ Every front end (the Python API :mod:`dpsql.api.connection`, the command line
 
 Nothing that fails before the kernel's ledger write (bad SQL or parameters, an
 unaffordable request, a table or column that does not exist) spends anything.
+A request that the same analyst sent before (the same statements, spend and options)
+is answered with that release again, exactly, for free (:mod:`dpsql.engine.repeats`),
+so that every front end gets it.
 
 >>> import duckdb, dpsql
 >>> from dpsql.private.kernel import PrivateTable
@@ -42,6 +45,7 @@ import numpy as np
 from scipy.stats import norm
 
 from dpsql.engine.answer import Answer, Explanation, Release
+from dpsql.engine.repeats import Repeats, request_key
 from dpsql.engine.spend import NOISE_FAMILIES, noise_options, statement_options
 from dpsql.engine.uncertainty import error_columns, ordered
 from dpsql.errors import ArgumentError, BudgetExceededError, PrivacyError, ResourceLimitError, UnsupportedSQLError
@@ -143,6 +147,7 @@ class Engine:
         self.ledger = ledger
         self._private = private
         self._strategies = strategies
+        self._repeats = Repeats(ledger.path)
 
     @property
     def budget(self) -> Budget:
@@ -163,11 +168,17 @@ class Engine:
                                       "several statements")
         _check_options(request)
         _check_rows(compiled, request.max_rows)
-        if request.std_error is not None:
-            request = self._spend_for(compiled, request)
         if request.explain:
-            return self._explain(compiled, request)
-        return self._answer(compiled, request)
+            return self._explain(compiled, self._spend_for(compiled, request) if request.std_error is not None
+                                 else request)
+        key = _repeat_key(compiled, request)
+        repeated = self._repeats.get(self.ledger, key) if compiled.terms else None
+        if repeated is not None:
+            return repeated
+        answers = self._answer(compiled, request if request.std_error is None else self._spend_for(compiled, request))
+        if answers[0].release.entry >= 0:
+            self._repeats.put(self.ledger, key, answers)
+        return answers
 
     def synthesize(self, released: ReleasedData, method: str, workload: Any, epsilon: float | None,
                    delta: float | None, rho: float | None, rows: int | None, name: str | None, seed: int | None,
@@ -298,7 +309,7 @@ class Engine:
             empty = np.zeros(0)
             frames = postprocess(compiled, empty, [error_columns(st, empty, empty, 0.0, None)
                                                    for st in compiled.statements])
-            return [Answer(st.plan.sql, ordered(st, df), release) for st, df in zip(compiled.statements, frames)]
+            return _answers(compiled, frames, release)
         W = compiled.workload
         k = self._private.rows_per_unit
         reduce_domain(W).workload.check_size()  # what the kernel counts: the values the queries tell apart
@@ -314,7 +325,7 @@ class Engine:
         se = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
         release = Release(mechanism=model.name, epsilon=cost.epsilon, delta=cost.delta, rho=cost.rho,
                           rmse=rmse, operator=strategy.operator, queries=W.num_queries,
-                          statements=len(compiled.statements), entry=m.entry)
+                          statements=len(compiled.statements), entry=m.entry, confidence=r.confidence)
         z = float(norm.ppf(0.5 + r.confidence / 2.0))
 
         def covariance(a: int, b: int) -> np.ndarray:
@@ -322,7 +333,7 @@ class Engine:
 
         frames = postprocess(compiled, answers, [error_columns(st, answers, se, z, covariance)
                                                  for st in compiled.statements])
-        return [Answer(st.plan.sql, ordered(st, df), release) for st, df in zip(compiled.statements, frames)]
+        return _answers(compiled, frames, release)
 
     def _check_delta_used(self, compiled: CompiledBatch, r: Request,
                           affordable: Sequence[tuple[NoiseModel, Cost]]) -> None:
@@ -335,6 +346,27 @@ class Engine:
         raise PrivacyError(f"delta={delta:g} was given, but no Gaussian noise spending it is possible here (the "
                            f"budget's remaining delta is {self.ledger.remaining().delta:g}, and Laplace noise spends "
                            "no delta): give no delta for Laplace noise, or a delta that fits")
+
+
+def _repeat_key(compiled: CompiledBatch, r: Request) -> str:
+    """What makes two requests the same, so that the second is answered by the first's release: the
+    statements (as compiled: spacing and case aside), their inline options, the spend and every answer
+    option, and the workload they measure (which holds the public domains)."""
+    spend = (r.epsilon, r.delta, r.rho, r.noise, r.std_error, statement_options(compiled))
+    workload = compiled.workload.fingerprint() if compiled.terms else None
+    return request_key([st.plan.sql for st in compiled.statements], spend, r.nonnegative, r.confidence, r.objective,
+                       workload)
+
+
+def _answers(compiled: CompiledBatch, frames: "list[pd.DataFrame]", release: Release) -> list[Answer]:
+    """Each statement's Answer: its table, error columns after their answers, and which they are."""
+    out = []
+    for st, df in zip(compiled.statements, frames):
+        df = ordered(st, df)
+        measured = set(error_outputs(st.plan))
+        errors = {o: error_names(st.plan, o) for o in st.plan.outputs if o in measured}  # in SELECT order
+        out.append(Answer(st.plan.sql, df, release, errors))
+    return out
 
 
 def _check_rows(compiled: CompiledBatch, limit: int | None) -> None:
