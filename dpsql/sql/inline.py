@@ -1,0 +1,448 @@
+"""Inlining: CTEs and FROM-subqueries merged into one statement before analysis.
+
+One public function, :func:`inline`. A statement that reads the private table
+through common table expressions (``WITH c AS (...)``) or subqueries in FROM
+becomes the one ``SELECT ... FROM <table>`` that DuckDB would answer the same
+way, so the analyzer and the compiler see a statement of the grammar they know:
+
+* a **row-by-row** subquery (a select list of expressions over the table's
+  columns and a WHERE, nothing else) is a map and a filter: each outer
+  reference to one of its columns becomes the column's expression (in
+  parentheses where an operator reads it), and the two WHERE clauses are
+  joined with AND, the inner one first. Both are functions of one row, so the
+  result is DuckDB's, NULLs included. Chained CTEs and nested subqueries merge
+  one level at a time, inside out;
+* an **aggregate** subquery (GROUP BY, or an aggregate in its select list)
+  under an outer query without aggregates is post-processing of its released
+  answers: the outer select items become expressions over its keys and
+  aggregates, the outer WHERE joins its HAVING, the outer ORDER BY, LIMIT and
+  OFFSET replace its own. They run on the noisy answers
+  (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
+
+What would change whom a row weighs on is refused, naming the construct:
+DISTINCT, LIMIT or OFFSET, a window function, a join or a set operation inside
+a row-by-row subquery, an aggregate of an aggregate subquery's result (its
+rows are released answers, not rows of people), a join of two subqueries, a
+recursive CTE, and an outer WHERE or ORDER BY over a subquery whose own LIMIT
+or window would then see other rows. Every error is a :class:`dpsql.errors.SQLError`
+with the position of the construct in the text as written (merged nodes keep
+their positions).
+
+>>> from dpsql.schema import load_schema
+>>> from dpsql.sql.parse import parse_statements
+>>> s = load_schema({"table": "t", "columns": {"age": {"type": "integer", "min": 0, "max": 99}}})
+>>> sql = ("WITH adults AS (SELECT age + 1 AS a FROM t WHERE age >= 18) "
+...        "SELECT a, COUNT(*) AS n FROM adults WHERE a < 65 GROUP BY a")
+>>> inline(parse_statements(sql)[0], s).tree.sql()
+'SELECT age + 1 AS a, COUNT(*) AS n FROM t WHERE age >= 18 AND (age + 1) < 65 GROUP BY age + 1'
+>>> sql = "SELECT a, n * 2 AS m FROM (SELECT age AS a, COUNT(*) AS n FROM t GROUP BY age) WHERE n > 3"
+>>> inline(parse_statements(sql)[0], s).tree.sql()
+'SELECT age AS a, COUNT(*) * 2 AS m FROM t GROUP BY age HAVING COUNT(*) > 3'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NoReturn
+
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from dpsql.errors import SQLError, UnknownColumnError, UnsupportedSQLError
+from dpsql.schema import Schema
+from dpsql.sql import sandbox
+from dpsql.sql.parse import Statement
+
+__all__ = ["inline"]
+
+#: Select clauses a row-by-row subquery may have (ORDER BY without LIMIT does not change its rows).
+_ROW_ARGS = frozenset({"expressions", "from_", "where", "order", "with_"})
+#: Select clauses an aggregate subquery may have.
+_AGGREGATE_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "with_"})
+#: Clauses of an outer query over an aggregate subquery (run on its released answers).
+_OUTER_ARGS = frozenset({"expressions", "from_", "where", "order", "limit", "offset", "with_"})
+_CLAUSE_NAMES = {"distinct": "SELECT DISTINCT", "limit": "LIMIT", "offset": "OFFSET", "joins": "JOIN",
+                 "group": "GROUP BY", "having": "HAVING", "qualify": "QUALIFY", "windows": "WINDOW",
+                 "laterals": "LATERAL", "sample": "TABLESAMPLE", "pivots": "PIVOT"}
+_KEYWORDS = {"distinct": frozenset({TokenType.DISTINCT}), "limit": frozenset({TokenType.LIMIT}),
+             "offset": frozenset({TokenType.OFFSET}), "group": frozenset({TokenType.GROUP_BY}),
+             "having": frozenset({TokenType.HAVING}), "where": frozenset({TokenType.WHERE}),
+             "order": frozenset({TokenType.ORDER_BY}), "qualify": frozenset({TokenType.QUALIFY}),
+             "joins": frozenset({TokenType.JOIN, TokenType.COMMA})}
+_SET_OPERATORS = frozenset({TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT})
+_OPERATORS = (exp.Binary, exp.Unary, exp.Connector, exp.Between, exp.In, exp.Is)
+
+
+class _Scope:
+    """A merged subquery: its select statement (columns unqualified), and its output columns by
+    lower-case name."""
+
+    def __init__(self, select: exp.Select, columns: dict[str, exp.Expression], aggregate: bool) -> None:
+        self.select = select
+        self.columns = columns
+        self.aggregate = aggregate
+
+
+def inline(stmt: Statement, schema: Schema) -> Statement:
+    """``stmt`` with its CTEs and FROM-subqueries merged into one SELECT (see the module
+    docstring); a statement without any is returned as it is. Raises a
+    :class:`~dpsql.errors.SQLError` for a subquery that cannot be merged exactly."""
+    tree = stmt.tree
+    if not isinstance(tree, exp.Select) or not _has_subquery_source(tree):
+        return stmt
+    merged = _Inliner(stmt, schema).select(tree.copy(), {})
+    return dataclasses.replace(stmt, tree=merged)
+
+
+def _has_subquery_source(tree: exp.Select) -> bool:
+    frm = tree.args.get("from_")
+    return bool(tree.args.get("with_")) or (frm is not None and isinstance(frm.this, exp.Subquery))
+
+
+class _Inliner:
+    def __init__(self, stmt: Statement, schema: Schema) -> None:
+        self.stmt = stmt
+        self.schema = schema
+
+    def fail(self, message: str, construct: str, node: exp.Expression | None,
+             cls: type[SQLError] = UnsupportedSQLError, keyword: frozenset | None = None) -> NoReturn:
+        """Raise ``cls`` at ``node``, or at the ``keyword`` token that starts its clause."""
+        line, col = self.stmt.position(node)
+        off = self.stmt.offset_of(node) if node is not None and keyword else None
+        if off is not None:
+            kw = self.stmt.source.token_before(off + 1, keyword)
+            if kw is not None:
+                line, col = self.stmt.source.position(kw)
+        raise cls(message, construct, line, col)
+
+    # -- one level ------------------------------------------------------------------------
+
+    def select(self, tree: exp.Select, ctes: dict[str, exp.Select]) -> exp.Select:
+        """``tree`` merged with its source: its CTEs first (each sees those before it), then the
+        subquery or CTE it reads FROM."""
+        ctes = dict(ctes)
+        with_ = tree.args.get("with_")
+        if with_ is not None:
+            if with_.args.get("recursive"):
+                self.fail("WITH RECURSIVE is not supported: a recursive CTE reads its own rows", "WITH RECURSIVE",
+                          with_, keyword=frozenset({TokenType.WITH}))
+            for cte in with_.expressions:
+                body = cte.this
+                if not isinstance(body, exp.Select):
+                    self.fail(f"the CTE {cte.alias!r} must be one SELECT (a set operation combines rows of "
+                              "several queries, so one person can weigh on several of them)",
+                              _kind(body), _set_operator(body), keyword=_SET_OPERATORS)
+                body = self.select(body, ctes)
+                ctes[cte.alias.lower()] = _renamed(body, cte.args.get("alias"), self)
+            tree.set("with_", None)
+        frm = tree.args.get("from_")
+        if frm is None:
+            return tree
+        source = frm.this
+        name = None
+        if isinstance(source, exp.Subquery):
+            inner = source.this
+            if not isinstance(inner, exp.Select):
+                self.fail("a set operation in FROM is not supported: it combines rows of several queries, so one "
+                          "person can weigh on several of them", _kind(inner), _set_operator(inner),
+                          keyword=_SET_OPERATORS)
+            inner = _renamed(self.select(inner, ctes), source.args.get("alias"), self)
+            name = source.alias or None
+        elif isinstance(source, exp.Table) and not source.args.get("db") and source.name.lower() in ctes:
+            inner = ctes[source.name.lower()].copy()
+            name = source.alias or source.name
+        else:
+            return tree  # the table itself (the analyzer checks that it is the private one)
+        for join in tree.args.get("joins") or []:
+            self.fail("a JOIN in a query over a subquery or CTE is not supported (a join of two aggregate "
+                      "results, or of a subquery with a table, is not merged into one statement)", "JOIN", join)
+        return self.merge(tree, self.scope(inner), name, source)
+
+    def scope(self, inner: exp.Select) -> _Scope:
+        """The inner query's outputs, after checking that it is a row-by-row map and filter or an
+        aggregate query that can be merged."""
+        aggregate = bool(inner.args.get("group")) or any(_aggregates(e) for e in inner.expressions) \
+            or bool(inner.args.get("having"))
+        allowed = _AGGREGATE_ARGS if aggregate else _ROW_ARGS
+        for key, value in inner.args.items():
+            if key in allowed or not value:
+                continue
+            name = _CLAUSE_NAMES.get(key, key.upper())
+            node = value if isinstance(value, exp.Expression) else value[0] if isinstance(value, list) else inner
+            why = {"LIMIT": "it keeps some rows and drops others, depending on the data",
+                   "OFFSET": "it keeps some rows and drops others, depending on the data",
+                   "SELECT DISTINCT": "it merges rows, so a count of its rows counts distinct values, not people",
+                   "JOIN": "a join can repeat a person's row"}.get(name, "it reads other rows")
+            if key == "distinct":
+                node = inner.expressions[0]
+            self.fail(f"{name} inside a subquery or CTE is not supported: {why}", name, node,
+                      keyword=_KEYWORDS.get(key))
+        self.unqualify(inner)
+        if not aggregate:
+            for node in inner.find_all(exp.Window):
+                self.fail("a window function inside a subquery or CTE is not supported: it reads other rows, so "
+                          "one person's row weighs on many", "window function", node)
+        columns: dict[str, exp.Expression] = {}
+        items = []
+        for item in inner.expressions:
+            body = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
+                if aggregate or set(_set_args(body)) - {"this", "table"}:
+                    self.fail("this * is not supported in a subquery: name its columns", "*", body)
+                for c in self.schema.columns:
+                    col = exp.column(c.name)
+                    items.append(col)
+                    columns.setdefault(c.name.lower(), col)
+                continue
+            items.append(item)
+            name = item.alias if isinstance(item, exp.Alias) else body.name if isinstance(body, exp.Column) else None
+            if name:
+                key = name.lower()
+                columns[key] = None if key in columns else body  # None: ambiguous, as in DuckDB
+        inner.set("expressions", items)
+        return _Scope(inner, columns, aggregate)
+
+    def unqualify(self, inner: exp.Select) -> None:
+        """Drop the qualifiers of the inner query's columns (its table's name, or its alias) and its
+        table's alias: once merged, its columns are read through the outer query's names."""
+        frm = inner.args.get("from_")
+        table = frm.this if frm is not None else None
+        if not isinstance(table, exp.Table):
+            return
+        names = {(table.alias or table.name).lower()}
+        for col in list(inner.find_all(exp.Column)):
+            if not col.table or any(isinstance(p, (exp.Subquery, exp.Select)) for p in _ups(col, inner)):
+                continue
+            if col.table.lower() not in names:
+                self.fail(f"unknown table {col.table!r} in {col.sql()}", f"table {col.table!r}", col,
+                          UnknownColumnError)
+            col.set("table", None)
+        table.set("alias", None)
+
+    # -- merging --------------------------------------------------------------------------
+
+    def merge(self, outer: exp.Select, scope: _Scope, name: str | None, source: exp.Expression) -> exp.Select:
+        inner = scope.select
+        outer_aggregate = (bool(outer.args.get("group")) or bool(outer.args.get("having"))
+                           or any(_aggregates(e) for e in outer.expressions))
+        if scope.aggregate and outer_aggregate:
+            group = outer.args.get("group")
+            node = group or next((a for e in outer.expressions for a in _aggregates(e)), outer)
+            self.fail("an aggregate over the result of an aggregate subquery or CTE is not supported: its rows are "
+                      "noisy answers, not rows of the table; aggregate the table directly, or post-process the "
+                      "answers (WHERE, ORDER BY, LIMIT and expressions over them)", "aggregate of an aggregate", node,
+                      keyword=_KEYWORDS["group"] if group else None)
+        if scope.aggregate:
+            self.check_outer(outer, inner)
+        aliases = {e.alias.lower(): e.this for e in outer.expressions if isinstance(e, exp.Alias)}
+        for clause in ("where", "group", "having", "order", "qualify"):
+            part = outer.args.get(clause)
+            if part is not None:
+                self.substitute(part, scope, name, aliases, clause.upper())
+        items: list[exp.Expression] = []
+        for item in outer.expressions:
+            body = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
+                if set(_set_args(body)) - {"this", "table"}:
+                    self.fail("this * is not supported over a subquery: name its columns", "*", body)
+                items.extend(e.copy() for e in inner.expressions)  # the subquery's items, with their names
+                continue
+            if isinstance(body, exp.Column) and not isinstance(item, exp.Alias):
+                replaced = self.reference(body, scope, name, {}, "SELECT")
+                items.append(replaced if _named(replaced, body.name)
+                             else exp.alias_(replaced, exp.to_identifier(body.name, quoted=body.this.quoted)))
+                continue
+            self.substitute(item, scope, name, {}, "SELECT")
+            items.append(item)
+        outer.set("expressions", items)
+        return self.merge_aggregate(outer, inner) if scope.aggregate else self.merge_rows(outer, inner)
+
+    def merge_rows(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
+        """A row-by-row subquery: the outer query, FROM the inner table, WHERE both conditions."""
+        outer.set("from_", inner.args["from_"])
+        conditions = [w.this for w in (inner.args.get("where"), outer.args.get("where")) if w is not None]
+        if conditions:
+            outer.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+        return outer
+
+    def check_outer(self, outer: exp.Select, inner: exp.Select) -> None:
+        """Refuse an outer clause over an aggregate subquery that would not be the same once merged."""
+        for key, value in outer.args.items():
+            if key not in _OUTER_ARGS and value:
+                name = _CLAUSE_NAMES.get(key, key.upper())
+                node = value if isinstance(value, exp.Expression) else value[0] if isinstance(value, list) else outer
+                self.fail(f"{name} over the result of an aggregate subquery or CTE is not supported", name, node,
+                          keyword=_KEYWORDS.get(key))
+        limited = inner.args.get("limit") or inner.args.get("offset")
+        windowed = next(iter(inner.find_all(exp.Window)), None)
+        for clause in ("where", "order", "limit", "offset"):
+            part = outer.args.get(clause)
+            if part is None:
+                continue
+            if limited is not None or (windowed is not None and clause == "where"):
+                what = "LIMIT or OFFSET" if limited is not None else "window function"
+                self.fail(f"an outer {clause.upper()} over an aggregate subquery with its own {what} is not "
+                          "supported: it would apply to the rows the subquery keeps, not to all its groups",
+                          clause.upper(), part, keyword=_KEYWORDS.get(clause))
+        if limited is not None and any(outer.find_all(exp.Window)):
+            self.fail("a window function over an aggregate subquery with its own LIMIT or OFFSET is not supported",
+                      "window function", next(outer.find_all(exp.Window)))
+
+    def merge_aggregate(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
+        """An outer query over an aggregate subquery: post-processing of its answers."""
+        where = outer.args.get("where")
+        if where is not None:
+            sandbox_check(self, where.this)
+            having = inner.args.get("having")
+            conditions = [having.this, where.this] if having is not None else [where.this]
+            inner.set("having", exp.Having(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+        if inner.args.get("having") is not None:
+            sandbox_check(self, inner.args["having"].this)
+        own = {e.alias.lower(): e.this for e in inner.expressions if isinstance(e, exp.Alias)}
+        for part in (inner.args.get("having"), inner.args.get("order")):
+            if part is not None:
+                self.own_aliases(part, own, inner)
+        if outer.args.get("order") is not None:
+            inner.set("order", outer.args["order"])
+        for clause in ("limit", "offset"):
+            if outer.args.get(clause) is not None:
+                inner.set(clause, outer.args[clause])
+        inner.set("expressions", outer.expressions)
+        return inner
+
+    def own_aliases(self, part: exp.Expression, own: dict[str, exp.Expression], inner: exp.Select) -> None:
+        """Inner HAVING and ORDER BY name the inner select items by alias or position: spell them
+        out, since the merged select list is the outer one."""
+        if isinstance(part, exp.Order):
+            for o in part.expressions:
+                term = o.this
+                if isinstance(term, exp.Literal) and not term.is_string and term.this.isdigit():
+                    k = int(term.this)
+                    if 1 <= k <= len(inner.expressions):
+                        item = inner.expressions[k - 1]
+                        o.set("this", (item.this if isinstance(item, exp.Alias) else item).copy())
+        for col in list(part.find_all(exp.Column)):
+            key = col.name.lower()
+            if not col.table and key in own and self.schema.column(col.name) is None:
+                _replace(col, own[key].copy())
+
+    def substitute(self, node: exp.Expression, scope: _Scope, name: str | None, aliases: dict[str, exp.Expression],
+                   clause: str) -> None:
+        """Replace, in ``node``, each reference to a column of the subquery with its expression."""
+        for col in list(node.find_all(exp.Column)):
+            if isinstance(col.this, exp.Star) or any(isinstance(p, (exp.Subquery, exp.Select)) for p in _ups(col, node)):
+                continue
+            replaced = self.reference(col, scope, name, aliases, clause)
+            if replaced is not col:
+                _replace(col, replaced)
+
+    def reference(self, col: exp.Column, scope: _Scope, name: str | None, aliases: dict[str, exp.Expression],
+                  clause: str) -> exp.Expression:
+        """What the outer reference ``col`` reads: a copy of the subquery column's expression, or
+        ``col`` itself for an outer select alias (HAVING, ORDER BY)."""
+        key = col.name.lower()
+        if col.table and (name is None or col.table.lower() != name.lower()):
+            self.fail(f"unknown table {col.table!r} in {col.sql()}: the query reads "
+                      f"{('the subquery ' + repr(name)) if name else 'a subquery without a name'}",
+                      f"table {col.table!r}", col, UnknownColumnError)
+        if col.args.get("db") or col.args.get("catalog"):
+            self.fail("qualified names with a schema are not supported", col.sql(), col)
+        if key in scope.columns:
+            found = scope.columns[key]
+            if found is None:
+                self.fail(f"column {col.name!r} is ambiguous: the subquery has several columns of that name",
+                          f"column {col.name!r}", col, UnknownColumnError)
+            if clause in ("HAVING", "ORDER") and key in aliases and not _same_column(aliases[key], col.name):
+                self.fail(f"{col.name!r} names both a column of the subquery and a select item: rename one",
+                          f"column {col.name!r}", col)
+            return found.copy()
+        if not col.table and key in aliases and clause in ("WHERE", "GROUP"):
+            # an outer select alias, as DuckDB reads it there: its expression
+            holder = exp.Paren(this=aliases[key].copy())
+            self.substitute(holder, scope, name, {k: v for k, v in aliases.items() if k != key}, clause)
+            return holder.this
+        if not col.table and key in aliases:
+            return col  # an outer select alias in HAVING or ORDER BY: the analyzer resolves it
+        known = ", ".join(k for k, v in scope.columns.items() if v is not None) or "none"
+        self.fail(f"unknown column {col.name!r}: the subquery's columns are {known}", f"column {col.name!r}", col,
+                  UnknownColumnError)
+
+
+def sandbox_check(inliner: _Inliner, condition: exp.Expression) -> None:
+    """Refuse, before DuckDB's binder folds its constants, a condition that runs on the answers
+    and calls a function whose cost depends on them (:func:`dpsql.sql.sandbox.check_bounded`)."""
+    value = condition.copy()
+    for agg in _aggregates(value):  # an aggregate is an answer (a number) there
+        agg.replace(exp.column("answer"))
+    try:
+        sandbox.check_bounded(f"SELECT {value.sql(dialect='duckdb')}")
+    except ValueError as e:
+        inliner.fail(f"a condition on the answers cannot be evaluated: {e}", "post-processing", condition)
+
+
+def _renamed(select: exp.Select, alias: exp.TableAlias | None, inliner: _Inliner) -> exp.Select:
+    """``select`` with its first items renamed by a column list (``c(x, y) AS (...)``, ``AS s(x, y)``)."""
+    names = alias.args.get("columns") if alias is not None else None
+    if not names:
+        return select
+    items = list(select.expressions)
+    if len(names) > len(items):
+        inliner.fail(f"{len(names)} column names are given for a query with {len(items)} columns",
+                     "column names", alias)
+    for k, name in enumerate(names):
+        body = items[k].this if isinstance(items[k], exp.Alias) else items[k]
+        items[k] = exp.alias_(body.copy(), name.copy())
+    select.set("expressions", items)
+    return select
+
+
+def _aggregates(node: exp.Expression) -> list[exp.Expression]:
+    """The aggregate calls in ``node`` that are not window functions."""
+    names = sandbox.aggregate_names()
+    out = []
+    for sub in node.walk():
+        if (isinstance(sub, exp.AggFunc) or (isinstance(sub, exp.Anonymous) and str(sub.this).lower() in names)) \
+                and not isinstance(sub.parent, exp.Window) \
+                and not (isinstance(sub.parent, (exp.Filter, exp.WithinGroup)) and isinstance(sub.parent.parent,
+                                                                                               exp.Window)):
+            out.append(sub)
+    return out
+
+
+def _set_args(node: exp.Expression) -> list[str]:
+    return [k for k, v in node.args.items() if v is not None and v is not False and not (isinstance(v, list) and not v)]
+
+
+def _ups(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    out = []
+    p = node.parent
+    while p is not None and p is not top:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _replace(col: exp.Column, value: exp.Expression) -> None:
+    """Put ``value`` where ``col`` is, in parentheses where an operator reads it."""
+    if isinstance(value, _OPERATORS) and isinstance(col.parent, _OPERATORS):
+        value = exp.Paren(this=value)
+    col.replace(value)
+
+
+def _named(e: exp.Expression, name: str) -> bool:
+    return isinstance(e, exp.Column) and e.name.lower() == name.lower()
+
+
+def _same_column(e: exp.Expression, name: str) -> bool:
+    return isinstance(e, exp.Column) and e.name.lower() == name.lower()
+
+
+def _set_operator(node: exp.Expression) -> exp.Expression:
+    """Where a set operation's keyword follows: its right-hand query (or the node itself)."""
+    right = node.args.get("expression")
+    return right if isinstance(right, exp.Expression) else node
+
+
+def _kind(node: exp.Expression) -> str:
+    return {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(type(node),
+                                                                                     node.key.upper())
