@@ -61,6 +61,7 @@ from dpsql.errors import (
     WorkloadError,
 )
 from dpsql.server.pgwire import Column, Command, Outcome, PgError, Rows
+from dpsql.sql.parse import read_dialect
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,7 +87,7 @@ SQLSTATES: list[tuple[type[Error], str]] = [
 #: Session settings (``SET dpsql.<name> = value``) and how their values are read.
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "epsilon": float, "delta": float, "rho": float, "std_error": float, "confidence": float,
-    "noise": str, "objective": str,
+    "noise": str, "objective": str, "dialect": read_dialect,
     "nonnegative": lambda v: {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}[v],
 }
 
@@ -231,7 +232,8 @@ class AnalystSession:
         s = self._settings
         return Request([st.text for st in batch], s.get("epsilon"), s.get("delta"), s.get("rho"), s.get("noise"),
                        s.get("nonnegative", False), s.get("confidence", 0.95), s.get("objective", "total"),
-                       s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True)
+                       s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True,
+                       dialect=s.get("dialect"))
 
     def _private(self, batch: list[_Statement]) -> list[Outcome]:
         """One private batch; a CREATE TABLE's name is held (a placeholder) before the spend, so
@@ -292,7 +294,7 @@ class AnalystSession:
                 return Command("SET")
             try:
                 parsed = SETTINGS[name](value.lower() if name == "nonnegative" else value)
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, ArgumentError):
                 raise PgError("22023", f"invalid value for dpsql.{name}: {value[:80]!r}",
                               position=st.offset + 1) from None
             if isinstance(parsed, float) and not math.isfinite(parsed):
