@@ -93,3 +93,15 @@ def test_cli_dialect(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "3,10" in out.replace(" ", "").replace(".0", "") or " 3 " in out, out
+
+
+def test_tsql_order_by_puts_nulls_first_as_tsql_does(con):
+    from dpsql.sql.postprocess import postprocess
+    from tests.sql_oracle import _py
+
+    sql = "SELECT TOP 2 sex, COUNT(*) AS n FROM people GROUP BY sex ORDER BY 1"
+    batch = compile_batch(sql, SCHEMA, dialect="tsql")
+    got = postprocess(batch, batch.workload.matvec(histogram(con, batch)))[0]
+    want = con.sql("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex ORDER BY sex NULLS FIRST LIMIT 2").fetchall()
+    assert [(_py(a), _py(b)) for a, b in got.itertuples(index=False)] == [(a, b) for a, b in want]
+    assert want[0][0] is None  # the test reads a NULL key

@@ -592,15 +592,39 @@ def transpiled(tree: exp.Expression, source: Source, begin: int) -> tuple[exp.Ex
         for a, b in zip(theirs, ours):
             if a._meta:
                 b._meta = dict(a._meta)
-        return duck, sql
-    seen: dict[str, list[dict]] = {}
-    for a in theirs:
-        if isinstance(a, exp.Identifier) and a._meta:
-            seen.setdefault(a.name.lower(), []).append(a._meta)
-    for b in ours:
-        if isinstance(b, exp.Identifier) and seen.get(b.name.lower()):
-            b._meta = dict(seen[b.name.lower()].pop(0))
+    else:
+        seen: dict[str, list[dict]] = {}
+        for a in theirs:
+            if isinstance(a, exp.Identifier) and a._meta:
+                seen.setdefault(a.name.lower(), []).append(a._meta)
+        for b in ours:
+            if isinstance(b, exp.Identifier) and seen.get(b.name.lower()):
+                b._meta = dict(seen[b.name.lower()].pop(0))
+    _nulls_first(duck)
     return duck, sql
+
+
+def _nulls_first(tree: exp.Expression) -> None:
+    """Spell out the NULLS FIRST that another dialect's ORDER BY implies (T-SQL, MySQL, Spark sort
+    NULLs first by default; sqlglot writes it out for DuckDB): ``ORDER BY x NULLS FIRST`` is
+    ``ORDER BY (x) IS NULL DESC, x``, which post-processing runs. In a quantile's ``WITHIN
+    GROUP (ORDER BY x)`` NULLs are skipped, so the order of NULLs is dropped."""
+    for ordered in list(tree.find_all(exp.Ordered)):
+        if not ordered.args.get("nulls_first"):
+            continue
+        ordered.set("nulls_first", False)
+        order = ordered.parent
+        select = order.parent if isinstance(order, exp.Order) else None
+        if not isinstance(select, exp.Select) or select.args.get("order") is not order:
+            continue
+        term = ordered.this
+        if isinstance(term, exp.Literal) and not term.is_string and term.this.isdigit() \
+                and 1 <= int(term.this) <= len(select.expressions):  # ORDER BY 2: the select item
+            item = select.expressions[int(term.this) - 1]
+            term = item.this if isinstance(item, exp.Alias) else item
+        first = exp.Ordered(this=exp.Is(this=exp.Paren(this=term.copy()), expression=exp.Null()), desc=True,
+                            nulls_first=False)
+        order.set("expressions", [e for o in order.expressions for e in ((first, o) if o is ordered else (o,))])
 
 
 class _CommandFallback(logging.Filter):
