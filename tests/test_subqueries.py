@@ -121,3 +121,17 @@ def test_what_changes_sensitivity_is_refused_by_name(sql, construct, marker):
     assert info.value.construct == construct, str(info.value)
     off = sql.index(marker)
     assert (info.value.line, info.value.column) == (1, off + 1), str(info.value)
+
+
+def test_docs_examples_run(capsys):
+    import os
+    import re
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "sql.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    scope: dict = {}
+    for code in blocks:
+        exec(compile(code, "docs/sql.md", "exec"), scope)
+    assert set(scope["adults"].df["band"]) == {"older", "young"}
+    assert len(scope["common"].df) <= 3 and scope["db"].spent().epsilon == 0.75
+    assert list(scope["top"].df.columns[:2]) == ["smoker", "n"]
