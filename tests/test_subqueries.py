@@ -79,6 +79,17 @@ OVER_AGGREGATES = [
      "ORDER BY m", True),
     ("SELECT n FROM (SELECT COUNT(*) AS n FROM people WHERE age > 5)", False),
     ("SELECT region FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 2)", False),
+    # a join of two aggregate results on their keys: each side's WHERE becomes its aggregates' FILTER
+    ("WITH a AS (SELECT region, COUNT(*) AS n FROM people WHERE white GROUP BY region), "
+     "b AS (SELECT region, SUM(age) AS s FROM people GROUP BY region) "
+     "SELECT a.region, n, s, s / n AS m FROM a JOIN b ON a.region = b.region WHERE n > 3 ORDER BY m", True),
+    ("SELECT region, n, s FROM (SELECT region, COUNT(*) AS n FROM people WHERE age > 3 GROUP BY region) AS a "
+     "JOIN (SELECT region, AVG(age) AS s FROM people WHERE age > 3 GROUP BY 1) AS b USING (region)", False),
+    ("SELECT x.sex, x.white, x.n - y.n AS d FROM (SELECT sex, white, COUNT(*) AS n FROM people GROUP BY sex, white) x "
+     "INNER JOIN (SELECT sex, white, COUNT(black) AS n FROM people WHERE region <> 'N' GROUP BY sex, white) y "
+     "ON x.sex = y.sex AND x.white = y.white", False),
+    ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
+     "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
 ]
 
 
@@ -111,6 +122,15 @@ REFUSED = [
     ("SELECT COUNT(*) FROM (SELECT age AS a FROM people) WHERE hours > 3", "column 'hours'", "hours > 3"),
     ("SELECT region FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region LIMIT 2) WHERE n > 3", "WHERE",
      "WHERE n > 3"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region) a LEFT JOIN "
+     "(SELECT region, COUNT(*) AS m FROM people GROUP BY region) b USING (region)", "LEFT JOIN", "LEFT JOIN"),
+    ("SELECT a.sex, n, m FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN "
+     "(SELECT region, COUNT(*) AS m FROM people GROUP BY region) b ON a.sex = b.region", "JOIN", "JOIN"),
+    ("SELECT a.sex, n, m FROM (SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region) a JOIN "
+     "(SELECT sex, region, COUNT(*) AS m FROM people GROUP BY sex, region) b ON a.sex = b.sex", "JOIN condition",
+     "a.sex = b.sex"),
+    ("SELECT n FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN zones z ON a.sex = z.region",
+     "JOIN", "JOIN zones"),
 ]
 
 

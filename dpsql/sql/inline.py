@@ -69,18 +69,23 @@ _KEYWORDS = {"distinct": frozenset({TokenType.DISTINCT}), "limit": frozenset({To
              "having": frozenset({TokenType.HAVING}), "where": frozenset({TokenType.WHERE}),
              "order": frozenset({TokenType.ORDER_BY}), "qualify": frozenset({TokenType.QUALIFY}),
              "joins": frozenset({TokenType.JOIN, TokenType.COMMA})}
+_JOIN_WORDS = frozenset({TokenType.LEFT, TokenType.RIGHT, TokenType.FULL, TokenType.INNER, TokenType.OUTER,
+                         TokenType.CROSS, TokenType.NATURAL, TokenType.SEMI, TokenType.ANTI})
 _SET_OPERATORS = frozenset({TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT})
 _OPERATORS = (exp.Binary, exp.Unary, exp.Connector, exp.Between, exp.In, exp.Is)
 
 
 class _Scope:
-    """A merged subquery: its select statement (columns unqualified), and its output columns by
-    lower-case name."""
+    """What an outer query reads: the merged subquery (columns unqualified), its output columns by
+    lower-case name (None where a name is ambiguous), and, by the lower-case name of each table it
+    reads (a subquery's alias, a CTE's name), that table's columns."""
 
-    def __init__(self, select: exp.Select, columns: dict[str, exp.Expression], aggregate: bool) -> None:
+    def __init__(self, select: exp.Select, columns: dict[str, exp.Expression | None], aggregate: bool,
+                 tables: dict[str, dict[str, exp.Expression | None]] | None = None) -> None:
         self.select = select
         self.columns = columns
         self.aggregate = aggregate
+        self.tables = tables or {}
 
 
 def inline(stmt: Statement, schema: Schema) -> Statement:
@@ -111,6 +116,10 @@ class _Inliner:
         off = self.stmt.offset_of(node) if node is not None and keyword else None
         if off is not None:
             kw = self.stmt.source.token_before(off + 1, keyword)
+            if kw is not None and keyword is _KEYWORDS["joins"]:  # LEFT JOIN: at LEFT
+                before = [t for t in self.stmt.source.tokens if t.start < kw]
+                while before and before[-1].token_type in _JOIN_WORDS:
+                    kw = before.pop().start
             if kw is not None:
                 line, col = self.stmt.source.position(kw)
         raise cls(message, construct, line, col)
@@ -138,25 +147,161 @@ class _Inliner:
         frm = tree.args.get("from_")
         if frm is None:
             return tree
-        source = frm.this
-        name = None
-        if isinstance(source, exp.Subquery):
-            inner = source.this
+        inner, name = self.source(frm.this, ctes)
+        if inner is None:
+            return tree  # the table itself (the analyzer checks that it is the private one)
+        joins = tree.args.get("joins") or []
+        if joins:
+            return self.join(tree, [(inner, name, frm.this)], joins, ctes)
+        scope = self.scope(inner)
+        scope.tables = {name.lower(): scope.columns} if name else {}
+        return self.merge(tree, scope)
+
+    def source(self, node: exp.Expression, ctes: dict[str, exp.Select]) -> tuple[exp.Select | None, str | None]:
+        """The merged query a FROM or JOIN source reads, and the name it is read by; (None, None)
+        for a table."""
+        if isinstance(node, exp.Subquery):
+            inner = node.this
             if not isinstance(inner, exp.Select):
                 self.fail("a set operation in FROM is not supported: it combines rows of several queries, so one "
                           "person can weigh on several of them", _kind(inner), _set_operator(inner),
                           keyword=_SET_OPERATORS)
-            inner = _renamed(self.select(inner, ctes), source.args.get("alias"), self)
-            name = source.alias or None
-        elif isinstance(source, exp.Table) and not source.args.get("db") and source.name.lower() in ctes:
-            inner = ctes[source.name.lower()].copy()
-            name = source.alias or source.name
-        else:
-            return tree  # the table itself (the analyzer checks that it is the private one)
-        for join in tree.args.get("joins") or []:
-            self.fail("a JOIN in a query over a subquery or CTE is not supported (a join of two aggregate "
-                      "results, or of a subquery with a table, is not merged into one statement)", "JOIN", join)
-        return self.merge(tree, self.scope(inner), name, source)
+            return _renamed(self.select(inner, ctes), node.args.get("alias"), self), node.alias or None
+        if isinstance(node, exp.Table) and not node.args.get("db") and node.name.lower() in ctes:
+            return ctes[node.name.lower()].copy(), node.alias or node.name
+        return None, None
+
+    def join(self, outer: exp.Select, sides: list[tuple[exp.Select, str | None, exp.Expression]],
+             joins: list[exp.Join], ctes: dict[str, exp.Select]) -> exp.Select:
+        """An outer query over an inner join of aggregate subqueries on all their keys: one
+        aggregate statement, each side's aggregates filtered by its WHERE (``FILTER``), the sides'
+        HAVING clauses joined with AND; the outer query is then post-processing, as over one."""
+        for j in joins:
+            inner, name = self.source(j.this, ctes)
+            if inner is None:
+                self.fail("a JOIN of a subquery or CTE with a table is not supported: join the table inside "
+                          "the subquery's statement", "JOIN", j, keyword=_KEYWORDS["joins"])
+            if j.args.get("side") or j.args.get("kind") not in (None, "", "INNER", "CROSS") \
+                    or j.args.get("method") or j.args.get("global_"):
+                what = " ".join(str(j.args.get(k) or "") for k in ("method", "side", "kind")).split()
+                self.fail(f"a {' '.join(what)} JOIN of aggregate results is not supported: only an inner join on "
+                          "their keys, which keeps the groups they share", f"{' '.join(what)} JOIN", j,
+                          keyword=_KEYWORDS["joins"])
+            sides.append((inner, name, j))
+        scopes = [self.scope(inner) for inner, _, _ in sides]
+        names = [name.lower() if name else None for _, name, _ in sides]
+        for (_, name, node), scope in zip(sides, scopes):
+            if not scope.aggregate:
+                self.fail("a JOIN of a row-by-row subquery is not supported: only aggregate results can be joined, "
+                          "on their keys", "JOIN", node, keyword=_KEYWORDS["joins"])
+            if name is None:
+                self.fail("a joined subquery needs a name (AS name)", "subquery", node)
+            for clause in ("limit", "offset"):
+                if scope.select.args.get(clause) is not None:
+                    self.fail(f"{clause.upper()} in a joined aggregate subquery is not supported", clause.upper(),
+                              scope.select.args[clause], keyword=_KEYWORDS[clause])
+            window = next(scope.select.find_all(exp.Window), None)
+            if window is not None:
+                self.fail("a window function in a joined aggregate subquery is not supported", "window function",
+                          window)
+        tables = {str(t.args["from_"].this.name).lower() for t in (sc.select for sc in scopes)
+                  if isinstance(t.args.get("from_") and t.args["from_"].this, exp.Table)}
+        if len(tables) != 1 or len(set(names)) != len(names):
+            self.fail("joined aggregate subqueries must each read the private table, under different names", "JOIN",
+                      joins[0], keyword=_KEYWORDS["joins"])
+        keys = [self.keys(sc.select) for sc in scopes]
+        self.check_join_keys(sides, scopes, keys, joins)
+        wheres = [sc.select.args.get("where") for sc in scopes]
+        common = len({w.this.sql(dialect="duckdb") if w is not None else "" for w in wheres}) == 1
+        tables_of: dict[str, dict[str, exp.Expression | None]] = {}
+        items: list[exp.Expression] = []
+        havings: list[exp.Expression] = []
+        for name, sc, where in zip(names, scopes, wheres):
+            cond = None if common or where is None else where.this
+            own = {e.alias.lower(): e.this for e in sc.select.expressions if isinstance(e, exp.Alias)}
+            having = sc.select.args.get("having")
+            if having is not None:
+                self.own_aliases(having, own, sc.select)
+                havings.append(_filtered(having.this, cond))
+            tables_of[name] = {k: (None if v is None else _filtered(v, cond)) for k, v in sc.columns.items()}
+            items.extend(_filtered(e, cond) for e in sc.select.expressions)
+        columns: dict[str, exp.Expression | None] = {}
+        for cols in tables_of.values():
+            for k, v in cols.items():
+                same = k not in columns or (v is not None and columns[k] is not None
+                                            and v.sql(dialect="duckdb") == columns[k].sql(dialect="duckdb"))
+                columns[k] = v if same else None
+        first = scopes[0].select
+        merged = exp.Select(expressions=items, from_=first.args["from_"])
+        # an equality is never true of NULL keys: the join drops their groups, and so does this WHERE
+        kept = [exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null())) for k in keys[0]]
+        conditions = ([wheres[0].this] if common and wheres[0] is not None else []) + kept
+        if conditions:
+            merged.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+        if keys[0]:
+            merged.set("group", exp.Group(expressions=[k.copy() for k in keys[0]]))
+        if havings:
+            merged.set("having", exp.Having(this=exp.and_(*havings) if len(havings) > 1 else havings[0]))
+        outer.set("joins", None)
+        return self.merge(outer, _Scope(merged, columns, True, tables_of))
+
+    def keys(self, select: exp.Select) -> list[exp.Expression]:
+        """An aggregate query's GROUP BY keys, aliases and positions spelled out."""
+        group = select.args.get("group")
+        own = {e.alias.lower(): e.this for e in select.expressions if isinstance(e, exp.Alias)}
+        out = []
+        for g in group.expressions if group is not None else []:
+            if isinstance(g, exp.Literal) and not g.is_string and g.this.isdigit() \
+                    and 1 <= int(g.this) <= len(select.expressions):
+                item = select.expressions[int(g.this) - 1]
+                g = item.this if isinstance(item, exp.Alias) else item
+            elif isinstance(g, exp.Column) and not g.table and g.name.lower() in own \
+                    and self.schema.column(g.name) is None:
+                g = own[g.name.lower()]
+            out.append(g)
+        return out
+
+    def check_join_keys(self, sides: list, scopes: list[_Scope], keys: list[list[exp.Expression]],
+                        joins: list[exp.Join]) -> None:
+        """Refuse a join that is not on every key of each side, equal to the same key of the other."""
+        spelled = [sorted(k.sql(dialect="duckdb") for k in ks) for ks in keys]
+        if any(s != spelled[0] for s in spelled):
+            self.fail("joined aggregate subqueries must group by the same keys: a join of groups of different "
+                      "keys is not merged into one statement", "JOIN", joins[0], keyword=_KEYWORDS["joins"])
+        names = [name.lower() for _, name, _ in sides]
+        for index, j in enumerate(joins, start=1):
+            paired: set[str] = set()
+            if j.args.get("using"):
+                for ident in j.args["using"]:
+                    for earlier in range(index):
+                        a, b = scopes[earlier].columns.get(ident.name.lower()), scopes[index].columns.get(
+                            ident.name.lower())
+                        if a is not None and b is not None and a.sql(dialect="duckdb") == b.sql(dialect="duckdb"):
+                            paired.add(a.sql(dialect="duckdb"))
+            on = j.args.get("on")
+            for part in _conjuncts(on):
+                if not (isinstance(part, exp.EQ) and isinstance(part.this, exp.Column)
+                        and isinstance(part.expression, exp.Column)):
+                    self.fail("a join of aggregate results is on equalities of their keys (a.k = b.k AND ...)",
+                              "JOIN condition", part)
+                ends = []
+                for c in (part.this, part.expression):
+                    t = c.table.lower() if c.table else None
+                    side = names.index(t) if t in names else None
+                    value = scopes[side].columns.get(c.name.lower()) if side is not None else None
+                    if side is None or value is None:
+                        self.fail(f"{c.sql()} is not a key of a joined subquery (qualify it: name.column)",
+                                  f"column {c.name!r}", c, UnknownColumnError)
+                    ends.append((side, value.sql(dialect="duckdb")))
+                (sa, va), (sb, vb) = ends
+                if va != vb or index not in (sa, sb) or max(sa, sb) != index:
+                    self.fail("a join of aggregate results must equate each key with the same key of the other "
+                              "side", "JOIN condition", part)
+                paired.add(va)
+            if paired != set(spelled[0]):
+                self.fail("a join of aggregate results must be on all their keys (it would otherwise repeat "
+                          "groups)", "JOIN condition", on if on is not None else j,
+                          keyword=None if on is not None else _KEYWORDS["joins"])
 
     def scope(self, inner: exp.Select) -> _Scope:
         """The inner query's outputs, after checking that it is a row-by-row map and filter or an
@@ -221,7 +366,7 @@ class _Inliner:
 
     # -- merging --------------------------------------------------------------------------
 
-    def merge(self, outer: exp.Select, scope: _Scope, name: str | None, source: exp.Expression) -> exp.Select:
+    def merge(self, outer: exp.Select, scope: _Scope) -> exp.Select:
         inner = scope.select
         outer_aggregate = (bool(outer.args.get("group")) or bool(outer.args.get("having"))
                            or any(_aggregates(e) for e in outer.expressions))
@@ -238,7 +383,7 @@ class _Inliner:
         for clause in ("where", "group", "having", "order", "qualify"):
             part = outer.args.get(clause)
             if part is not None:
-                self.substitute(part, scope, name, aliases, clause.upper())
+                self.substitute(part, scope, aliases, clause.upper())
         items: list[exp.Expression] = []
         for item in outer.expressions:
             body = item.this if isinstance(item, exp.Alias) else item
@@ -248,11 +393,11 @@ class _Inliner:
                 items.extend(e.copy() for e in inner.expressions)  # the subquery's items, with their names
                 continue
             if isinstance(body, exp.Column) and not isinstance(item, exp.Alias):
-                replaced = self.reference(body, scope, name, {}, "SELECT")
+                replaced = self.reference(body, scope, {}, "SELECT")
                 items.append(replaced if _named(replaced, body.name)
                              else exp.alias_(replaced, exp.to_identifier(body.name, quoted=body.this.quoted)))
                 continue
-            self.substitute(item, scope, name, {}, "SELECT")
+            self.substitute(item, scope, {}, "SELECT")
             items.append(item)
         outer.set("expressions", items)
         return self.merge_aggregate(outer, inner) if scope.aggregate else self.merge_rows(outer, inner)
@@ -326,29 +471,32 @@ class _Inliner:
             if not col.table and key in own and self.schema.column(col.name) is None:
                 _replace(col, own[key].copy())
 
-    def substitute(self, node: exp.Expression, scope: _Scope, name: str | None, aliases: dict[str, exp.Expression],
+    def substitute(self, node: exp.Expression, scope: _Scope, aliases: dict[str, exp.Expression],
                    clause: str) -> None:
         """Replace, in ``node``, each reference to a column of the subquery with its expression."""
         for col in list(node.find_all(exp.Column)):
             if isinstance(col.this, exp.Star) or any(isinstance(p, (exp.Subquery, exp.Select)) for p in _ups(col, node)):
                 continue
-            replaced = self.reference(col, scope, name, aliases, clause)
+            replaced = self.reference(col, scope, aliases, clause)
             if replaced is not col:
                 _replace(col, replaced)
 
-    def reference(self, col: exp.Column, scope: _Scope, name: str | None, aliases: dict[str, exp.Expression],
+    def reference(self, col: exp.Column, scope: _Scope, aliases: dict[str, exp.Expression],
                   clause: str) -> exp.Expression:
         """What the outer reference ``col`` reads: a copy of the subquery column's expression, or
         ``col`` itself for an outer select alias (HAVING, ORDER BY)."""
         key = col.name.lower()
-        if col.table and (name is None or col.table.lower() != name.lower()):
-            self.fail(f"unknown table {col.table!r} in {col.sql()}: the query reads "
-                      f"{('the subquery ' + repr(name)) if name else 'a subquery without a name'}",
-                      f"table {col.table!r}", col, UnknownColumnError)
+        columns = scope.columns
+        if col.table:
+            columns = scope.tables.get(col.table.lower())
+            if columns is None:
+                named = ", ".join(repr(t) for t in scope.tables) or "a subquery without a name"
+                self.fail(f"unknown table {col.table!r} in {col.sql()}: the query reads {named}",
+                          f"table {col.table!r}", col, UnknownColumnError)
         if col.args.get("db") or col.args.get("catalog"):
             self.fail("qualified names with a schema are not supported", col.sql(), col)
-        if key in scope.columns:
-            found = scope.columns[key]
+        if key in columns:
+            found = columns[key]
             if found is None:
                 self.fail(f"column {col.name!r} is ambiguous: the subquery has several columns of that name",
                           f"column {col.name!r}", col, UnknownColumnError)
@@ -359,11 +507,11 @@ class _Inliner:
         if not col.table and key in aliases and clause in ("WHERE", "GROUP"):
             # an outer select alias, as DuckDB reads it there: its expression
             holder = exp.Paren(this=aliases[key].copy())
-            self.substitute(holder, scope, name, {k: v for k, v in aliases.items() if k != key}, clause)
+            self.substitute(holder, scope, {k: v for k, v in aliases.items() if k != key}, clause)
             return holder.this
         if not col.table and key in aliases:
             return col  # an outer select alias in HAVING or ORDER BY: the analyzer resolves it
-        known = ", ".join(k for k, v in scope.columns.items() if v is not None) or "none"
+        known = ", ".join(k for k, v in columns.items() if v is not None) or "none"
         self.fail(f"unknown column {col.name!r}: the subquery's columns are {known}", f"column {col.name!r}", col,
                   UnknownColumnError)
 
@@ -371,11 +519,14 @@ class _Inliner:
 def sandbox_check(inliner: _Inliner, condition: exp.Expression) -> None:
     """Refuse, before DuckDB's binder folds its constants, a condition that runs on the answers
     and calls a function whose cost depends on them (:func:`dpsql.sql.sandbox.check_bounded`)."""
-    value = condition.copy()
-    for agg in _aggregates(value):  # an aggregate is an answer (a number) there
-        agg.replace(exp.column("answer"))
+    holder = exp.Paren(this=condition.copy())
+    for agg in _aggregates(holder):  # an aggregate is an answer (a number) there
+        node = agg
+        while isinstance(node.parent, (exp.Filter, exp.WithinGroup)):
+            node = node.parent
+        node.replace(exp.column("answer"))
     try:
-        sandbox.check_bounded(f"SELECT {value.sql(dialect='duckdb')}")
+        sandbox.check_bounded(f"SELECT {holder.this.sql(dialect='duckdb')}")
     except ValueError as e:
         inliner.fail(f"a condition on the answers cannot be evaluated: {e}", "post-processing", condition)
 
@@ -407,6 +558,32 @@ def _aggregates(node: exp.Expression) -> list[exp.Expression]:
                                                                                                exp.Window)):
             out.append(sub)
     return out
+
+
+def _filtered(node: exp.Expression, condition: exp.Expression | None) -> exp.Expression:
+    """A copy of ``node`` whose aggregates read only the rows where ``condition`` holds (FILTER)."""
+    out = node.copy()
+    if condition is None:
+        return out
+    holder = exp.Paren(this=out)
+    for agg in _aggregates(holder):
+        if isinstance(agg.parent, exp.Filter):
+            where = agg.parent.expression
+            where.set("this", exp.and_(condition.copy(), where.this))
+        elif not isinstance(agg.parent, exp.WithinGroup):
+            agg.replace(exp.Filter(this=agg.copy(), expression=exp.Where(this=condition.copy())))
+        else:
+            agg.parent.replace(exp.Filter(this=agg.parent.copy(), expression=exp.Where(this=condition.copy())))
+    return holder.this
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
 
 
 def _set_args(node: exp.Expression) -> list[str]:
