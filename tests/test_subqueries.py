@@ -37,6 +37,8 @@ ROW_BY_ROW = [
     "GROUP BY k",
     "SELECT older, COUNT(*) FROM (SELECT age + 1 AS older FROM people) GROUP BY older",
     "WITH people AS (SELECT * FROM people WHERE NOT white) SELECT region, COUNT(*) AS n FROM people GROUP BY region",
+    "SELECT COUNT(*) AS n FROM ((SELECT age FROM people WHERE age > 3))",
+    "WITH c(s) AS (SELECT * FROM people) SELECT s, COUNT(*) AS n FROM c GROUP BY s",  # renames the first of *
 ]
 
 
@@ -88,6 +90,8 @@ OVER_AGGREGATES = [
     ("SELECT x.sex, x.white, x.n - y.n AS d FROM (SELECT sex, white, COUNT(*) AS n FROM people GROUP BY sex, white) x "
      "INNER JOIN (SELECT sex, white, COUNT(black) AS n FROM people WHERE region <> 'N' GROUP BY sex, white) y "
      "ON x.sex = y.sex AND x.white = y.white", False),
+    ("SELECT * FROM (SELECT sex x, COUNT(*) n FROM people GROUP BY x HAVING n > 2) a JOIN (SELECT sex x, SUM(age) m "
+     "FROM people WHERE white GROUP BY 1 HAVING SUM(age) > 1) b USING (x)", False),
     ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
      "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
 ]

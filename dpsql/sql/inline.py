@@ -142,7 +142,7 @@ class _Inliner:
                               "several queries, so one person can weigh on several of them)",
                               _kind(body), _set_operator(body), keyword=_SET_OPERATORS)
                 body = self.select(body, ctes)
-                ctes[cte.alias.lower()] = _renamed(body, cte.args.get("alias"), self)
+                ctes[cte.alias.lower()] = self.renamed(body, cte.args.get("alias"))
             tree.set("with_", None)
         frm = tree.args.get("from_")
         if frm is None:
@@ -162,11 +162,13 @@ class _Inliner:
         for a table."""
         if isinstance(node, exp.Subquery):
             inner = node.this
+            while isinstance(inner, exp.Subquery) and not inner.alias:  # FROM ((SELECT ...))
+                inner = inner.this
             if not isinstance(inner, exp.Select):
                 self.fail("a set operation in FROM is not supported: it combines rows of several queries, so one "
                           "person can weigh on several of them", _kind(inner), _set_operator(inner),
                           keyword=_SET_OPERATORS)
-            return _renamed(self.select(inner, ctes), node.args.get("alias"), self), node.alias or None
+            return self.renamed(self.select(inner, ctes), node.args.get("alias")), node.alias or None
         if isinstance(node, exp.Table) and not node.args.get("db") and node.name.lower() in ctes:
             return ctes[node.name.lower()].copy(), node.alias or node.name
         return None, None
@@ -214,9 +216,10 @@ class _Inliner:
         wheres = [sc.select.args.get("where") for sc in scopes]
         common = len({w.this.sql(dialect="duckdb") if w is not None else "" for w in wheres}) == 1
         tables_of: dict[str, dict[str, exp.Expression | None]] = {}
-        items: list[exp.Expression] = []
+        items: list[exp.Expression] = []  # what * reads: a USING column once, as in DuckDB
         havings: list[exp.Expression] = []
-        for name, sc, where in zip(names, scopes, wheres):
+        using = {i.name.lower() for j in joins for i in j.args.get("using") or []}
+        for index, (name, sc, where) in enumerate(zip(names, scopes, wheres)):
             cond = None if common or where is None else where.this
             own = {e.alias.lower(): e.this for e in sc.select.expressions if isinstance(e, exp.Alias)}
             having = sc.select.args.get("having")
@@ -224,7 +227,8 @@ class _Inliner:
                 self.own_aliases(having, own, sc.select)
                 havings.append(_filtered(having.this, cond))
             tables_of[name] = {k: (None if v is None else _filtered(v, cond)) for k, v in sc.columns.items()}
-            items.extend(_filtered(e, cond) for e in sc.select.expressions)
+            items.extend(_filtered(e, cond) for e in sc.select.expressions
+                         if not (index and e.alias_or_name.lower() in using))
         columns: dict[str, exp.Expression | None] = {}
         for cols in tables_of.values():
             for k, v in cols.items():
@@ -303,6 +307,37 @@ class _Inliner:
                           "groups)", "JOIN condition", on if on is not None else j,
                           keyword=None if on is not None else _KEYWORDS["joins"])
 
+    def renamed(self, select: exp.Select, alias: exp.TableAlias | None) -> exp.Select:
+        """``select`` with its first items renamed by a column list (``c(x, y) AS (...)``,
+        ``AS s(x, y)``), its ``*`` spelled out first."""
+        names = alias.args.get("columns") if alias is not None else None
+        if not names:
+            return select
+        self.expand(select)
+        items = list(select.expressions)
+        if len(names) > len(items):
+            self.fail(f"{len(names)} column names are given for a query with {len(items)} columns",
+                      "column names", alias)
+        for k, name in enumerate(names):
+            body = items[k].this if isinstance(items[k], exp.Alias) else items[k]
+            items[k] = exp.alias_(body.copy(), name.copy())
+        select.set("expressions", items)
+        return select
+
+    def expand(self, inner: exp.Select) -> None:
+        """Spell out a ``*`` (or ``table.*``) of a query over the private table: its columns."""
+        items = []
+        for item in inner.expressions:
+            body = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
+                if set(_set_args(body)) - {"this", "table"} or set(_set_args(body.this) if isinstance(
+                        body, exp.Column) else []) - {"this"}:
+                    self.fail("this * is not supported in a subquery: name its columns", "*", body)
+                items.extend(exp.column(c.name) for c in self.schema.columns)
+                continue
+            items.append(item)
+        inner.set("expressions", items)
+
     def scope(self, inner: exp.Select) -> _Scope:
         """The inner query's outputs, after checking that it is a row-by-row map and filter or an
         aggregate query that can be merged."""
@@ -327,24 +362,20 @@ class _Inliner:
             for node in inner.find_all(exp.Window):
                 self.fail("a window function inside a subquery or CTE is not supported: it reads other rows, so "
                           "one person's row weighs on many", "window function", node)
-        columns: dict[str, exp.Expression] = {}
-        items = []
+        if inner.args.get("from_") is None:
+            self.fail("a subquery or CTE must read the table: FROM it", "subquery without FROM",
+                      inner.expressions[0] if inner.expressions else inner)
+        if aggregate and any(isinstance(e, exp.Star) for e in inner.expressions):
+            self.fail("SELECT * is not supported in an aggregate subquery: name its keys and aggregates", "*",
+                      next(e for e in inner.expressions if isinstance(e, exp.Star)))
+        self.expand(inner)
+        columns: dict[str, exp.Expression | None] = {}
         for item in inner.expressions:
             body = item.this if isinstance(item, exp.Alias) else item
-            if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
-                if aggregate or set(_set_args(body)) - {"this", "table"}:
-                    self.fail("this * is not supported in a subquery: name its columns", "*", body)
-                for c in self.schema.columns:
-                    col = exp.column(c.name)
-                    items.append(col)
-                    columns.setdefault(c.name.lower(), col)
-                continue
-            items.append(item)
             name = item.alias if isinstance(item, exp.Alias) else body.name if isinstance(body, exp.Column) else None
             if name:
                 key = name.lower()
                 columns[key] = None if key in columns else body  # None: ambiguous, as in DuckDB
-        inner.set("expressions", items)
         return _Scope(inner, columns, aggregate)
 
     def unqualify(self, inner: exp.Select) -> None:
@@ -529,22 +560,6 @@ def sandbox_check(inliner: _Inliner, condition: exp.Expression) -> None:
         sandbox.check_bounded(f"SELECT {holder.this.sql(dialect='duckdb')}")
     except ValueError as e:
         inliner.fail(f"a condition on the answers cannot be evaluated: {e}", "post-processing", condition)
-
-
-def _renamed(select: exp.Select, alias: exp.TableAlias | None, inliner: _Inliner) -> exp.Select:
-    """``select`` with its first items renamed by a column list (``c(x, y) AS (...)``, ``AS s(x, y)``)."""
-    names = alias.args.get("columns") if alias is not None else None
-    if not names:
-        return select
-    items = list(select.expressions)
-    if len(names) > len(items):
-        inliner.fail(f"{len(names)} column names are given for a query with {len(items)} columns",
-                     "column names", alias)
-    for k, name in enumerate(names):
-        body = items[k].this if isinstance(items[k], exp.Alias) else items[k]
-        items[k] = exp.alias_(body.copy(), name.copy())
-    select.set("expressions", items)
-    return select
 
 
 def _aggregates(node: exp.Expression) -> list[exp.Expression]:
