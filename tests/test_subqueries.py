@@ -38,6 +38,9 @@ ROW_BY_ROW = [
     "SELECT older, COUNT(*) FROM (SELECT age + 1 AS older FROM people) GROUP BY older",
     "WITH people AS (SELECT * FROM people WHERE NOT white) SELECT region, COUNT(*) AS n FROM people GROUP BY region",
     "SELECT COUNT(*) AS n FROM ((SELECT age FROM people WHERE age > 3))",
+    # a derived key and a derived column counted, NULLs included (NULLIF makes some)
+    "SELECT k, COUNT(k) AS c, COUNT(*) FILTER (WHERE k > 1) AS big, COUNT(j) FILTER (WHERE sex = 'F') AS f "
+    "FROM (SELECT NULLIF(age % 4, 3) AS k, age + score AS j, sex FROM people) GROUP BY k",
     "WITH c(s) AS (SELECT * FROM people) SELECT s, COUNT(*) AS n FROM c GROUP BY s",  # renames the first of *
 ]
 

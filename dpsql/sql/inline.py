@@ -439,6 +439,8 @@ class _Inliner:
         conditions = [w.this for w in (inner.args.get("where"), outer.args.get("where")) if w is not None]
         if conditions:
             outer.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+        for count in list(outer.find_all(exp.Count)):
+            _count_rows(count)
         return outer
 
     def check_outer(self, outer: exp.Select, inner: exp.Select) -> None:
@@ -590,6 +592,24 @@ def _filtered(node: exp.Expression, condition: exp.Expression | None) -> exp.Exp
         else:
             agg.parent.replace(exp.Filter(this=agg.parent.copy(), expression=exp.Where(this=condition.copy())))
     return holder.this
+
+
+def _count_rows(count: exp.Count) -> None:
+    """``COUNT(e)`` of a derived column ``e`` as ``COUNT(*) FILTER (WHERE (e) IS NOT NULL)``: the
+    same rows, NULLs included, in a form the analyzer reads (a column, a CASE and a constant are
+    left as they are)."""
+    arg = count.this
+    if isinstance(arg, (exp.Column, exp.Star, exp.Distinct, exp.Case, exp.Literal, exp.Null)) \
+            or isinstance(count.parent, exp.Window) or arg is None:
+        return
+    holds = exp.Not(this=exp.Is(this=exp.Paren(this=arg.copy()), expression=exp.Null()))
+    rows = exp.Count(this=exp.Star())
+    if isinstance(count.parent, exp.Filter):
+        where = count.parent.expression
+        where.set("this", exp.and_(where.this, holds))
+        count.replace(rows)
+    else:
+        count.replace(exp.Filter(this=rows, expression=exp.Where(this=holds)))
 
 
 def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
