@@ -139,3 +139,8 @@ SELECT band, COUNT(*) AS n, AVG(years) AS mean_age FROM renamed GROUP BY band;
 SELECT sex, n, n * 100.0 / 500 AS share
 FROM (SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex) AS counts
 WHERE n > 10 ORDER BY n DESC LIMIT 1;
+
+-- rule: aggregate_join
+WITH married AS (SELECT sex, COUNT(*) AS n FROM adult WHERE age >= 30 GROUP BY sex),
+     everyone AS (SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex)
+SELECT e.sex, m.n * 100.0 / e.n AS pct FROM everyone AS e JOIN married AS m ON e.sex = m.sex ORDER BY pct DESC;
