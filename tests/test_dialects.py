@@ -30,6 +30,10 @@ SAME = [
      "SELECT sex, COUNT(*) AS n FROM people WHERE age::int % 2 = 0 AND region ILIKE 'n' GROUP BY sex"),
     ("bigquery", "SELECT region, COUNT(*) AS n FROM people WHERE IFNULL(age, 0) > 10 GROUP BY region",
      "SELECT region, COUNT(*) AS n FROM people WHERE COALESCE(age, 0) > 10 GROUP BY region"),
+    ("tsql", "SELECT region, VAR(age) AS v, VARP(age) AS p, STDEV(age) AS s, STDEVP(age) AS q FROM people "
+     "GROUP BY region",
+     "SELECT region, VAR_SAMP(age) AS v, VAR_POP(age) AS p, STDDEV_SAMP(age) AS s, STDDEV_POP(age) AS q FROM people "
+     "GROUP BY region"),
     ("spark", "SELECT region, AVG(age) AS m FROM people WHERE NOT white GROUP BY region",
      "SELECT region, AVG(age) AS m FROM people WHERE NOT white GROUP BY region"),
 ]

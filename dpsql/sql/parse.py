@@ -543,7 +543,7 @@ def parse_statements(text: str, dialect: str | None = None) -> list[Statement]:
         try:
             sql = tree.sql(dialect=DIALECT)
             if read != DIALECT:
-                tree, sql = transpiled(tree, original, begin)
+                tree, sql = transpiled(tree, original, begin, read)
         except RecursionError:
             raise _too_deep(original, begin) from None
         opts = dict(options_of.get(chunk_tokens[0], {}))
@@ -566,8 +566,14 @@ def read_dialect(name: str | None) -> str:
     return name.lower()
 
 
-def transpiled(tree: exp.Expression, source: Source, begin: int) -> tuple[exp.Expression, str]:
-    """A statement read in another dialect, as DuckDB's: sqlglot writes ``tree`` in DuckDB's
+#: Aggregates of other dialects that sqlglot reads as unknown functions, by dialect (T-SQL's VAR is
+#: the sample variance, VARP the population variance, STDEVP the population standard deviation).
+_AGGREGATE_NAMES: dict[str, dict[str, type[exp.Expression]]] = {
+    "tsql": {"VAR": exp.Variance, "VARP": exp.VariancePop, "STDEVP": exp.StddevPop}}
+
+
+def transpiled(tree: exp.Expression, source: Source, begin: int, read: str) -> tuple[exp.Expression, str]:
+    """A statement read in dialect ``read``, as DuckDB's: sqlglot writes ``tree`` in DuckDB's
     dialect and reads that back, so what is analyzed is what DuckDB would run. The positions of
     the nodes (offsets into the text as written) are carried over from ``tree``, node by node
     when the two readings have the same shape, else by identifier (the k-th ``x`` is the k-th
@@ -577,6 +583,10 @@ def transpiled(tree: exp.Expression, source: Source, begin: int) -> tuple[exp.Ex
     >>> st.sql, st.position(st.tree.find(exp.Identifier))
     ('SELECT "a", COUNT(*) AS n FROM t GROUP BY "a" LIMIT 2', (1, 14))
     """
+    for node in list(tree.find_all(exp.Anonymous)):
+        known = _AGGREGATE_NAMES.get(read, {}).get(str(node.this).upper())
+        if known is not None and len(node.expressions) == 1:
+            node.replace(known(this=node.expressions[0]))
     sql = tree.sql(dialect=DIALECT)
     try:
         with _no_command_fallback_warning():
