@@ -61,7 +61,6 @@ from dpsql.errors import (
     WorkloadError,
 )
 from dpsql.server.pgwire import Column, Command, Outcome, PgError, Rows
-from dpsql.sql.parse import read_dialect
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,11 +86,20 @@ SQLSTATES: list[tuple[type[Error], str]] = [
 #: Session settings (``SET dpsql.<name> = value``) and how their values are read.
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "epsilon": float, "delta": float, "rho": float, "std_error": float, "confidence": float,
-    "noise": str, "objective": str, "dialect": read_dialect,
+    "noise": str, "objective": str, "dialect": lambda v: _dialect(v),
     "nonnegative": lambda v: {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}[v],
 }
 
 _DIALECT = Dialect.get_or_raise("duckdb")
+
+
+def _dialect(value: str) -> str:
+    """``SET dpsql.dialect``'s value: a dialect sqlglot reads (ValueError for another)."""
+    name = value.strip().lower()
+    if not name:
+        raise ValueError("no dialect named")
+    Dialect.get_or_raise(name)
+    return name
 _T = sqlglot_tokens.TokenType
 
 
@@ -294,7 +302,7 @@ class AnalystSession:
                 return Command("SET")
             try:
                 parsed = SETTINGS[name](value.lower() if name == "nonnegative" else value)
-            except (ValueError, KeyError, ArgumentError):
+            except (ValueError, KeyError):
                 raise PgError("22023", f"invalid value for dpsql.{name}: {value[:80]!r}",
                               position=st.offset + 1) from None
             if isinstance(parsed, float) and not math.isfinite(parsed):
