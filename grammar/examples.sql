@@ -134,3 +134,18 @@ GROUP BY e.years;
 
 -- rule: lookup_join
 SELECT years, COUNT(*) AS n FROM adult LEFT JOIN education_years USING (education) GROUP BY ALL;
+
+-- rule: with_statement, cte
+WITH adults AS (SELECT age, CASE WHEN age < 40 THEN 'young' ELSE 'older' END AS band FROM adult WHERE age >= 18),
+     renamed(years, band) AS (SELECT age, band FROM adults)
+SELECT band, COUNT(*) AS n, AVG(years) AS mean_age FROM renamed GROUP BY band;
+
+-- rule: subquery_statement, subquery_source
+SELECT sex, n, n * 100.0 / 500 AS share
+FROM (SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex) AS counts
+WHERE n > 10 ORDER BY n DESC LIMIT 1;
+
+-- rule: aggregate_join
+WITH married AS (SELECT sex, COUNT(*) AS n FROM adult WHERE age >= 30 GROUP BY sex),
+     everyone AS (SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex)
+SELECT e.sex, m.n * 100.0 / e.n AS pct FROM everyone AS e JOIN married AS m ON e.sex = m.sex ORDER BY pct DESC;

@@ -354,7 +354,21 @@ class StatementGenerator:
         if keys:
             sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"
+        if not join and r.random() < 0.25:  # the same statement through a CTE or a FROM-subquery
+            return Generated(*self.wrapped(sql, osql))
         return Generated(sql, osql)
+
+    def wrapped(self, sql: str, osql: str) -> tuple[str, str]:
+        """``sql`` and its oracle read through a row-by-row CTE (a filter), a FROM-subquery that
+        renames the table, or an outer query passing an aggregate query's answers through
+        (dpsql.sql.inline): DuckDB answers each the same way."""
+        kind = self.rng.choice(["cte", "rename", "outer"])
+        if kind == "outer":
+            return f"SELECT * FROM ({sql}) AS q", f"SELECT * FROM ({osql}) AS q"
+        source = (f"WITH base AS (SELECT * FROM people WHERE {self.predicate(1)}) " if kind == "cte"
+                  else "")
+        table = "base" if kind == "cte" else "(SELECT * FROM people) AS p"
+        return tuple(source + text.replace(" FROM people", f" FROM {table}", 1) for text in (sql, osql))
 
     def batch(self, count: int, max_cells: int = 512) -> list[Generated]:
         """``count`` statements whose batch keeps every merged attribute (columns coupled by a

@@ -85,7 +85,7 @@ REJECTED = {
     "JOIN with a table not declared public": "SELECT COUNT(*) FROM adult JOIN other ON adult.age = other.age",
     "a second table": "SELECT COUNT(*) FROM adult, other",
     "subqueries": "SELECT COUNT(*) FROM adult WHERE age IN (SELECT age FROM adult)",
-    "CTEs (WITH)": "WITH a AS (SELECT * FROM adult) SELECT COUNT(*) FROM a",
+    "recursive CTEs (WITH RECURSIVE)": "WITH RECURSIVE a AS (SELECT * FROM adult) SELECT COUNT(*) FROM a",
     "UNION": "SELECT COUNT(*) FROM adult UNION ALL SELECT COUNT(*) FROM adult",
     "window functions": "SELECT COUNT(*) OVER () FROM adult",
     "DISTINCT in an aggregate": "SELECT COUNT(DISTINCT age) FROM adult",

@@ -547,3 +547,17 @@ def test_a_statements_own_spend_overrides_the_sessions(served):
         assert ledger.entries()[-1].cost.epsilon == 0.5
         conn.execute("SELECT COUNT(*) AS n FROM people -- no WITH DIFFERENTIAL_PRIVACY OPTIONS here")
         assert ledger.entries()[-1].cost.epsilon == 2.0
+
+
+def test_set_dpsql_dialect_reads_later_statements_in_that_dialect(served):
+    d, port, _ = served
+    with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
+        conn.execute(f"SET dpsql.epsilon = {HUGE}")
+        top = "SELECT TOP 1 sex, COUNT(*) AS n FROM people GROUP BY sex ORDER BY n DESC"
+        with pytest.raises(psycopg.Error):  # DuckDB's dialect has no TOP
+            conn.execute(top, prepare=False)
+        conn.execute("SET dpsql.dialect = 'tsql'")
+        rows = conn.execute(top, prepare=False).fetchall()
+        close_rows([r[:2] for r in rows], exact(d, "SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY 2 DESC LIMIT 1"))
+        with pytest.raises(psycopg.Error, match="invalid value for dpsql.dialect"):
+            conn.execute("SET dpsql.dialect = 'klingon'")

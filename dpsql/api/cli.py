@@ -99,6 +99,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     _add_source(p)
     p.add_argument("--delta", type=float, help="delta to spend (Gaussian noise)")
     p.add_argument("--noise", choices=("laplace", "gaussian"), help="default: the lower-error one")
+    p.add_argument("--dialect", help="the SQL dialect of the statements (postgres, bigquery, tsql, spark...; "
+                   "default: DuckDB's), transpiled to DuckDB's")
     p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
     p.add_argument("--objective", choices=("total", "max"), default="total",
                    help="minimize the expected RMSE over all answers (total) or the largest std error (max)")
@@ -308,7 +310,7 @@ def _check_writable(directory: Path, out: Path) -> None:
 def _connect(args: argparse.Namespace, **options: Any) -> Connection:
     """:func:`connect` to the request's --data, --schema, --table, --ledger, budget and public tables."""
     return connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
-                   public_tables=args.public_table, **options)
+                   public_tables=args.public_table, dialect=getattr(args, "dialect", None), **options)
 
 
 def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: bool) -> int:

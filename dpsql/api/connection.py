@@ -60,6 +60,7 @@ from dpsql.private.budget import Budget, Cost
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
 from dpsql.schema import Schema
+from dpsql.sql.parse import read_dialect
 
 if TYPE_CHECKING:
     from dpsql.synth.synthesize import SyntheticTable
@@ -73,7 +74,7 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
             schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
             ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
             progress: bool | None = None, source_of_noise: UniformSource | None = None,
-            public_tables: Sequence[str] = ()) -> "Connection":
+            public_tables: Sequence[str] = (), dialect: str | None = None) -> "Connection":
     """Open a private table for differentially private queries.
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
@@ -100,7 +101,7 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     global _last
     dataset = Dataset.open(source, table, schema, budget, ledger, cache=cache, progress=progress,
                            source_of_noise=source_of_noise, public_tables=public_tables)
-    conn = Connection(dataset)
+    conn = Connection(dataset, dialect)
     _last = conn
     return conn
 
@@ -118,7 +119,9 @@ class Connection:
     released data only (:mod:`dpsql.released`).
     """
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, dialect: str | None = None) -> None:
+        #: the SQL dialect statements are written in by default (sqlglot's name; None: DuckDB's)
+        self.dialect = None if dialect is None else read_dialect(dialect)
         self.schema = dataset.schema
         self.ledger = dataset.ledger
         self._engine = dataset.engine()
@@ -146,17 +149,19 @@ class Connection:
     # -- queries ----------------------------------------------------------------------
     def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
               noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
-              objective: str = "total", std_error: float | None = None) -> Result | Explanation:
+              objective: str = "total", std_error: float | None = None, *,
+              dialect: str | None = None) -> Result | Explanation:
         """Answer one statement privately (see :meth:`batch` for the arguments).
 
         ``EXPLAIN SELECT …`` returns :meth:`explain`'s :class:`Explanation` instead: nothing
         is read or spent."""
         return self._run(Request(sql, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error,
-                                 single=True))
+                                 single=True, dialect=dialect or self.dialect))
 
     def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
               rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
-              confidence: float = 0.95, objective: str = "total", std_error: float | None = None) -> list[Result]:
+              confidence: float = 0.95, objective: str = "total", std_error: float | None = None, *,
+              dialect: str | None = None) -> list[Result]:
         """Answer many statements from one jointly optimized measurement.
 
         ``statements``: a list of SQL texts or a text of ``;``-separated
@@ -175,14 +180,16 @@ class Connection:
         this (they are known before measuring; see :meth:`explain`), with
         Laplace noise, or Gaussian under a zCDP budget or with ``noise="gaussian"``
         and a ``delta``. A ``delta`` that no affordable Gaussian noise would spend
-        is refused rather than dropped.
+        is refused rather than dropped. ``dialect`` (default: the connection's) reads the
+        statements in another SQL dialect (``"postgres"``, ``"bigquery"``, ``"tsql"``,
+        ``"spark"``...), transpiled to DuckDB's; refusals point into the text as written.
         """
         return self._run(Request(statements, epsilon, delta, rho, noise, nonnegative, confidence, objective,
-                                 std_error))
+                                 std_error, dialect=dialect or self.dialect))
 
     def explain(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
                 rho: float | None = None, noise: str | None = None, objective: str = "total",
-                std_error: float | None = None) -> Explanation:
+                std_error: float | None = None, *, dialect: str | None = None) -> Explanation:
         """What :meth:`batch` with these arguments would do, reading no data and spending nothing.
 
         It shows the noise and its cost, the selected strategy and the expected
@@ -211,7 +218,7 @@ class Connection:
         0.2828...
         """
         return self._run(Request(statements, epsilon, delta, rho, noise, objective=objective, std_error=std_error,
-                                 explain=True))
+                                 explain=True, dialect=dialect or self.dialect))
 
     def _run(self, request: Request) -> "list[Result] | Result | Explanation":
         """The engine's answer to ``request`` as Results on :attr:`released`."""
@@ -226,11 +233,13 @@ class Connection:
 
     def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
             noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
-            objective: str = "total", std_error: float | None = None) -> duckdb.DuckDBPyRelation:
+            objective: str = "total", std_error: float | None = None, *,
+            dialect: str | None = None) -> duckdb.DuckDBPyRelation:
         """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`
         (for ``EXPLAIN``, the statement's groups with their expected standard errors)."""
         self._released.check_open()  # where the answers go: refused before the spend, not after
-        out = self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error)
+        out = self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error,
+                         dialect=dialect)
         return self._released.relation(out.statements[0]) if isinstance(out, Explanation) else out.relation
 
     def synthesize(self, method: str = "pgm", workload: Any = 2, epsilon: float | None = None,

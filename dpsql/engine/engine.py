@@ -107,6 +107,8 @@ class Request:
     single: bool = False
     max_rows: int | None = None
     default_spend: bool = False
+    #: the SQL dialect the statements are written in (sqlglot's name; None: DuckDB's)
+    dialect: str | None = None
 
 
 class Strategies:
@@ -160,7 +162,7 @@ class Engine:
         inner = explained(statements) if isinstance(statements, str) else None
         if inner is not None:
             request = replace(request, statements=inner, explain=True)
-        compiled = compile_batch(request.statements, self.schema)
+        compiled = compile_batch(request.statements, self.schema, dialect=request.dialect)
         if request.default_spend and statement_options(compiled) is not None:
             request = replace(request, epsilon=None, delta=None, rho=None, std_error=None)
         if request.single and len(compiled.statements) != 1:
@@ -194,7 +196,7 @@ class Engine:
     def describe(self, request: Request) -> "list[pd.DataFrame]":
         """Each statement's answer columns, with the types a real answer has, as empty tables:
         compiled and post-processed on stand-in answers, reading no data and selecting nothing."""
-        compiled = compile_batch(request.statements, self.schema)
+        compiled = compile_batch(request.statements, self.schema, dialect=request.dialect)
         y = np.ones(compiled.workload.num_queries if compiled.terms else 0)
         frames = postprocess(compiled, y, [error_columns(st, y, y, 1.0, None) for st in compiled.statements])
         return [ordered(st, df).iloc[:0] for st, df in zip(compiled.statements, frames)]

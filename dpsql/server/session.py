@@ -88,7 +88,7 @@ SQLSTATES: list[tuple[type[Error], str]] = [
 #: Session settings (``SET dpsql.<name> = value``) and how their values are read.
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "epsilon": float, "delta": float, "rho": float, "std_error": float, "confidence": float,
-    "noise": str, "objective": str,
+    "noise": str, "objective": str, "dialect": lambda v: _dialect(v),
     "nonnegative": lambda v: {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}[v],
 }
 
@@ -96,6 +96,17 @@ _DIALECT = Dialect.get_or_raise("duckdb")
 # a schema column's DuckDB type -> the wire type its parameters are sent in (HUGEINT may exceed int8)
 _WIRE_TYPES = {"BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int8", "INTEGER": "int8", "BIGINT": "int8",
                "HUGEINT": "numeric", "DOUBLE": "float8", "VARCHAR": "text", "DATE": "date"}
+
+
+def _dialect(value: str) -> str:
+    """``SET dpsql.dialect``'s value: a dialect sqlglot reads (ValueError for another)."""
+    name = value.strip().lower()
+    if not name:
+        raise ValueError("no dialect named")
+    Dialect.get_or_raise(name)
+    return name
+
+
 _T = sqlglot_tokens.TokenType
 
 
@@ -263,7 +274,8 @@ class AnalystSession:
         s = self._settings
         return Request([st.text for st in batch], s.get("epsilon"), s.get("delta"), s.get("rho"), s.get("noise"),
                        s.get("nonnegative", False), s.get("confidence", 0.95), s.get("objective", "total"),
-                       s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True)
+                       s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True,
+                       dialect=s.get("dialect"))
 
     def _private(self, batch: list[_Statement]) -> list[Outcome]:
         """One private batch; a CREATE TABLE's name is held (a placeholder) before the spend, so

@@ -50,6 +50,7 @@ from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
 from dpsql.sql.constants import check_constants
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
+from dpsql.sql.inline import inline
 from dpsql.sql.levels import with_levels
 from dpsql.sql.lookup import lookup
 from dpsql.sql.outputs import clash
@@ -181,9 +182,10 @@ def plan_statement(sql: "str | Statement", schema: Schema) -> QueryPlan:
 
 
 def analyze(stmt: Statement, schema: Schema) -> QueryPlan:
-    """Check one parsed statement and build its plan."""
+    """Check one parsed statement and build its plan (its CTEs and FROM-subqueries merged first:
+    :func:`~dpsql.sql.inline.inline`)."""
     try:
-        return _analyze(stmt, schema)
+        return _analyze(inline(stmt, schema), schema)
     except RecursionError:  # a safety net: parse_statements bounds the nesting on tokens first
         line, col = stmt.position(None)
         raise limits.nesting_error(line, col, ", or its syntax tree is too deep for the Python stack left") from None

@@ -209,14 +209,16 @@ def compile_sql(sql: str, schema: "Schema | dict | str", **kwargs) -> CompiledBa
 
 
 def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
-                  merge: Iterable[Sequence[str]] = ()) -> CompiledBatch:
+                  merge: Iterable[Sequence[str]] = (), dialect: str | None = None) -> CompiledBatch:
     """Compile statements (a text of ``;``-separated statements, or a list of
     such texts) into one workload.
 
     A text is only ever SQL, never a file name: what compiles a request reads
     no file (read a ``.sql`` file yourself, as the ``dpsql batch`` command does).
     ``merge`` adds groups of columns to measure as one attribute, on top of the
-    schema's ``merge`` section and the merges the statements need.
+    schema's ``merge`` section and the merges the statements need. ``dialect`` reads the
+    statements in another SQL dialect (sqlglot's name: ``"postgres"``, ``"tsql"``...), transpiled
+    to DuckDB's (:func:`~dpsql.sql.parse.parse_statements`).
     """
     schema = load_schema(schema)
     statements: list[Statement] = []
@@ -230,7 +232,7 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
     items: list[int] = []  # each statement's text, for the errors of a list of several
     for i, text in enumerate(texts):
         with _placed(i, len(texts)):
-            found = parse_statements(text)
+            found = parse_statements(text, dialect)
         statements.extend(found)
         items.extend([i] * len(found))
     if not statements:

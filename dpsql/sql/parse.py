@@ -42,9 +42,9 @@ from sqlglot.errors import TokenError as _SqlglotTokenError
 from sqlglot.tokens import Token, TokenType
 
 from dpsql import limits
-from dpsql.errors import ParseError, UnsupportedSQLError
+from dpsql.errors import ArgumentError, ParseError, UnsupportedSQLError
 
-__all__ = ["Source", "Statement", "parse_statements", "nesting_depth", "explained"]
+__all__ = ["Source", "Statement", "parse_statements", "nesting_depth", "explained", "transpiled", "read_dialect"]
 
 DIALECT = "duckdb"
 
@@ -102,6 +102,8 @@ class Statement:
     source: Source
     offset: int
     text: str = ""
+    #: the statement in DuckDB's dialect, when it was written in another (``text`` is as written)
+    transpiled: str | None = None
 
     @property
     def head(self) -> str:
@@ -111,18 +113,10 @@ class Statement:
         >>> parse_statements("SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a HAVING a > 1")[0].head
         'SELECT a, QUANTILE_CONT(x, 0.5 ORDER BY x) FROM t GROUP BY a '
         """
-        depth = 0
+        if self.transpiled is not None:  # DuckDB reads the transpiled text
+            return _head(self.transpiled, Dialect.get_or_raise(DIALECT).tokenize(self.transpiled), 0)
         end = self.offset + len(self.text)
-        for tok in self.source.tokens:
-            if tok.start < self.offset or tok.start >= end:
-                continue
-            if tok.token_type in _OPENERS:
-                depth += 1
-            elif tok.token_type in _CLOSERS:
-                depth -= 1
-            elif depth == 0 and tok.token_type in _TAIL:
-                return self.text[:tok.start - self.offset]
-        return self.text
+        return _head(self.text, [t for t in self.source.tokens if self.offset <= t.start < end], self.offset)
 
     def offset_of(self, node: exp.Expression) -> int | None:
         """Absolute offset of the earliest token inside ``node``."""
@@ -175,6 +169,20 @@ class Statement:
         if off is None:
             off = self.offset
         return self.source.position(off)
+
+
+def _head(text: str, tokens: Sequence, offset: int) -> str:
+    """``text`` (whose tokens are ``tokens``, at ``offset`` in theirs) up to its first tail clause
+    outside brackets (see :attr:`Statement.head`)."""
+    depth = 0
+    for tok in tokens:
+        if tok.token_type in _OPENERS:
+            depth += 1
+        elif tok.token_type in _CLOSERS:
+            depth -= 1
+        elif depth == 0 and tok.token_type in _TAIL:
+            return text[:tok.start - offset]
+    return text
 
 
 def _blank(text: str, start: int, end: int) -> str:
@@ -452,8 +460,13 @@ def lone_surrogate(text: str) -> int | None:
     return found.start() if found else None
 
 
-def parse_statements(text: str) -> list[Statement]:
+def parse_statements(text: str, dialect: str | None = None) -> list[Statement]:
     """Split ``text`` into statements and parse each with sqlglot (DuckDB dialect).
+
+    With ``dialect`` (a sqlglot dialect: ``"postgres"``, ``"bigquery"``, ``"tsql"``,
+    ``"spark"``...), each statement is read in that dialect and transpiled to DuckDB's
+    (:func:`transpiled`): its tree is DuckDB's reading of the transpiled text, its nodes placed
+    where the user wrote them when sqlglot's two readings match, and ``text`` stays as written.
 
     Empty statements (stray ``;``) and comments are skipped. Raises
     :class:`~dpsql.errors.ParseError` with the line and column of the first
@@ -469,9 +482,9 @@ def parse_statements(text: str) -> list[Statement]:
         line, col = original.position(bad)
         raise ParseError(f"the SQL text holds a lone surrogate (U+{ord(text[bad]):04X}), which is not Unicode text; "
                          "was it read from bytes that are not UTF-8?", f"U+{ord(text[bad]):04X}", line, col)
-    dialect = Dialect.get_or_raise(DIALECT)
+    read = read_dialect(dialect)
     try:
-        tokens = dialect.tokenize(text)
+        tokens = Dialect.get_or_raise(read).tokenize(text)
     except _SqlglotTokenError as exc:
         off = _bad_token_offset(text)
         line, col = original.position(off)
@@ -512,7 +525,7 @@ def parse_statements(text: str) -> list[Statement]:
         chunk = work[begin:end]
         try:
             with _no_command_fallback_warning():
-                trees = sqlglot.parse(chunk, read=DIALECT)
+                trees = sqlglot.parse(chunk, read=read)
         except _SqlglotParseError as exc:
             err = exc.errors[0] if exc.errors else {}
             line, col = _chunk_position(original, begin, chunk, err)
@@ -531,11 +544,99 @@ def parse_statements(text: str) -> list[Statement]:
             raise _not_a_statement(tokens[chunk_tokens[0]], original)
         try:
             sql = tree.sql(dialect=DIALECT)
+            if read != DIALECT:
+                tree, sql = transpiled(tree, original, begin, read)
         except RecursionError:
             raise _too_deep(original, begin) from None
         opts = dict(options_of.get(chunk_tokens[0], {}))
-        statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin, text=chunk))
+        statements.append(Statement(tree=tree, sql=sql, options=opts, source=original, offset=begin, text=chunk,
+                                    transpiled=sql if read != DIALECT else None))
     return statements
+
+
+def read_dialect(name: str | None) -> str:
+    """The sqlglot dialect to read, checked: DuckDB's by default."""
+    if name is None:
+        return DIALECT
+    if not isinstance(name, str):
+        raise ArgumentError(f"dialect must be a dialect's name, got {type(name).__name__}")
+    try:
+        Dialect.get_or_raise(name.lower())
+    except ValueError:
+        known = ", ".join(sorted(str(d.value) for d in sqlglot.Dialects if d.value))
+        raise ArgumentError(f"unknown SQL dialect {name[:40]!r}; known: {known}") from None
+    return name.lower()
+
+
+#: Aggregates of other dialects that sqlglot reads as unknown functions, by dialect (T-SQL's VAR is
+#: the sample variance, VARP the population variance, STDEVP the population standard deviation).
+_AGGREGATE_NAMES: dict[str, dict[str, type[exp.Expression]]] = {
+    "tsql": {"VAR": exp.Variance, "VARP": exp.VariancePop, "STDEVP": exp.StddevPop}}
+
+
+def transpiled(tree: exp.Expression, source: Source, begin: int, read: str) -> tuple[exp.Expression, str]:
+    """A statement read in dialect ``read``, as DuckDB's: sqlglot writes ``tree`` in DuckDB's
+    dialect and reads that back, so what is analyzed is what DuckDB would run. The positions of
+    the nodes (offsets into the text as written) are carried over from ``tree``, node by node
+    when the two readings have the same shape, else by identifier (the k-th ``x`` is the k-th
+    ``x``); a node left without one is placed at the statement's start.
+
+    >>> st = parse_statements("SELECT TOP 2 [a], COUNT(*) AS n FROM t GROUP BY [a]", dialect="tsql")[0]
+    >>> st.sql, st.position(st.tree.find(exp.Identifier))
+    ('SELECT "a", COUNT(*) AS n FROM t GROUP BY "a" LIMIT 2', (1, 14))
+    """
+    for node in list(tree.find_all(exp.Anonymous)):
+        known = _AGGREGATE_NAMES.get(read, {}).get(str(node.this).upper())
+        if known is not None and len(node.expressions) == 1:
+            node.replace(known(this=node.expressions[0]))
+    sql = tree.sql(dialect=DIALECT)
+    try:
+        with _no_command_fallback_warning():
+            duck = sqlglot.parse_one(sql, read=DIALECT)
+    except (_SqlglotParseError, _SqlglotTokenError) as exc:
+        line, col = source.position(begin)
+        raise ParseError(f"the statement does not transpile to DuckDB's dialect ({_first_line(str(exc))[:200]})",
+                         "dialect", line, col) from None
+    theirs, ours = list(tree.walk()), list(duck.walk())
+    for node in ours:
+        node._meta = None
+    if len(theirs) == len(ours) and all(type(a) is type(b) for a, b in zip(theirs, ours)):
+        for a, b in zip(theirs, ours):
+            if a._meta:
+                b._meta = dict(a._meta)
+    else:
+        seen: dict[str, list[dict]] = {}
+        for a in theirs:
+            if isinstance(a, exp.Identifier) and a._meta:
+                seen.setdefault(a.name.lower(), []).append(a._meta)
+        for b in ours:
+            if isinstance(b, exp.Identifier) and seen.get(b.name.lower()):
+                b._meta = dict(seen[b.name.lower()].pop(0))
+    _nulls_first(duck)
+    return duck, sql
+
+
+def _nulls_first(tree: exp.Expression) -> None:
+    """Spell out the NULLS FIRST that another dialect's ORDER BY implies (T-SQL, MySQL, Spark sort
+    NULLs first by default; sqlglot writes it out for DuckDB): ``ORDER BY x NULLS FIRST`` is
+    ``ORDER BY (x) IS NULL DESC, x``, which post-processing runs. In a quantile's ``WITHIN
+    GROUP (ORDER BY x)`` NULLs are skipped, so the order of NULLs is dropped."""
+    for ordered in list(tree.find_all(exp.Ordered)):
+        if not ordered.args.get("nulls_first"):
+            continue
+        ordered.set("nulls_first", False)
+        order = ordered.parent
+        select = order.parent if isinstance(order, exp.Order) else None
+        if not isinstance(select, exp.Select) or select.args.get("order") is not order:
+            continue
+        term = ordered.this
+        if isinstance(term, exp.Literal) and not term.is_string and term.this.isdigit() \
+                and 1 <= int(term.this) <= len(select.expressions):  # ORDER BY 2: the select item
+            item = select.expressions[int(term.this) - 1]
+            term = item.this if isinstance(item, exp.Alias) else item
+        first = exp.Ordered(this=exp.Is(this=exp.Paren(this=term.copy()), expression=exp.Null()), desc=True,
+                            nulls_first=False)
+        order.set("expressions", [e for o in order.expressions for e in ((first, o) if o is ordered else (o,))])
 
 
 class _CommandFallback(logging.Filter):

@@ -1,0 +1,164 @@
+"""CTEs and FROM-subqueries (dpsql.sql.inline): answers equal DuckDB's, exactly, and what would
+change whom a row weighs on is refused, naming the construct."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dpsql.errors as E
+from dpsql.sql import compile_batch
+from dpsql.sql.postprocess import postprocess
+from tests.sql_oracle import SCHEMA, _py, compare, histogram, make_table
+
+
+@pytest.fixture(scope="module")
+def con():
+    c = make_table(400, seed=3)
+    yield c
+    c.close()
+
+
+ROW_BY_ROW = [
+    # a filter, a derived column as a key, a rename
+    "WITH adults AS (SELECT * FROM people WHERE age >= 10) SELECT sex, COUNT(*) AS n FROM adults GROUP BY sex",
+    "SELECT band, COUNT(*) AS n, SUM(age) AS s FROM (SELECT CASE WHEN age < 10 THEN 'young' ELSE 'old' END AS band, "
+    "age FROM people) GROUP BY band",
+    "SELECT g, AVG(a) AS m FROM (SELECT sex AS g, age AS a FROM people WHERE white) AS p WHERE a > 3 GROUP BY g",
+    # chained CTEs, a derived column aggregated, WHERE at both levels, NULLs
+    "WITH a AS (SELECT age, sex, region FROM people WHERE region <> 'N'), "
+    "b AS (SELECT age + 1 AS older, age AS years, sex FROM a WHERE sex IS NOT NULL) "
+    "SELECT sex, SUM(years) AS s, COUNT(years) AS c FROM b WHERE older < 15 GROUP BY sex",
+    "SELECT COUNT(*) AS n FROM (SELECT black AS b FROM people) AS x WHERE x.b IS NOT TRUE",
+    "WITH c(s, r) AS (SELECT sex, region FROM people) SELECT r, COUNT(s) AS n FROM c GROUP BY r",
+    "SELECT k, COUNT(*) AS n FROM (SELECT age % 3 AS k FROM (SELECT age FROM people WHERE age IS NOT NULL) q) "
+    "GROUP BY k",
+    "SELECT older, COUNT(*) FROM (SELECT age + 1 AS older FROM people) GROUP BY older",
+    "WITH people AS (SELECT * FROM people WHERE NOT white) SELECT region, COUNT(*) AS n FROM people GROUP BY region",
+    "SELECT COUNT(*) AS n FROM ((SELECT age FROM people WHERE age > 3))",
+    # a derived key and a derived column counted, NULLs included (NULLIF makes some)
+    "SELECT k, COUNT(k) AS c, COUNT(*) FILTER (WHERE k > 1) AS big, COUNT(j) FILTER (WHERE sex = 'F') AS f "
+    "FROM (SELECT NULLIF(age % 4, 3) AS k, age + score AS j, sex FROM people) GROUP BY k",
+    "WITH c(s) AS (SELECT * FROM people) SELECT s, COUNT(*) AS n FROM c GROUP BY s",  # renames the first of *
+]
+
+
+@pytest.mark.parametrize("sql", ROW_BY_ROW)
+def test_row_by_row_subqueries_are_exact(con, sql):
+    batch = compile_batch(sql, SCHEMA)
+    y = batch.workload.matvec(histogram(con, batch)) if batch.terms else np.zeros(0)
+    compare(batch, 0, y, con, sql)
+
+
+def released(con, sql: str) -> list[tuple]:
+    """The statement's released table at a huge budget (the exact answers, post-processed)."""
+    batch = compile_batch(sql, SCHEMA)
+    y = batch.workload.matvec(histogram(con, batch))
+    return [tuple(_py(v) for v in row) for row in postprocess(batch, y)[0].itertuples(index=False)]
+
+
+def assert_same_rows(got: list[tuple], want: list[tuple], ordered: bool) -> None:
+    want = [tuple(_py(v) for v in row) for row in want]
+    if not ordered:
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    assert len(got) == len(want), (got, want)
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            if isinstance(b, float) or isinstance(a, float):
+                assert a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (g, w)
+            else:
+                assert a == b, (g, w)
+
+
+OVER_AGGREGATES = [
+    ("WITH t AS (SELECT region, COUNT(*) AS n FROM people GROUP BY region) SELECT region, n FROM t WHERE n > 95 "
+     "ORDER BY n DESC", True),
+    ("SELECT r, n * 2 AS twice, n - 1 FROM (SELECT region AS r, COUNT(*) AS n FROM people GROUP BY region) "
+     "ORDER BY r LIMIT 3", True),
+    ("SELECT * FROM (SELECT sex, SUM(age) AS s, COUNT(*) AS n FROM people GROUP BY sex HAVING COUNT(*) > 10) "
+     "WHERE s > 100", False),
+    ("WITH rows AS (SELECT age AS a, region FROM people WHERE white AND age + 1 > 4), "
+     "agg AS (SELECT region, AVG(a) AS m FROM rows GROUP BY region) SELECT region, m FROM agg WHERE m > 10 "
+     "ORDER BY m", True),
+    ("SELECT n FROM (SELECT COUNT(*) AS n FROM people WHERE age > 5)", False),
+    ("SELECT region FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 2)", False),
+    # a join of two aggregate results on their keys: each side's WHERE becomes its aggregates' FILTER
+    ("WITH a AS (SELECT region, COUNT(*) AS n FROM people WHERE white GROUP BY region), "
+     "b AS (SELECT region, SUM(age) AS s FROM people GROUP BY region) "
+     "SELECT a.region, n, s, s / n AS m FROM a JOIN b ON a.region = b.region WHERE n > 3 ORDER BY m", True),
+    ("SELECT region, n, s FROM (SELECT region, COUNT(*) AS n FROM people WHERE age > 3 GROUP BY region) AS a "
+     "JOIN (SELECT region, AVG(age) AS s FROM people WHERE age > 3 GROUP BY 1) AS b USING (region)", False),
+    ("SELECT x.sex, x.white, x.n - y.n AS d FROM (SELECT sex, white, COUNT(*) AS n FROM people GROUP BY sex, white) x "
+     "INNER JOIN (SELECT sex, white, COUNT(black) AS n FROM people WHERE region <> 'N' GROUP BY sex, white) y "
+     "ON x.sex = y.sex AND x.white = y.white", False),
+    ("SELECT * FROM (SELECT sex x, COUNT(*) n FROM people GROUP BY x HAVING n > 2) a JOIN (SELECT sex x, SUM(age) m "
+     "FROM people WHERE white GROUP BY 1 HAVING SUM(age) > 1) b USING (x)", False),
+    ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
+     "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
+]
+
+
+@pytest.mark.parametrize("sql, ordered", OVER_AGGREGATES)
+def test_outer_queries_over_aggregates_are_post_processing_and_exact(con, sql, ordered):
+    assert_same_rows(released(con, sql), con.sql(sql).fetchall(), ordered)
+
+
+def test_outer_query_costs_nothing_more():
+    inner = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
+    alone = compile_batch(inner, SCHEMA)
+    over = compile_batch(f"SELECT region, n FROM ({inner}) WHERE n > 3 ORDER BY n LIMIT 2", SCHEMA)
+    assert over.workload.shape == alone.workload.shape
+    assert np.array_equal(over.workload.dense() if hasattr(over.workload, "dense") else over.workload.matrix(),
+                          alone.workload.dense() if hasattr(alone.workload, "dense") else alone.workload.matrix())
+
+
+REFUSED = [
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM people)", "SELECT DISTINCT", "DISTINCT"),
+    ("SELECT COUNT(*) FROM (SELECT age FROM people LIMIT 10)", "LIMIT", "LIMIT"),
+    ("SELECT COUNT(*) FROM (SELECT age, ROW_NUMBER() OVER () AS r FROM people) WHERE r < 5", "window function",
+     "ROW_NUMBER"),
+    ("SELECT COUNT(*) FROM (SELECT age FROM people UNION ALL SELECT age FROM people)", "UNION", "UNION"),
+    ("SELECT SUM(n) FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region)", "aggregate of an aggregate",
+     "SUM(n)"),
+    ("WITH t AS (SELECT region, COUNT(*) AS n FROM people GROUP BY region) SELECT n, COUNT(*) FROM t GROUP BY n",
+     "aggregate of an aggregate", "GROUP BY n"),
+    ("SELECT COUNT(*) FROM (SELECT p.age FROM people p JOIN people q ON p.age = q.age)", "JOIN", "JOIN people q"),
+    ("WITH RECURSIVE r AS (SELECT 1 AS x) SELECT COUNT(*) FROM r", "WITH RECURSIVE", "WITH"),
+    ("SELECT COUNT(*) FROM (SELECT age AS a FROM people) WHERE hours > 3", "column 'hours'", "hours > 3"),
+    ("SELECT region FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region LIMIT 2) WHERE n > 3", "WHERE",
+     "WHERE n > 3"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region) a LEFT JOIN "
+     "(SELECT region, COUNT(*) AS m FROM people GROUP BY region) b USING (region)", "LEFT JOIN", "LEFT JOIN"),
+    ("SELECT a.sex, n, m FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN "
+     "(SELECT region, COUNT(*) AS m FROM people GROUP BY region) b ON a.sex = b.region", "JOIN", "JOIN"),
+    ("SELECT a.sex, n, m FROM (SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region) a JOIN "
+     "(SELECT sex, region, COUNT(*) AS m FROM people GROUP BY sex, region) b ON a.sex = b.sex", "JOIN condition",
+     "a.sex = b.sex"),
+    ("SELECT n FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN zones z ON a.sex = z.region",
+     "JOIN", "JOIN zones"),
+]
+
+
+@pytest.mark.parametrize("sql, construct, marker", REFUSED)
+def test_what_changes_sensitivity_is_refused_by_name(sql, construct, marker):
+    with pytest.raises(E.SQLError) as info:
+        compile_batch(sql, SCHEMA)
+    assert info.value.construct == construct, str(info.value)
+    off = sql.index(marker)
+    assert (info.value.line, info.value.column) == (1, off + 1), str(info.value)
+
+
+def test_docs_examples_run(capsys):
+    import os
+    import re
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "sql.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    scope: dict = {}
+    for code in blocks:
+        exec(compile(code, "docs/sql.md", "exec"), scope)
+    assert set(scope["adults"].df["band"]) == {"older", "young"}
+    assert len(scope["common"].df) <= 3 and scope["db"].spent().epsilon == 0.75
+    assert list(scope["top"].df.columns[:2]) == ["smoker", "n"]
