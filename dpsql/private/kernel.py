@@ -66,7 +66,7 @@ from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.backend import Backend, BackendError, backend_for
 from dpsql.private.budget import RELATIVE_TOLERANCE, Cost
 from dpsql.private.ledger import Ledger
-from dpsql.private.measure import Counting, prepare_counting
+from dpsql.private.measure import Counting, Snapshot, prepare_counting
 from dpsql.private.noise import (
     GaussianLattice,
     LaplaceLattice,
@@ -206,11 +206,14 @@ class PrivateTable:
     runs there, and noise and ledger stay in this process.
     ``source`` replaces the secure generator, for reproducible tests only.
     ``lock`` serializes the queries on ``con``; tables sharing one connection (one per
-    analyst's account of a dataset) must share one lock.
+    analyst's account of a dataset) must share one lock. ``snapshot``: the table validated and
+    indexed once (:func:`~dpsql.private.measure.take_snapshot`), which the counts are read from.
     """
 
     def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", table: str, schema: Schema, ledger: Ledger,
-                 source: UniformSource | None = None, lock: "threading.RLock | None" = None) -> None:
+                 source: UniformSource | None = None, lock: "threading.RLock | None" = None,
+                 snapshot: Snapshot | None = None) -> None:
+        self._snapshot = snapshot
         self._con = con
         self._table = table
         self._schema = schema
@@ -228,7 +231,7 @@ class PrivateTable:
         """The counting query, checked against the table's catalog entry (no row read): every
         failure that does not depend on the rows happens here, before anything is charged."""
         with self._lock:
-            return prepare_counting(self._con, self._table, self._schema, attributes, subsets)
+            return prepare_counting(self._con, self._table, self._schema, attributes, subsets, self._snapshot)
 
     def _read(self, counting: Counting, entry: int) -> list[np.ndarray]:
         """Exact marginals of the private table (never released as they are), one query at a time,
