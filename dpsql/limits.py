@@ -67,7 +67,7 @@ MAX_STATEMENTS = 10_000
 #: the tokens before parsing (dpsql.sql.parse), so a deeper statement is refused in microseconds.
 MAX_SQL_DEPTH = 25
 #: Answers (result rows times aggregates) of one batch; each is a row of the workload.
-MAX_QUERIES = 2_000_000
+MAX_QUERIES = 20_000_000
 #: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
 MAX_MEASURED_CELLS = 20_000_000
 #: Largest magnitude a SUM's (or AVG's, a variance's) bounds may reach: 2^53, below which float64
