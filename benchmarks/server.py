@@ -80,8 +80,13 @@ def make_data(d: Path, rows: int) -> None:
 def start(argv: list[str], env: dict, stdin: bool = False) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             text=True, env=env, cwd=ROOT)
-    line = proc.stdout.readline()
-    match = re.search(r":(\d+) ", line)
+    lines = []
+    for _ in range(20):  # the ready line, after any line the server prints before it
+        lines.append(proc.stdout.readline())
+        match = re.search(r":(\d+) ", lines[-1])
+        if match is not None or not lines[-1]:
+            break
+    line = "".join(lines)
     if match is None:
         proc.kill()
         raise SystemExit(f"server did not start: {line!r}")
