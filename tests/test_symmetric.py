@@ -90,3 +90,16 @@ def test_selection_runs_within_its_thread_share(monkeypatch):
     monkeypatch.setattr("dpsql.hdmm.optimize.threads._load", lambda: 50.0)  # a busy machine
     selector.select(Workload.of(Identity(4)), Gaussian(rho=1.0), operators=["probe"], progress=False)
     assert seen and all(n == [1] * len(n) for n in seen) and seen[0]
+
+
+def test_terms_are_grouped_by_their_grams_without_densifying_large_keys():
+    from dpsql.hdmm.matrix import Dense, Weighted
+    from dpsql.hdmm.optimize.union import gram_key, product_groups
+
+    n = 100_000  # a dense Gram would be 80 GB
+    assert gram_key(Identity(n)) == gram_key(VStack([Identity(n)])) == gram_key(Weighted(Identity(n), -1.0))
+    assert gram_key(Identity(n)) != gram_key(IdentityTotal(n)) != gram_key(Total(n))
+    assert gram_key(Identity(8)) == gram_key(Dense(np.eye(8)))  # equal Grams, whatever the type
+    W = Workload((n, 3), [(1.0, (Identity(n), Identity(3))), (2.0, (Identity(n), Identity(3))),
+                          (1.0, (IdentityTotal(n), Identity(3)))])
+    assert product_groups(W) == [[0, 1], [2]]
