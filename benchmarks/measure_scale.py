@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import dpsql  # noqa: E402
+from dpsql.api.connection import Connection  # noqa: E402
+from dpsql.engine.dataset import Dataset  # noqa: E402
 from dpsql.hdmm.strategy import Strategy  # noqa: E402
 from dpsql.privacy import Laplace  # noqa: E402
 from dpsql.private.budget import Cost  # noqa: E402
@@ -95,8 +97,9 @@ def main() -> int:
         start = time.perf_counter()
         db = dpsql.connect(str(path), schema=SCHEMA, budget=budget, cache=False, progress=False)
         t_connect = time.perf_counter() - start
-        direct_db = dpsql.connect(str(path), schema=SCHEMA, budget=budget, cache=False, progress=False)
-        direct_db._engine._private._snapshot = None  # the path without a snapshot, same process
+        # the path without a snapshot, in the same process
+        direct_db = Connection(Dataset.open(str(path), schema=SCHEMA, budget=budget, cache=False, progress=False,
+                                            snapshot=False))
         db.batch(BATCH, epsilon=1.0)  # selects the strategy once; later requests find it
         direct_db.batch(BATCH, epsilon=1.0)
 

@@ -43,8 +43,9 @@ def hostile(con: duckdb.DuckDBPyConnection, rows: int = 3000, seed: int = 0) -> 
     score = np.array([1, 2.5, 3, 2, 1.0000001])[rng.integers(0, 5, rows)]
     grade = rng.integers(0, 5, rows).astype(object)
     grade[rng.random(rows) < 0.1] = None
-    frame = pd.DataFrame({"sex": pd.Series(sex, dtype="string"), "age": age, "ok": pd.Series(ok, dtype="boolean"),
-                          "score": score, "grade": pd.Series(grade, dtype="Int32"), "extra": "x"})
+    con.register("frame", pd.DataFrame({"sex": pd.Series(sex, dtype="string"), "age": age,
+                                        "ok": pd.Series(ok, dtype="boolean"), "score": score,
+                                        "grade": pd.Series(grade, dtype="Int32"), "extra": "x"}))
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     con.execute("UPDATE t SET age = 'nan'::DOUBLE WHERE rowid % 97 = 0")  # NaN: outside the domain, not NULL
 
@@ -124,3 +125,20 @@ def test_analysts_cannot_read_the_snapshot(tmp_path):
         with pytest.raises(dpsql.Error):
             db.query(sql, epsilon=0.5)
     assert db.ledger.entries() == []  # refused: nothing spent
+
+
+@pytest.mark.parametrize("runs", [50, 5000])  # a search of CASEs, and a lookup in a string of labels
+def test_grouped_attribute_of_two_columns_over_small_integers(runs):
+    """The group of (a, b) is keyed by a * 100 + b: over TINYINT index columns that product must
+    not overflow (DuckDB would fail the read, after the spend)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT (hash(i) % 103)::INT AS a, (hash(i * 7) % 100)::INT AS b FROM range(5000) r(i)")
+    schema = load_schema({"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 99},
+                                                    "b": {"type": "integer", "min": 0, "max": 99}}})
+    labels = np.arange(10_000) * runs // 10_000
+    attributes = [Attribute("a+b", ("a", "b"), (100, 100)).grouped(labels.tolist())]
+    snapshot = take_snapshot(con, "t", schema)
+    direct = prepare_counting(con, "t", schema, attributes, [(0,)]).run()
+    indexed = prepare_counting(con, "t", schema, attributes, [(0,)], snapshot).run()
+    np.testing.assert_array_equal(direct[0], indexed[0])
+    assert direct[0].sum() > 0

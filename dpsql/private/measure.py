@@ -241,7 +241,9 @@ def _group_key(attribute: Attribute, indices: Sequence[exp.Expression]) -> exp.E
     or -1 when one of them is (the value is outside the domain). The groups form runs of
     consecutive value indices: a binary search of nested CASEs finds the run when there are
     at most :data:`_SEARCHED_RUNS`, a lookup in a string of labels (:func:`_label_lookup`) otherwise."""
-    value: exp.Expression = indices[0].copy()
+    # BIGINT: a snapshot's index columns are as narrow as their domains, and DuckDB multiplies two
+    # TINYINTs as TINYINT, which overflows (and fails the read)
+    value: exp.Expression = exp.cast(indices[0].copy(), exp.DataType.build("BIGINT"))
     for idx, size in zip(indices[1:], attribute.sizes[1:]):
         value = exp.Add(this=exp.Mul(this=exp.Paren(this=value), expression=_int(size)), expression=idx.copy())
     labels = np.asarray(attribute.groups)
