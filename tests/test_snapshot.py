@@ -142,3 +142,20 @@ def test_grouped_attribute_of_two_columns_over_small_integers(runs):
     indexed = prepare_counting(con, "t", schema, attributes, [(0,)], snapshot).run()
     np.testing.assert_array_equal(direct[0], indexed[0])
     assert direct[0].sum() > 0
+
+
+def test_noise_is_drawn_for_every_answer_in_chunks(monkeypatch):
+    """A measurement larger than a chunk: every answer gets its own noise, of the planned spread."""
+    from dpsql.private import kernel
+    from dpsql.private.noise import gaussian_lattice, laplace_lattice
+
+    monkeypatch.setattr(kernel, "NOISE_CHUNK", 1000)
+    exact = np.arange(4500, dtype=float).reshape(1500, 3)
+    rng = np.random.default_rng(3)
+    for plan in (laplace_lattice(1.0, 0.5, 1), gaussian_lattice(2.0)):
+        noisy = kernel.release_in_chunks(plan, exact, rng)
+        assert noisy.shape == exact.shape
+        noise = (noisy - exact).reshape(-1)
+        assert np.count_nonzero(noise == 0) < 450  # no chunk left unperturbed
+        for part in np.array_split(noise, 5):  # each chunk, and the ends of the last, at the planned spread
+            assert 0.8 < part.std() / plan.std < 1.2

@@ -77,7 +77,7 @@ from dpsql.private.noise import (
 )
 from dpsql.schema import Attribute, Schema
 
-__all__ = ["Measurement", "PrivateTable", "Reservation", "strategy_answers"]
+__all__ = ["Measurement", "PrivateTable", "Reservation", "release_in_chunks", "strategy_answers"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,26 @@ def _block_plan(strategy: Strategy) -> list[tuple[float, tuple[int, ...], Matrix
         block = Kronecker([factors[i] for i in kept]) if kept else None
         plan.append((scalar, tuple(kept), block))
     return plan
+
+
+#: Answers given their noise at a time: every answer of a measurement gets its own draw (the empty
+#: cells of its marginals too), in vectorized chunks of this many, so the samplers' temporaries
+#: (several 8-byte arrays per answer) stay within some hundred MB whatever the measurement's size.
+NOISE_CHUNK = 1 << 22
+
+
+def release_in_chunks(plan: "LaplaceLattice | GaussianLattice", exact: np.ndarray,
+                      source: UniformSource | None = None) -> np.ndarray:
+    """``plan.release(exact)``, drawn :data:`NOISE_CHUNK` answers at a time: the same independent
+    noise per answer, with bounded temporaries."""
+    exact = np.asarray(exact, dtype=np.float64)
+    if exact.size <= NOISE_CHUNK:
+        return plan.release(exact, source)
+    flat = exact.reshape(-1)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, NOISE_CHUNK):
+        out[start:start + NOISE_CHUNK] = plan.release(flat[start:start + NOISE_CHUNK], source)
+    return out.reshape(exact.shape)
 
 
 def strategy_answers(strategy: Strategy, marginals: dict[tuple[int, ...], np.ndarray]) -> np.ndarray:
@@ -316,7 +336,7 @@ class PrivateTable:
             entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
             counts = self._read(counting, entry)
         exact = strategy_answers(counted, dict(zip(subsets, counts)))
-        return Measurement(values=plan.release(exact, self._source), noise=noise,
+        return Measurement(values=release_in_chunks(plan, exact, self._source), noise=noise,
                            sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
 
     def _cached(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
