@@ -80,8 +80,13 @@ def make_data(d: Path, rows: int) -> None:
 def start(argv: list[str], env: dict, stdin: bool = False) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             text=True, env=env, cwd=ROOT)
-    line = proc.stdout.readline()
-    match = re.search(r":(\d+) ", line)
+    lines = []
+    for _ in range(20):  # the ready line, after any line the server prints before it
+        lines.append(proc.stdout.readline())
+        match = re.search(r":(\d+) ", lines[-1])
+        if match is not None or not lines[-1]:
+            break
+    line = "".join(lines)
     if match is None:
         proc.kill()
         raise SystemExit(f"server did not start: {line!r}")
@@ -134,9 +139,14 @@ def main() -> None:
         d = Path(tmp)
         t0 = time.perf_counter()
         make_data(d, args.rows)
+        print(f"# python benchmarks/server.py --rows {args.rows} --seconds {args.seconds:g}   "
+              f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start)")
         print(f"{args.rows:,} rows generated in {time.perf_counter() - t0:.1f} s; statement: {STATEMENT}")
         env = dict(os.environ, PYTHONPATH=str(ROOT), DPSQL_CACHE_DIR=str(d / "cache"))
+        t0 = time.perf_counter()
         dp, dp_port = start([sys.executable, "-m", "dpsql", "serve", str(d / "serve.yaml"), "--port", "0"], env)
+        # the server validates the file and takes its snapshot (dpsql.private.measure.take_snapshot) at start
+        print(f"dpsql serve ready in {time.perf_counter() - t0:.1f} s (validation and the owner's snapshot)")
         script = PLAIN_SERVER.format(tests=str(ROOT / "tests"), db=str(d / "people.duckdb"), password=PASSWORD)
         plain, plain_port = start([sys.executable, "-c", script], env, stdin=True)
         try:

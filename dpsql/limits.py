@@ -12,7 +12,8 @@ limit                         what it bounds
 :data:`MAX_SQL_CHARS`         the text of one batch (parse time)
 :data:`MAX_STATEMENTS`        statements in one batch (compile and selection time)
 :data:`MAX_SQL_DEPTH`         nesting of one statement, counted on its tokens (parse time)
-:data:`MAX_QUERIES`           answers of one batch: GROUP BY cells over all statements
+:data:`MAX_QUERIES`           answers of one batch: GROUP BY cells over all statements (memory:
+                              :data:`BYTES_PER_ANSWER` each, at most :data:`MAX_ANSWER_BYTES`)
 :data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory;
                               a workload's own marginals: :meth:`~dpsql.hdmm.workload.Workload.check_size`)
 :data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
@@ -41,14 +42,14 @@ lookup whose text is one byte per value and digit (:mod:`dpsql.private.measure`)
 >>> check_queries(10**12, "this statement has 1,000,000,000,000 groups and needs")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-dpsql.errors.ResourceLimitError: this statement has 1,000,000,000,000 groups and needs 1,000,000,000,000 answers, more than the limit of 2,000,000; ...db.synthesize(...)...
+dpsql.errors.ResourceLimitError: this statement has 1,000,000,000,000 groups and needs 1,000,000,000,000 answers (about 400,000.0 GB of memory), more than the limit of 20,000,000; ...db.synthesize(...)...
 """
 
 from __future__ import annotations
 
 from dpsql.errors import ResourceLimitError, SQLError
 
-__all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "MAX_MEASURED_CELLS",
+__all__ = ["MAX_SQL_CHARS", "MAX_STATEMENTS", "MAX_SQL_DEPTH", "MAX_QUERIES", "BYTES_PER_ANSWER", "MAX_ANSWER_BYTES", "MAX_MEASURED_CELLS",
            "MAX_SYNTHETIC_CELLS", "MAX_PUBLIC_ROWS", "MAX_CANDIDATE_BYTES", "MAX_SUM_MAGNITUDE", "MAX_EVAL_SECONDS",
            "MAX_EVAL_MEMORY_MIB", "NestingLimitError", "EvaluationLimitError", "check_queries", "check_measured_cells",
            "check_synthetic_cells", "nesting_error", "evaluation_error", "refuse", "synthetic_rows_cap"]
@@ -66,8 +67,18 @@ MAX_STATEMENTS = 10_000
 #: take about 700 of Python's default 1,000 frames and leave some 250 to the caller. Checked on
 #: the tokens before parsing (dpsql.sql.parse), so a deeper statement is refused in microseconds.
 MAX_SQL_DEPTH = 25
+#: Bytes of memory one answer holds at a request's peak: its group's labels, its row of the workload,
+#: its noisy value, standard error and interval, and its row of the result. Measured: the 2,295,000
+#: answers of a tract-level batch (85,000 tracts x (sex x 6 age groups, total, 7 races x Hispanic))
+#: raised the peak resident memory by 552 MiB, 252 bytes each; counted here with headroom.
+BYTES_PER_ANSWER = 400
+#: Memory the answers of one batch may take, estimated (``answers x BYTES_PER_ANSWER``) when it is
+#: compiled, before any group is listed.
+MAX_ANSWER_BYTES = 8 * 10**9
 #: Answers (result rows times aggregates) of one batch; each is a row of the workload.
-MAX_QUERIES = 2_000_000
+#: ``MAX_ANSWER_BYTES / BYTES_PER_ANSWER``: a tract-level release (85,000 tracts x 126 race x
+#: Hispanic cells and the tables beside them, about 11 million answers) fits.
+MAX_QUERIES = MAX_ANSWER_BYTES // BYTES_PER_ANSWER
 #: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
 MAX_MEASURED_CELLS = 20_000_000
 #: Largest magnitude a SUM's (or AVG's, a variance's) bounds may reach: 2^53, below which float64
@@ -145,7 +156,7 @@ def refuse(what: str, size: int, unit: str, limit: int) -> ResourceLimitError:
 def check_queries(count: int, what: str) -> None:
     """Refuse a batch whose answers would number more than :data:`MAX_QUERIES`."""
     if count > MAX_QUERIES:
-        raise refuse(what, count, "answers", MAX_QUERIES)
+        raise refuse(what, count, f"answers (about {count * BYTES_PER_ANSWER / 1e9:,.1f} GB of memory)", MAX_QUERIES)
 
 
 def check_measured_cells(cells: int, what: str) -> None:

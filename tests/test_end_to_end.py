@@ -242,7 +242,7 @@ def test_file_sources(tmp_path, kind):
 # -- noise scale and standard errors against independent oracles ----------------------------
 
 def _fixed_marginals(monkeypatch, x_by_subset):
-    def fake(con, table, schema, attributes, subsets):
+    def fake(con, table, schema, attributes, subsets, snapshot=None):
         return Counting(lambda: [x_by_subset(tuple(s)) for s in subsets])
     monkeypatch.setattr(kernel_module, "prepare_counting", fake)
 
@@ -384,9 +384,9 @@ def test_delta_method_standard_errors_include_the_covariances(monkeypatch, aggre
     counts = {}
     real = kernel_module.prepare_counting
 
-    def once(con_, table, schema, attributes, subsets):  # measure the table once, then reuse the counts
+    def once(con_, table, schema, attributes, subsets, snapshot=None):  # measure once, then reuse the counts
         key = tuple(map(tuple, subsets))
-        counting = real(con_, table, schema, attributes, subsets)
+        counting = real(con_, table, schema, attributes, subsets, snapshot)
 
         def read():
             if key not in counts:

@@ -100,9 +100,9 @@ def counted_once(monkeypatch):
     seen = {}
     real = kernel_module.prepare_counting
 
-    def once(con, table, schema, attributes, subsets):
+    def once(con, table, schema, attributes, subsets, snapshot=None):
         key = (id(con), tuple(map(tuple, subsets)))
-        counting = real(con, table, schema, attributes, subsets)
+        counting = real(con, table, schema, attributes, subsets, snapshot)
 
         def read():
             if key not in seen:

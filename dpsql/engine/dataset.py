@@ -34,6 +34,7 @@ from dpsql.private.backend import Backend, open_source, public_table, scans_pyth
 from dpsql.private.budget import Budget
 from dpsql.private.kernel import PrivateTable
 from dpsql.private.ledger import Ledger
+from dpsql.private.measure import Snapshot, take_snapshot
 from dpsql.private.noise import UniformSource
 from dpsql.schema import Schema, load_schema, with_public_tables
 
@@ -44,7 +45,8 @@ class Dataset:
     """One private table with its schema, ledger and strategies (see the module docstring)."""
 
     def __init__(self, backend: Backend, schema: Schema, ledger: Ledger, strategies: Strategies,
-                 source_of_noise: UniformSource | None = None) -> None:
+                 source_of_noise: UniformSource | None = None, snapshot: Snapshot | None = None) -> None:
+        self._snapshot = snapshot
         self.schema = schema
         self.ledger = ledger
         self.strategies = strategies
@@ -56,8 +58,12 @@ class Dataset:
     def open(cls, source: Any, table: str | None = None, schema: "Schema | dict | str | os.PathLike | None" = None,
              budget: Budget | None = None, ledger: "str | os.PathLike | None" = None, *,
              cache: "bool | str | os.PathLike" = True, progress: bool | None = None,
-             source_of_noise: UniformSource | None = None, public_tables: Sequence[str] = ()) -> "Dataset":
-        """Open the owner's private table (the arguments are :func:`dpsql.connect`'s)."""
+             source_of_noise: UniformSource | None = None, public_tables: Sequence[str] = (),
+             snapshot: bool | None = None) -> "Dataset":
+        """Open the owner's private table (the arguments are :func:`dpsql.connect`'s). ``snapshot``:
+        validate and index the table once now, so each measurement is a plain GROUP BY of small
+        integers (:func:`~dpsql.private.measure.take_snapshot`; rows the owner changes later are not
+        seen); None takes it when ``source`` is a file, whose data dpsql alone opened."""
         if schema is None:
             raise PrivacyError("connect needs the table's public schema (schema=...)")
         schema = load_schema(schema)
@@ -79,10 +85,13 @@ class Dataset:
                           "(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=3)
         if public_tables:
             schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
+        if snapshot is None:
+            snapshot = isinstance(source, (str, os.PathLike))
+        indexed = take_snapshot(backend, name, schema) if snapshot else None
         book = Ledger(ledger, budget)
         # the cache's entries are signed with a key kept beside the ledger (dpsql.hdmm.cache)
         store = None if cache is False else StrategyCache(None if cache is True else cache, book.path)
-        return cls(backend, schema, book, Strategies(store, progress), source_of_noise)
+        return cls(backend, schema, book, Strategies(store, progress), source_of_noise, indexed)
 
     def engine(self, analyst: str | None = None, part: Budget | None = None) -> Engine:
         """The engine that answers for the owner (``analyst=None``: the whole ledger), or for
@@ -90,7 +99,7 @@ class Dataset:
         ``part`` (None: only the dataset's total binds)."""
         ledger = self.ledger if analyst is None else self.ledger.account(analyst, part)
         private = PrivateTable(self._backend, self.schema.table, self.schema, ledger, self._source_of_noise,
-                               lock=self._lock)
+                               lock=self._lock, snapshot=self._snapshot)
         return Engine(private, self.schema, ledger, self.strategies)
 
     def close(self) -> None:

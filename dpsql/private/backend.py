@@ -234,6 +234,14 @@ class DuckDBBackend(Backend):
                 return view
         return table_expression(table)
 
+    def create_temporary(self, name: exp.Table, query: exp.Select) -> None:
+        """``CREATE TEMPORARY TABLE name AS query``: a table of this connection alone, in memory
+        (spilled to disk when large), which a read-only database file also allows."""
+        try:
+            self.con.execute(f"CREATE TEMPORARY TABLE {name.sql('duckdb')} AS {self.render(query)}")
+        except duckdb.Error as e:
+            raise _duckdb_failure(e) from None
+
     def has_table(self, name: str) -> bool:
         try:
             return _catalog_has(self.con, name)

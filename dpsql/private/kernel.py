@@ -66,7 +66,7 @@ from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.backend import Backend, BackendError, backend_for
 from dpsql.private.budget import RELATIVE_TOLERANCE, Cost
 from dpsql.private.ledger import Ledger
-from dpsql.private.measure import Counting, prepare_counting
+from dpsql.private.measure import Counting, Snapshot, prepare_counting
 from dpsql.private.noise import (
     GaussianLattice,
     LaplaceLattice,
@@ -77,7 +77,7 @@ from dpsql.private.noise import (
 )
 from dpsql.schema import Attribute, Schema
 
-__all__ = ["Measurement", "PrivateTable", "Reservation", "strategy_answers"]
+__all__ = ["Measurement", "PrivateTable", "Reservation", "release_in_chunks", "strategy_answers"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,26 @@ def _block_plan(strategy: Strategy) -> list[tuple[float, tuple[int, ...], Matrix
         block = Kronecker([factors[i] for i in kept]) if kept else None
         plan.append((scalar, tuple(kept), block))
     return plan
+
+
+#: Answers given their noise at a time: every answer of a measurement gets its own draw (the empty
+#: cells of its marginals too), in vectorized chunks of this many, so the samplers' temporaries
+#: (several 8-byte arrays per answer) stay within some hundred MB whatever the measurement's size.
+NOISE_CHUNK = 1 << 22
+
+
+def release_in_chunks(plan: "LaplaceLattice | GaussianLattice", exact: np.ndarray,
+                      source: UniformSource | None = None) -> np.ndarray:
+    """``plan.release(exact)``, drawn :data:`NOISE_CHUNK` answers at a time: the same independent
+    noise per answer, with bounded temporaries."""
+    exact = np.asarray(exact, dtype=np.float64)
+    if exact.size <= NOISE_CHUNK:
+        return plan.release(exact, source)
+    flat = exact.reshape(-1)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, NOISE_CHUNK):
+        out[start:start + NOISE_CHUNK] = plan.release(flat[start:start + NOISE_CHUNK], source)
+    return out.reshape(exact.shape)
 
 
 def strategy_answers(strategy: Strategy, marginals: dict[tuple[int, ...], np.ndarray]) -> np.ndarray:
@@ -206,11 +226,14 @@ class PrivateTable:
     runs there, and noise and ledger stay in this process.
     ``source`` replaces the secure generator, for reproducible tests only.
     ``lock`` serializes the queries on ``con``; tables sharing one connection (one per
-    analyst's account of a dataset) must share one lock.
+    analyst's account of a dataset) must share one lock. ``snapshot``: the table validated and
+    indexed once (:func:`~dpsql.private.measure.take_snapshot`), which the counts are read from.
     """
 
     def __init__(self, con: "duckdb.DuckDBPyConnection | Backend", table: str, schema: Schema, ledger: Ledger,
-                 source: UniformSource | None = None, lock: "threading.RLock | None" = None) -> None:
+                 source: UniformSource | None = None, lock: "threading.RLock | None" = None,
+                 snapshot: Snapshot | None = None) -> None:
+        self._snapshot = snapshot
         self._con = con
         self._table = table
         self._schema = schema
@@ -228,7 +251,7 @@ class PrivateTable:
         """The counting query, checked against the table's catalog entry (no row read): every
         failure that does not depend on the rows happens here, before anything is charged."""
         with self._lock:
-            return prepare_counting(self._con, self._table, self._schema, attributes, subsets)
+            return prepare_counting(self._con, self._table, self._schema, attributes, subsets, self._snapshot)
 
     def _read(self, counting: Counting, entry: int) -> list[np.ndarray]:
         """Exact marginals of the private table (never released as they are), one query at a time,
@@ -313,7 +336,7 @@ class PrivateTable:
             entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
             counts = self._read(counting, entry)
         exact = strategy_answers(counted, dict(zip(subsets, counts)))
-        return Measurement(values=plan.release(exact, self._source), noise=noise,
+        return Measurement(values=release_in_chunks(plan, exact, self._source), noise=noise,
                            sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
 
     def _cached(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],

@@ -72,6 +72,7 @@ chosen so the same counts come out on both (:func:`_for_dialect`).
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -88,8 +89,8 @@ from dpsql.private.backend import (
 )
 from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, Schema, integer_cast_type
 
-__all__ = ["Counting", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
-           "sql_type_family", "MeasurementError"]
+__all__ = ["Counting", "Snapshot", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
+           "snapshot_query", "sql_type_family", "take_snapshot", "MeasurementError"]
 
 #: Above this many cases, value lookups are a balanced binary search of nested
 #: CASEs (O(log n) comparisons per row) rather than one flat CASE.
@@ -240,7 +241,9 @@ def _group_key(attribute: Attribute, indices: Sequence[exp.Expression]) -> exp.E
     or -1 when one of them is (the value is outside the domain). The groups form runs of
     consecutive value indices: a binary search of nested CASEs finds the run when there are
     at most :data:`_SEARCHED_RUNS`, a lookup in a string of labels (:func:`_label_lookup`) otherwise."""
-    value: exp.Expression = indices[0].copy()
+    # BIGINT: a snapshot's index columns are as narrow as their domains, and DuckDB multiplies two
+    # TINYINTs as TINYINT, which overflows (and fails the read)
+    value: exp.Expression = exp.cast(indices[0].copy(), exp.DataType.build("BIGINT"))
     for idx, size in zip(indices[1:], attribute.sizes[1:]):
         value = exp.Add(this=exp.Mul(this=exp.Paren(this=value), expression=_int(size)), expression=idx.copy())
     labels = np.asarray(attribute.groups)
@@ -435,7 +438,10 @@ class _Plan:
     positions in ravel order, ``dims[s]`` their sizes."""
 
     def __init__(self, schema: Schema, attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
-                 table: "str | exp.Table", types: Mapping[str, Any] | None, dialect: str | None = None) -> None:
+                 table: "str | exp.Table", types: Mapping[str, Any] | None, dialect: str | None = None,
+                 indexed: bool = False) -> None:
+        # indexed: ``table`` is a :class:`Snapshot`'s, whose columns hold domain indices and whose rows are
+        # all inside the domain (no privacy unit, no split column): no index to compute, no row to drop
         cols = schema.columns
         position = {c.name: i for i, c in enumerate(cols)}
         self.subsets = [tuple(int(a) for a in s) for s in subsets]
@@ -472,7 +478,7 @@ class _Plan:
         others = [c for c in cols if position[c.name] not in used]
         in_domain = exp.and_(*[exp.GTE(this=index_expression(c, _col(c.name), types.get(c.name.lower()),
                                                               outside=_OUTSIDE), expression=_int(0))
-                               for c in others]) if others else None
+                               for c in others]) if others and not indexed else None
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
         if unit.column is None:
@@ -507,7 +513,7 @@ class _Plan:
         texts = [c for c in read if isinstance(c, Categorical) and not c.is_numeric
                  and sql_type_family(types.get(c.name.lower())) == "string"]
         tally = None
-        if texts and unit.column is None and not weighted:
+        if texts and unit.column is None and not weighted and not indexed:
             tally = _free_name("_dpsql_n", {c.name.lower() for c in cols})
             keyed = [_binary(exp.cast(_col(c.name), exp.DataType.build("VARCHAR"))) if c in texts else _col(c.name)
                      for c in read]
@@ -517,7 +523,8 @@ class _Plan:
                 *[k.copy() for k in keyed], copy=False)
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
-        indices = [exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
+        indices = [exp.alias_(_col(c.name) if indexed else
+                              index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
                               _ident(n)) for c, n in zip(read, idx_names)]
         # a split column's upper share reads its index: the raw values are carried through
         raw = {j: f"x{j}" for j in weighted}  # beside the i* names: the outputs are these alone
@@ -564,7 +571,7 @@ class _Plan:
         sets = sorted({tuple(sorted(o)) for o in self.order}, key=lambda t: (len(t), t))
         nonempty = [s for s in sets if s]
         always = set.intersection(*[set(s) for s in sets]) if sets else set()
-        checked = [n for j, n in enumerate(key_names) if j not in always]
+        checked = [] if indexed else [n for j, n in enumerate(key_names) if j not in always]
         selects: list[exp.Expression] = [
             exp.alias_(exp.Coalesce(this=_col(n), expressions=[_int(_OMITTED)]), _ident(k))
             for n, k in zip(key_names, self.keys)]
@@ -697,21 +704,97 @@ def _run(backend: Backend, table: "str | exp.Table", plan: _Plan) -> list[np.nda
 
 
 def prepare_counting(source: "Backend | Any", table: "str | exp.Table", schema: Schema,
-                     attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]]) -> Counting:
+                     attributes: Sequence[Attribute], subsets: Sequence[Sequence[int]],
+                     snapshot: "Snapshot | None" = None) -> Counting:
     """Check that ``table`` has every schema column (reading its catalog entry, no rows), build
     the counting query and plan it (:meth:`Backend.check`), so that every failure that does not
     depend on the rows happens here, before the kernel charges the budget. Arguments as for
-    :func:`measure_marginals`."""
+    :func:`measure_marginals`; with a ``snapshot`` of ``table`` (:func:`take_snapshot`) the
+    counts are read from it, the same counts (a split binned column is still read from
+    ``table``: its rows are weighed by their values)."""
     if not subsets:
         return Counting(list)
     backend = backend_for(source)
     try:
+        if snapshot is not None and not any(a.split for a in attributes):
+            plan = _Plan(schema, attributes, subsets, snapshot.table, None, backend.dialect, indexed=True)
+            backend.check(plan.query)
+            return Counting(lambda: _run(backend, table, plan))
         types = _column_types(backend, table, schema)
         plan = _Plan(schema, attributes, subsets, backend.source(table), types, backend.dialect)
         backend.check(plan.query)
     except BackendError as e:
         raise _fail(table, e, backend.dialect) from None
     return Counting(lambda: _run(backend, table, plan))
+
+
+# -- the owner's snapshot -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A private table validated and indexed once (:func:`take_snapshot`): a temporary table on the
+    owner's DuckDB connection with one small-integer column per schema column, named as it, holding
+    the value's domain index (:func:`index_expression`), and only the rows whose every declared
+    column is inside its domain. A measurement over it is a plain ``GROUP BY`` of those columns.
+
+    It is private data: it lives on the owner's connection only, which analysts never query (the
+    released database and the server's sessions are other connections), and only the kernel reads
+    it. It is a copy: rows the owner changes in the table after it was taken are not seen."""
+
+    table: exp.Table
+
+
+def _index_type(column: Column) -> str:
+    """The smallest signed integer type holding every index of ``column`` (its NULL's included)."""
+    size = column.size
+    return next(t for t, top in (("TINYINT", 2**7), ("SMALLINT", 2**15), ("INTEGER", 2**31), ("BIGINT", 2**63))
+                if size <= top)
+
+
+def snapshot_query(schema: Schema, table: "str | exp.Expression", types: Mapping[str, Any]) -> exp.Select:
+    """``SELECT`` every schema column's domain index (as :func:`index_expression`, -1 outside),
+    named as the column, of the rows of ``table`` whose every index is in the domain: the rows and
+    indices that :func:`marginals_query` counts when nothing is split and there is no privacy unit.
+
+    >>> from dpsql.schema import load_schema
+    >>> s = load_schema({"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 9}}})
+    >>> snapshot_query(s, "t", {"a": "int"}).sql("duckdb")
+    'SELECT CAST("a" AS TINYINT) AS "a" FROM (SELECT CASE WHEN "a" BETWEEN 0 AND 9 THEN TRY_CAST("a" AS BIGINT) ELSE -1 END AS "a" FROM "t") AS "idx" WHERE ("a") >= 0'
+    """
+    cols = schema.columns
+    types = {k.lower(): v for k, v in types.items()}
+    indices = exp.select(*[exp.alias_(index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
+                                      _ident(c.name)) for c in cols]).from_(_from_item(table), copy=False)
+    any_out: exp.Expression = _col(cols[0].name)
+    for c in cols[1:]:
+        any_out = exp.BitwiseOr(this=any_out, expression=_col(c.name))
+    return exp.select(*[exp.alias_(exp.cast(_col(c.name), exp.DataType.build(_index_type(c))), _ident(c.name))
+                        for c in cols]).from_(
+        exp.Subquery(this=indices, alias=exp.TableAlias(this=_ident("idx"))), copy=False).where(
+        exp.GTE(this=exp.Paren(this=any_out), expression=_int(0)), copy=False)
+
+
+def take_snapshot(source: "Backend | Any", table: str, schema: Schema) -> "Snapshot | None":
+    """Validate and index private ``table`` once into a :class:`Snapshot`, so that each later
+    measurement is a plain ``GROUP BY`` of small integers; None where a snapshot cannot stand for
+    the table: on Spark, and under a privacy unit (whose rows are drawn anew per measurement).
+
+    It reads every row, so it is taken when the owner opens the data (``dpsql.connect``,
+    ``dpsql serve``), never for an analyst's request; a failure raises
+    :class:`~dpsql.errors.MeasurementError` to the owner, and nothing is spent."""
+    backend = backend_for(source)
+    if backend.dialect != "duckdb" or schema.privacy_unit.column is not None or not schema.columns:
+        return None
+    try:
+        types = _column_types(backend, table, schema)
+        query = snapshot_query(schema, backend.source(table), types)
+        name = exp.Table(this=_ident(f"_dpsql_snapshot_{secrets.token_hex(8)}"), db=_ident("main"),
+                         catalog=_ident("temp"))
+        backend.create_temporary(name, query)
+    except BackendError as e:
+        raise MeasurementError(f"indexing table {_name(table, backend.dialect)} once for its measurements failed "
+                               f"({e.reason}); open it without the snapshot") from None
+    return Snapshot(name)
 
 
 def measure_marginals(source: "Backend | Any", table: "str | exp.Table", schema: Schema,

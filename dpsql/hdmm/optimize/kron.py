@@ -7,7 +7,8 @@ leaves an OPT_0 problem on the surrogate Gram ``Σ_k c_k G_ki`` with
 optimized cyclically until the error stops improving, or until every factor
 is given the same problem (``G`` up to scale) as in the sweep before: a fixed
 point, where more sweeps would only refine the same solves. Attributes that
-every term only totals get the one-query strategy ``T(n)``.
+every term only totals get the one-query strategy ``T(n)``, and large ones that every term
+only groups by or totals a closed-form factor (:mod:`~dpsql.hdmm.optimize.symmetric`).
 
 >>> from dpsql.hdmm.matrix import IdentityTotal
 >>> from dpsql.privacy import Laplace
@@ -26,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.hdmm.matrix import InvertibleGram, Matrix
+from dpsql.hdmm.optimize import symmetric
 from dpsql.hdmm.optimize.opt0 import deterministic, optimize_factor, rank_one, single_query
 from dpsql.hdmm.strategy import KronStrategy
 from dpsql.hdmm.workload import Term, Workload
@@ -34,6 +36,10 @@ from dpsql.privacy import NoiseModel
 #: Sweeps stop when the error improves by less than this fraction.
 SWEEP_TOL = 1e-6
 MAX_SWEEPS = 25
+#: Attributes above this many values that the workload only groups by or totals get the closed-form
+#: factor of :mod:`~dpsql.hdmm.optimize.symmetric` instead of an OPT_0 search (below, OPT_0 takes
+#: under a second and its p-Identity family, wider under Laplace noise, is kept).
+SYMMETRIC_MIN = 256
 
 
 def _gram_pinv(A: Matrix) -> np.ndarray:
@@ -54,20 +60,28 @@ def kron_search(
     scaling ``G`` does not change its optimal strategy.
     """
     d = len(domain)
-    grams = [[f.gram().dense() for f in fs] for _, fs in terms]
+    # attributes every term groups by or totals (Gram aI + bJ): a closed-form factor, no n × n matrix
+    # (dpsql.hdmm.optimize.symmetric); the others keep their dense Grams
+    sym = [_symmetric(domain[i], [fs[i] for _, fs in terms]) for i in range(d)]
+    grams = [[f.gram().dense() if sym[i] is None else None for i, f in enumerate(fs)] for _, fs in terms]
     w2 = np.array([w * w for w, _ in terms])
     p = [None] * d if p is None else list(p)
     # An attribute where every term asks one query (up to scale), such as a
     # total, a SUM's weights or a filter, is fixed to that query (optimal, see
     # rank_one); the others start from identity strategies (X_i = I).
-    single = [rank_one(sum(g[i] for g in grams)) for i in range(d)]
+    single = [rank_one(sum(g[i] for g in grams)) if sym[i] is None else
+              (np.ones(domain[i]) if not np.any(sym[i][:, 0] > 0) else None) for i in range(d)]
     fixed = [v is not None for v in single]
     factors: list[Matrix] = [single_query(v) if v is not None else None for v in single]
     thetas: list[np.ndarray | None] = [None] * d
     # traces[k, i] = tr(G_ki X_i⁺)
-    pinvs = [_gram_pinv(f) if f is not None else None for f in factors]
-    traces = np.array([[np.trace(g[i]) if not fixed[i] else float(np.sum(g[i] * pinvs[i])) for i in range(d)]
-                       for g in grams])
+    pinvs = [_gram_pinv(f) if f is not None and sym[i] is None else None for i, f in enumerate(factors)]
+    traces = np.array([[0.0 if sym[i] is not None else np.trace(g[i]) if not fixed[i] else
+                        float(np.sum(g[i] * pinvs[i])) for i in range(d)] for g in grams], dtype=float)
+    for i in range(d):
+        if sym[i] is not None:
+            traces[:, i] = symmetric.traces(sym[i], domain[i], 0.0, 1.0) if fixed[i] else \
+                domain[i] * sym[i].sum(axis=1)  # X = I: tr(aI + bJ) = (a + b) n
     error = math.inf
     problems: list[np.ndarray | None] = [None] * d  # each attribute's last surrogate Gram, over its trace
     for _ in range(MAX_SWEEPS):
@@ -76,10 +90,19 @@ def kron_search(
             if fixed[i]:
                 continue
             others = np.prod(np.delete(traces, i, axis=1), axis=1) * w2
-            G = sum(c * g[i] for c, g in zip(others, grams))
-            problem = G / max(float(np.trace(G)), 1e-300)
+            if sym[i] is not None:
+                a, b = others @ sym[i]
+                problem = np.array([a, b]) / max(float(a + b) * domain[i], 1e-300)
+            else:
+                G = sum(c * g[i] for c, g in zip(others, grams))
+                problem = G / max(float(np.trace(G)), 1e-300)
             same = same and problems[i] is not None and np.allclose(problem, problems[i], rtol=1e-9, atol=1e-12)
             problems[i] = problem
+            if sym[i] is not None:
+                st = symmetric.closed_form(float(a), float(b), domain[i], norm) if a > 0 else (1.0, 0.0)
+                factors[i] = symmetric.factor(*st, domain[i])
+                traces[:, i] = symmetric.traces(sym[i], domain[i], *st)
+                continue
             A = _factor(G, norm, rng, p[i], thetas[i], memo)
             thetas[i], factors[i] = getattr(A, "theta", None), A
             P = _gram_pinv(A)
@@ -92,6 +115,15 @@ def kron_search(
         if converged or len(terms) == 1 or all(fixed):
             break
     return tuple(factors), error
+
+
+def _symmetric(n: int, fs: Sequence[Matrix]) -> np.ndarray | None:
+    """Per term, ``(a_k, b_k)`` with ``G_k = a_k I + b_k J`` on an attribute of more than
+    :data:`SYMMETRIC_MIN` values when every term's factor is of that form, else None."""
+    if n <= SYMMETRIC_MIN:
+        return None
+    found = [symmetric.coefficients(f) for f in fs]
+    return None if any(c is None for c in found) else np.array(found, dtype=float)
 
 
 def _factor(G: np.ndarray, norm: int, rng: np.random.Generator, p: int | None, theta0: np.ndarray | None,

@@ -10,7 +10,8 @@ The workload is first reduced to the values its queries tell apart
 stacked into one (:mod:`dpsql.hdmm.stacking`: the same queries, fewer terms for
 OPT_+ to search one by one); every operator runs on that workload (the direct
 candidate on the unstacked terms) and the chosen strategy is expanded back, with
-the same error. Besides the HDMM operators, the obvious mechanisms
+the same error. Its dense steps run with the BLAS threads :func:`~dpsql.hdmm.optimize.threads.dense_threads`
+gives it, its share of the machine's free cores. Besides the HDMM operators, the obvious mechanisms
 (:mod:`dpsql.hdmm.optimize.baseline`: identity on the reduced domain, the
 workload's own queries) are candidates, so the result is never worse than
 either.
@@ -54,6 +55,7 @@ from dpsql.hdmm.optimize.kron import opt_kron
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from dpsql.hdmm.optimize.maxvar import opt_max_marginal
 from dpsql.hdmm.optimize.opt0 import opt_0
+from dpsql.hdmm.optimize.threads import dense_threads
 from dpsql.hdmm.optimize.union import opt_plus, product_groups
 from dpsql.hdmm.reduction import Reduction, reduce_domain
 from dpsql.hdmm.stacking import Stacking, stack_terms
@@ -206,6 +208,14 @@ def select(
         hit = cache.get(key)
         if hit is not None and _answers(W, hit, noise):
             return finish(hit.strategy, [], True)
+    with dense_threads():
+        return _select(W, stacking, noise, names, restarts, seed, progress, cache, key, objective, stack, finish)
+
+
+def _select(W: Workload, stacking: Stacking, noise: NoiseModel, names: Sequence[str], restarts: int, seed: int,
+            progress: bool | None, cache: StrategyCache | None, key: "str | None", objective: str, stack: bool,
+            finish: Callable[[Strategy, list[Candidate], bool], Selection]) -> Selection:
+    """:func:`select`'s search, once the cache has missed: every operator named, the best kept."""
     candidates, refused = [], []
     bar = tqdm(names, desc="[dpsql] selecting a strategy", unit="operator", file=sys.stderr, leave=False,
                disable=progress is False, delay=0 if progress else PROGRESS_AFTER)

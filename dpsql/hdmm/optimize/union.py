@@ -39,6 +39,7 @@ import numpy as np
 
 from dpsql.hdmm.marginals import in_algebra
 from dpsql.hdmm.matrix import Matrix, is_total
+from dpsql.hdmm.optimize import symmetric
 from dpsql.hdmm.optimize.kron import kron_search
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from dpsql.hdmm.optimize.opt0 import deterministic
@@ -58,11 +59,27 @@ def _share(error: float, norm: int) -> float:
     return error ** (1.0 / 3.0) if norm == 1 else math.sqrt(error)
 
 
+def gram_key(f: Matrix) -> bytes:
+    """Bytes equal for two factors exactly when their shapes and Gram matrices are (to 9 decimals):
+    ``aI + bJ`` by its two coefficients, read from the factor's type
+    (:func:`~dpsql.hdmm.optimize.symmetric.coefficients`: a GROUP BY on 3,142 counties is not
+    densified, rounded and hashed, which took seconds per term), any other by :func:`factor_key`."""
+    c = symmetric.coefficients(f)
+    if c is None:
+        return factor_key(f)
+    return repr((f.shape, round(c[0], 9) + 0.0, round(c[1], 9) + 0.0)).encode()
+
+
+def _in_algebra(f: Matrix) -> bool:
+    """:func:`~dpsql.hdmm.marginals.in_algebra`, read from the factor's type where it can be."""
+    return symmetric.coefficients(f) is not None or in_algebra(f)
+
+
 def product_groups(workload: Workload) -> list[list[int]]:
     """Workload terms grouped by identical factor Gram matrices (weights aside)."""
     keys: dict[bytes, list[int]] = {}
     for k, (_, fs) in enumerate(workload.terms):
-        keys.setdefault(b"|".join(factor_key(f) for f in fs), []).append(k)
+        keys.setdefault(b"|".join(gram_key(f) for f in fs), []).append(k)
     return list(keys.values())
 
 
@@ -72,7 +89,7 @@ def marginal_clusters(workload: Workload, groups: Sequence[Sequence[int]]) -> li
     keys: dict[bytes, list[int]] = {}
     for l, g in enumerate(groups):
         fs = workload.terms[g[0]][1]
-        keys.setdefault(b"|".join(b"M" if in_algebra(f) else factor_key(f) for f in fs), []).append(l)
+        keys.setdefault(b"|".join(b"M" if _in_algebra(f) else gram_key(f) for f in fs), []).append(l)
     return [c for c in keys.values() if len(c) > 1]
 
 
@@ -95,7 +112,7 @@ def _factored_part(workload: Workload, terms: Sequence[Term], noise: NoiseModel,
     terms' marginal attributes.
     """
     d = len(workload.domain)
-    R = [i for i in range(d) if in_algebra(terms[0][1][i]) and not all(is_total(fs[i]) for _, fs in terms)]
+    R = [i for i in range(d) if _in_algebra(terms[0][1][i]) and not all(is_total(fs[i]) for _, fs in terms)]
     S = [i for i in range(d) if i not in R]
     if not R or len(R) > MAX_SEARCH_ATTRIBUTES:
         return None
