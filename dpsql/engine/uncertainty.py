@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
+from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval, value_range
 from dpsql.sql.compile import Block, CompiledStatement
 from dpsql.sql.delta import partials
 from dpsql.sql.outputs import error_names, error_outputs
@@ -97,6 +97,9 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
         err = _delta_method(grads[agg.name], se, covariance, size)
         err[np.isnan(values[agg.name])] = np.nan  # a NULL answer has no standard error
         out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
+        span = value_range(agg.func, agg.bounds)
+        if span is not None:  # the true value is in range: so is the interval (free, and it covers no less)
+            out[lo], out[hi] = np.clip(out[lo], *span), np.clip(out[hi], *span)
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
     for output in error_outputs(st.plan):

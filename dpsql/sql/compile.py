@@ -150,7 +150,7 @@ class CompiledStatement:
         if agg.func in QUANTILES:
             return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
                             self.parts(aggregate, y))
-        out = value(agg.func, self.parts(aggregate, y))
+        out = value(agg.func, self.parts(aggregate, y), agg.bounds)
         empty = self.block(aggregate).empty
         return out if empty is None or agg.func != "sum" else np.where(empty, np.nan, out)
 
