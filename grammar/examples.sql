@@ -129,3 +129,15 @@ GROUP BY e.years;
 
 -- rule: lookup_join
 SELECT years, COUNT(*) AS n FROM adult LEFT JOIN education_years USING (education) GROUP BY ALL;
+
+-- rule: group_element, grouping_sets, key_list, grouping_call
+SELECT sex, education, COUNT(*) AS n, AVG(age) AS mean_age, GROUPING(sex, education) AS margin
+FROM adult GROUP BY ROLLUP (sex, education) ORDER BY margin, sex, education;
+
+-- rule: grouping_sets, grouping_set, key_list
+SELECT sex, married, age // 10 * 10 AS decade, COUNT(*) AS n
+FROM adult GROUP BY GROUPING SETS ((sex, married), (decade), ()) HAVING GROUPING(sex) = 0 OR n > 100;
+
+-- rule: group_by_clause, grouping_sets
+SELECT sex, married, COUNT(*) FROM adult GROUP BY CUBE (sex, married);
+SELECT sex, married, COUNT(*) FROM adult GROUP BY sex, married WITH ROLLUP;

@@ -123,6 +123,32 @@ def _py(v):
     return v
 
 
+def exact_rows(con, oracle_sql: str, plan) -> tuple[dict[tuple, tuple], list[str]]:
+    """DuckDB's rows for ``oracle_sql`` by group key (see :func:`group_key`), and the output names.
+    With grouping sets the oracle selects ``GROUPING(keys...) AS gid`` (keys in the plan's order):
+    a group's key starts with it, since two sets can hold the same labels (NULL of a margin)."""
+    names = list(plan.outputs)
+    key_pos = [names.index(k.name) for k in plan.keys]
+    exact = {}
+    for r in con.sql(oracle_sql).fetchall():
+        key = tuple(_py(r[p]) for p in key_pos)
+        if plan.grouping_sets is not None:
+            key = (r[names.index("gid")], *key)
+        assert key not in exact, f"duplicate group {key}"
+        exact[key] = r
+    return exact, names
+
+
+def group_key(st, i: int) -> tuple:
+    """Group ``i`` of a compiled statement as :func:`exact_rows` keys DuckDB's rows."""
+    key = tuple(_py(v) for v in st.groups[i])
+    sets = st.plan.grouping_sets
+    if sets is None:
+        return key
+    n = len(st.plan.keys)
+    return (sum(1 << (n - 1 - k) for k in range(n) if k not in sets[st.sets[i]]), *key)
+
+
 def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) -> None:
     """Assert that the batch's answers for one statement equal DuckDB's
     exact answers to ``oracle_sql`` (same select list), group by group; groups
@@ -131,15 +157,8 @@ def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) ->
     st = batch.statements[statement_index]
     plan = st.plan
     table = batch.tables(y)[statement_index]
-    rows = con.sql(oracle_sql).fetchall()
-    names = list(plan.outputs)
-    key_pos = {k.name: names.index(k.name) for k in plan.keys}
-    exact = {}
-    for r in rows:
-        key = tuple(_py(r[key_pos[k.name]]) for k in plan.keys)
-        assert key not in exact, f"duplicate group {key}"
-        exact[key] = r
-    ours_keys = [tuple(_py(v) for v in g) for g in st.groups]
+    exact, names = exact_rows(con, oracle_sql, plan)
+    ours_keys = [group_key(st, i) for i in range(len(st.groups))]
     assert len(set(ours_keys)) == len(ours_keys), "groups must be distinct"
     missing = set(exact) - set(ours_keys)
     assert not missing, f"DuckDB groups {missing} are not in the compiled domain"
@@ -202,6 +221,7 @@ class StatementGenerator:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        self.sets_rng = random.Random(-1 - seed)  # its own stream: the other statements stay as they were
 
     def leaf(self) -> str:
         r = self.rng
@@ -339,12 +359,38 @@ class StatementGenerator:
             ogroup = [str(int(g) + 1) for g in ogroup]
             group.insert(0, "zone")
             ogroup.insert(0, "1")
+        grouping = keys and self.sets_rng.random() < 0.2
+        if grouping:  # GROUPING SETS, ROLLUP, CUBE, and GROUPING() of every key as gid
+            exprs = [e.rsplit(" AS ", 1)[0] if a is not None else "hours" for e, a in keys]
+            oexprs = [e.rsplit(" AS ", 1)[0] if a is not None else HOURS_BIN_SQL for e, a in keys]
+            sel.append(f"GROUPING({', '.join(exprs)}) AS gid")
+            osel.append(f"GROUPING({', '.join(oexprs)}) AS gid")
         sql = f"SELECT {', '.join(sel)} FROM people{join}{where}"
         osql = f"SELECT {', '.join(osel)} FROM people{join}{where}"
-        if keys:
+        if grouping:
+            form = self.grouping_sets(len(keys))
+            sql += f" GROUP BY {form.format(*group)}"
+            osql += f" GROUP BY {form.format(*ogroup)}"
+        elif keys:
             sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"
         return Generated(sql, osql)
+
+    def grouping_sets(self, n: int) -> str:
+        """A GROUP BY of ``n`` keys (``{0}``, ``{1}``... placeholders) with grouping sets, each set once and
+        every key in one (DuckDB refuses a selected key in none)."""
+        r = self.sets_rng
+        slots = [f"{{{i}}}" for i in range(n)]
+        forms = [f"ROLLUP ({', '.join(slots)})", f"CUBE ({', '.join(slots)})"]
+        if n >= 2:
+            forms += [f"{slots[0]}, ROLLUP ({', '.join(slots[1:])})", f"ROLLUP (({slots[0]}, {slots[1]}))" +
+                      "".join(f", {s}" for s in slots[2:]), f"CUBE ({', '.join(slots[:-1])}), {slots[-1]}"]
+        subsets = sorted({tuple(range(n))} | {tuple(sorted(r.sample(range(n), r.randint(0, n))))
+                                              for _ in range(r.randint(1, 3))},
+                         key=lambda t: (-len(t), t))
+        listed = ", ".join(f"({', '.join(slots[i] for i in t)})" for t in subsets)
+        forms.append(f"GROUPING SETS ({listed})")
+        return r.choice(forms)
 
     def batch(self, count: int, max_cells: int = 512) -> list[Generated]:
         """``count`` statements whose batch keeps every merged attribute (columns coupled by a

@@ -93,7 +93,7 @@ REJECTED = {
     "other aggregates (MIN, MAX, ...)": "SELECT MAX(age) FROM adult",
     "non-deterministic functions (random, now, current_date)":
         "SELECT COUNT(*) FROM adult WHERE random() < 0.5",
-    "GROUPING SETS / ROLLUP / CUBE": "SELECT sex, COUNT(*) FROM adult GROUP BY CUBE (sex)",
+    "WITH TOTALS": "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH TOTALS",
     "QUALIFY": "SELECT sex, COUNT(*) FROM adult GROUP BY sex QUALIFY COUNT(*) > 1",
     "SELECT *": "SELECT * FROM adult",
     "parameters": "SELECT COUNT(*) FROM adult WHERE age > $1",

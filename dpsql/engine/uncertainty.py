@@ -56,8 +56,13 @@ def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, i
         for i, (a, ga) in enumerate(terms):
             var = var + (ga * a.take(se, size)) ** 2
             for b, gb in terms[i + 1:]:
-                if a.term is not None and b.term is not None and covariance is not None:
-                    var = var + 2.0 * ga * gb * covariance(a.term, b.term) * a.scale * b.scale
+                # blocks of two grouping sets answer different groups: no common row to covary on
+                if a.term is not None and b.term is not None and covariance is not None and a.part == b.part:
+                    cov = covariance(a.term, b.term) * a.scale * b.scale
+                    if a.part is not None:
+                        cov = np.zeros(size)
+                        cov[a.part] = covariance(a.term, b.term) * a.scale * b.scale
+                    var = var + 2.0 * ga * gb * cov
     return np.sqrt(np.maximum(var, 0.0))
 
 
@@ -89,7 +94,7 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
             continue
         if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
             parts = st.parts(agg.name, answers)
-            spread = {b.measure: b.take(se, size) for b in st.blocks_of(agg.name)}
+            spread = st.parts(agg.name, se)
             out[name] = np.full(size, np.nan)
             out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
                                                  np.array(st.thresholds[agg.name]), parts, spread, z)

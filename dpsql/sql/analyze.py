@@ -36,7 +36,7 @@ dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public 
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import duckdb
 from sqlglot import exp
@@ -85,7 +85,11 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Column: frozenset({"this", "table"}),
     exp.Star: frozenset(),
     exp.Where: frozenset({"this"}),
-    exp.Group: frozenset({"expressions", "all"}),
+    exp.Group: frozenset({"expressions", "all", "rollup", "cube"}),  # rollup, cube: MySQL's trailing WITH ROLLUP
+    # GROUPING SETS, ROLLUP, CUBE (a Tuple is a composite element or a set; () the grand total) and GROUPING()
+    exp.GroupingSets: frozenset({"expressions"}), exp.Rollup: frozenset({"expressions"}),
+    exp.Cube: frozenset({"expressions"}), exp.Tuple: frozenset({"expressions"}),
+    exp.Grouping: frozenset({"expressions"}),
     exp.Having: frozenset({"this"}),
     exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
@@ -137,8 +141,8 @@ _ARG_NAMES = {
     (exp.Table, "version"): "time travel (AT / FOR SYSTEM_TIME)", (exp.Table, "only"): "ONLY",
     (exp.TableAlias, "columns"): "column names in a table alias", (exp.Ordered, "nulls_first"): "NULLS FIRST",
     (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES", (exp.Limit, "offset"): "LIMIT offset, count",
-    (exp.Group, "all"): "GROUP BY ALL", (exp.Group, "grouping_sets"): "GROUPING SETS", (exp.Group, "cube"): "CUBE",
-    (exp.Group, "rollup"): "ROLLUP", (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
+    (exp.Group, "all"): "GROUP BY ALL", (exp.Group, "grouping_sets"): "GROUPING SETS",
+    (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST", (exp.Column, "db"): "a schema-qualified column name",
     (exp.Column, "catalog"): "a catalog-qualified column name", (exp.Cast, "format"): "CAST ... FORMAT",
     (exp.DataType, "nested"): "a nested type",
@@ -203,12 +207,13 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)
     where = _check_where(tree, schema, ctx)
-    keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
+    keys, key_exprs, sets = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
     names, refusal = _duckdb_names(stmt, schema, len(items))
     outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx, names)
-    rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
+    set_column = _unique("grouping_set", used_names) if sets is not None else None
+    rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names, (sets, set_column))
     # an expression over aggregates reads them (hidden if not selected) by output name
     computed = [(name, rewrite(body, "SELECT") if _contains_aggregate(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
@@ -221,7 +226,8 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     plan = QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
-                     options=dict(stmt.options), line=line, computed=tuple(computed))
+                     options=dict(stmt.options), line=line, computed=tuple(computed),
+                     grouping_sets=sets, set_column=set_column)
     _check_clash(plan, tree, ctx)
     return plan
 
@@ -319,9 +325,11 @@ def _check_condition(condition: exp.Expression, clause: str, schema: Schema, ctx
 
 
 def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],
-                   schema: Schema, ctx: _Context) -> tuple[list[GroupKey], list[exp.Expression]]:
+                   schema: Schema, ctx: _Context
+                   ) -> tuple[list[GroupKey], list[exp.Expression], tuple[tuple[int, ...], ...] | None]:
     """Build the (not yet visible) group keys and their expressions from GROUP BY (or SELECT DISTINCT),
-    refusing what cannot be a key."""
+    refusing what cannot be a key; and, for GROUPING SETS, ROLLUP or CUBE, the grouping sets (each
+    the indices of its keys, in the order the SQL standard expands them), else None."""
     keys: list[GroupKey] = []
     key_exprs: list[exp.Expression] = []
     group, distinct = tree.args.get("group"), tree.args.get("distinct") is not None
@@ -329,35 +337,88 @@ def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[st
         ctx.fail(UnsupportedSQLError, "SELECT DISTINCT with aggregates or GROUP BY is not supported; SELECT "
                  "DISTINCT lists the public domain of its columns", "SELECT DISTINCT", tree.expressions[0])
     if group is None and not distinct:
-        return keys, key_exprs
-    for extra in ("grouping_sets", "cube", "rollup", "totals"):
+        return keys, key_exprs, None
+    for extra in ("grouping_sets", "totals"):
         if group is not None and group.args.get(extra):
-            name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
-                    "totals": "WITH TOTALS"}[extra]
-            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
-                     name, group)
-    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column;
-    # SELECT DISTINCT (without aggregates) by every select item.
-    every = distinct or group.args.get("all")
-    entries = [body for _, body, is_agg in items if not is_agg and column_refs(body)] if every else group.expressions
-    for g in entries:
-        if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
-            name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
-            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
-                     "statements", name, g)
-        expr, name, visible_item = _resolve_group_item(g, items, select_aliases, schema, ctx)
+            name = {"grouping_sets": "GROUPING SETS", "totals": "WITH TOTALS"}[extra]
+            ctx.fail(UnsupportedSQLError, f"{name} is not supported here; write GROUP BY ROLLUP (...), CUBE (...) "
+                     "or GROUPING SETS (...)", name, group)
+    trailing = [n for n in ("rollup", "cube") if group is not None and group.args.get(n)]  # MySQL's WITH ROLLUP
+    if len(trailing) > 1 or any(e.expressions for n in trailing for e in group.args[n]) \
+            or (trailing and any(isinstance(g, _SET_NODES) for g in group.expressions)):
+        ctx.fail(UnsupportedSQLError, "WITH ROLLUP or WITH CUBE takes a plain list of keys", "WITH ROLLUP", group)
+
+    def key(g: exp.Expression) -> int:
+        """The index of the key ``g`` names, added if new."""
+        expr, name, _ = _resolve_group_item(_unwrap(g), items, select_aliases, schema, ctx)
         if _first_aggregate(expr) is not None:
             ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
-        if any(_same(expr, e) for e in key_exprs):
-            continue  # GROUP BY a, a
+        found = next((k for k, e in enumerate(key_exprs) if _same(expr, e)), None)
+        if found is not None:
+            return found  # GROUP BY a, a
         if not column_refs(expr):
             ctx.fail(GroupingError, "GROUP BY a constant is not supported; group on columns",
                      f"GROUP BY {expr.sql(dialect='duckdb')}", g)
         _validate_expression(expr, schema, ctx, predicate=False)
         key_exprs.append(expr)
-        keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),
-                             visible=False))
-    return keys, key_exprs
+        keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)), visible=False))
+        return len(keys) - 1
+
+    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column;
+    # SELECT DISTINCT (without aggregates) by every select item.
+    every = distinct or group.args.get("all")
+    entries = [body for _, body, is_agg in items if not is_agg and column_refs(body)] if every else group.expressions
+    if trailing:  # GROUP BY a, b WITH ROLLUP is GROUP BY ROLLUP (a, b)
+        entries = [(exp.Rollup if trailing[0] == "rollup" else exp.Cube)(expressions=list(entries))]
+    if not any(isinstance(g, _SET_NODES) for g in entries):
+        for g in entries:
+            key(g)
+        return keys, key_exprs, None
+    sets: list[tuple[int, ...]] = [()]
+    for g in entries:  # the cross product of the elements' sets
+        expanded = _expand_sets(g, key, ctx)
+        if len(sets) * len(expanded) > _MAX_GROUPING_SETS:
+            ctx.fail(UnsupportedSQLError, f"this GROUP BY expands to more than {_MAX_GROUPING_SETS} grouping sets",
+                     construct_name(g), g)
+        sets = [tuple(dict.fromkeys(a + b)) for a in sets for b in expanded]
+    return keys, key_exprs, tuple(tuple(sorted(s)) for s in sets)
+
+
+_SET_NODES = (exp.GroupingSets, exp.Rollup, exp.Cube)
+#: The most grouping sets one statement expands to (CUBE of 10 elements); each is measured.
+_MAX_GROUPING_SETS = 1024
+
+
+def _expand_sets(g: exp.Expression, key: Callable[[exp.Expression], int], ctx: _Context) -> list[tuple[int, ...]]:
+    """The grouping sets of one GROUP BY element, each a tuple of key indices (``key(node)`` gives a
+    node's): a key is one set of itself; ``ROLLUP (e1, ..., en)`` the prefixes (e1..en), ..., (e1), ();
+    ``CUBE (e1, ..., en)`` every subset, largest first; ``GROUPING SETS (s1, ...)`` each listed set in
+    turn, where a set is a key, a parenthesized list of keys (``()`` the grand total) or a nested
+    ROLLUP, CUBE or GROUPING SETS. An element of ROLLUP and CUBE may be a parenthesized list of keys,
+    kept together."""
+    def unit(e: exp.Expression) -> tuple[int, ...]:  # (sqlglot does not parse a set node inside ROLLUP or CUBE)
+        return tuple(key(x) for x in e.expressions) if isinstance(e, exp.Tuple) else (key(e),)
+
+    if isinstance(g, exp.Rollup):
+        units = [unit(e) for e in g.expressions]
+        return [tuple(k for u in units[:n] for k in u) for n in range(len(units), -1, -1)]
+    if isinstance(g, exp.Cube):
+        units = [unit(e) for e in g.expressions]
+        if 2 ** len(units) > _MAX_GROUPING_SETS:
+            ctx.fail(UnsupportedSQLError, f"CUBE of {len(units)} elements expands to more than {_MAX_GROUPING_SETS} "
+                     "grouping sets", "CUBE", g)
+        n = len(units)
+        return [tuple(k for i, u in enumerate(units) if mask >> (n - 1 - i) & 1 for k in u)
+                for mask in range(2**n - 1, -1, -1)]
+    if isinstance(g, exp.GroupingSets):
+        out: list[tuple[int, ...]] = []
+        for e in g.expressions:
+            out.extend(_expand_sets(e, key, ctx) if isinstance(e, _SET_NODES) else [unit(e)])
+            if len(out) > _MAX_GROUPING_SETS:
+                ctx.fail(UnsupportedSQLError, f"GROUPING SETS lists more than {_MAX_GROUPING_SETS} sets",
+                         "GROUPING SETS", g)
+        return out
+    return [(key(g),)]
 
 
 def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], grouped: bool,
@@ -758,7 +819,8 @@ def _first_aggregate(expr: exp.Expression) -> exp.Expression | None:
 
 
 def _is_aggregate_call(body: exp.Expression) -> bool:
-    return _is_agg_node(body)
+    """An aggregate that is measured (GROUPING() is computed from the grouping set instead)."""
+    return _is_agg_node(body) and not isinstance(body, exp.Grouping)
 
 
 def _quantile_call(body: exp.Expression, ctx: _Context) -> tuple[str, exp.Expression, float, bool] | None:
@@ -958,8 +1020,10 @@ class _Rewriter:
     adding hidden aggregates for those not selected."""
 
     def __init__(self, keys: list[GroupKey], key_exprs: list[exp.Expression], aggregates: list[Aggregate],
-                 items: list[_Item], outputs: list[str], schema: Schema, ctx: _Context, used: set[str]) -> None:
+                 items: list[_Item], outputs: list[str], schema: Schema, ctx: _Context, used: set[str],
+                 grouping: tuple[tuple[tuple[int, ...], ...] | None, str | None] = (None, None)) -> None:
         self.keys, self.key_exprs = keys, key_exprs
+        self.sets, self.set_column = grouping
         self.aggregates = list(aggregates)
         self.items, self.outputs = items, outputs
         self.schema, self.ctx, self.used = schema, ctx, used
@@ -1014,6 +1078,8 @@ class _Rewriter:
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
         """One node of a HAVING / ORDER BY expression: an aggregate or a group key becomes its
         output column, a column its output name; other nodes stay (their children are visited)."""
+        if isinstance(node, exp.Grouping):
+            return self._grouping(node, clause)
         if _is_agg_node(node):
             return exp.column(self._aggregate_name(node), quoted=True)
         for k, e in enumerate(self.key_exprs):
@@ -1032,6 +1098,28 @@ class _Rewriter:
             self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}",
                           f"column {node.name!r}", node)
         return node
+
+    def _grouping(self, node: exp.Grouping, clause: str) -> exp.Expression:
+        """``GROUPING(k1, ..., kn)`` as DuckDB computes it: per grouping set, a bit per key (the first
+        the highest), 1 where the key is not in the set (its column is NULL there, for the margin).
+        An expression over the statement's grouping-set column (see :attr:`QueryPlan.set_column`)."""
+        indices = []
+        for arg in node.expressions:
+            k = next((k for k, e in enumerate(self.key_exprs) if _same(arg, e)), None)
+            if k is None and isinstance(arg, exp.Column):
+                k = next((k for k, key in enumerate(self.keys) if key.name.lower() == arg.name.lower()), None)
+            if k is None:
+                self.ctx.fail(GroupingError, f"GROUPING takes group keys: {arg.sql(dialect='duckdb')[:80]} in {clause} "
+                              "is not one", "GROUPING", arg)
+            indices.append(k)
+        sets = self.sets if self.sets is not None else (tuple(range(len(self.keys))),)
+        values = [sum(1 << (len(indices) - 1 - i) for i, k in enumerate(indices) if k not in s) for s in sets]
+        if len(set(values)) == 1:
+            return exp.Literal.number(values[0])
+        case = exp.Case(this=exp.column(self.set_column, quoted=True))
+        for j, v in enumerate(values):
+            case = case.when(exp.Literal.number(j), exp.Literal.number(v))
+        return exp.Paren(this=case)
 
     def _aggregate_name(self, node: exp.Expression) -> str:
         call = node.this if isinstance(node, exp.Filter) else node

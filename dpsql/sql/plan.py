@@ -84,6 +84,12 @@ class QueryPlan:
     #: select items DuckDB evaluates after noise, on the released columns: (output name, expression
     #: over output names) for constants and expressions over aggregates and keys
     computed: tuple[tuple[str, exp.Expression], ...] = ()
+    #: GROUPING SETS, ROLLUP or CUBE: the grouping sets, each the indices of its keys in :attr:`keys`,
+    #: in the order the SQL standard expands them; None for a plain GROUP BY (one set of every key).
+    #: The result holds each set's groups in turn, its other keys NULL (the margins), and
+    #: ``set_column``, a hidden column, holds each row's set (0-based) for ``GROUPING()``.
+    grouping_sets: tuple[tuple[int, ...], ...] | None = None
+    set_column: str | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
