@@ -141,3 +141,13 @@ FROM adult GROUP BY GROUPING SETS ((sex, married), (decade), ()) HAVING GROUPING
 -- rule: group_by_clause, grouping_sets
 SELECT sex, married, COUNT(*) FROM adult GROUP BY CUBE (sex, married);
 SELECT sex, married, COUNT(*) FROM adult GROUP BY sex, married WITH ROLLUP;
+
+-- rule: window_call, window_function
+SELECT education, COUNT(*) AS n, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS pct,
+       rank() OVER (ORDER BY COUNT(*) DESC) AS place
+FROM adult GROUP BY education ORDER BY place;
+
+-- rule: window_call, window_function, frame, frame_bound
+SELECT sex, education, AVG(age) AS mean_age, SUM(COUNT(*)) OVER (PARTITION BY sex) AS sex_total,
+       SUM(COUNT(*)) OVER (PARTITION BY sex ORDER BY education ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
+FROM adult GROUP BY sex, education;

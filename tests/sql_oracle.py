@@ -359,6 +359,11 @@ class StatementGenerator:
             ogroup = [str(int(g) + 1) for g in ogroup]
             group.insert(0, "zone")
             ogroup.insert(0, "1")
+        if keys and self.sets_rng.random() < 0.15:  # a window over the groups' released aggregate
+            (a, oa), window = aggs[0], self.sets_rng.choice(["SUM({}) OVER ()", "rank() OVER (ORDER BY {} DESC)",
+                                                              "row_number() OVER (ORDER BY {})"])
+            sel.append(f"{window.format(sel[len(keys)].rsplit(' AS ', 1)[0])} AS win")
+            osel.append(f"{window.format(osel[len(keys)].rsplit(' AS ', 1)[0])} AS win")
         grouping = keys and self.sets_rng.random() < 0.2
         if grouping:  # GROUPING SETS, ROLLUP, CUBE, and GROUPING() of every key as gid
             exprs = [e.rsplit(" AS ", 1)[0] if a is not None else "hours" for e, a in keys]

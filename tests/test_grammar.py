@@ -87,7 +87,7 @@ REJECTED = {
     "subqueries": "SELECT COUNT(*) FROM adult WHERE age IN (SELECT age FROM adult)",
     "CTEs (WITH)": "WITH a AS (SELECT * FROM adult) SELECT COUNT(*) FROM a",
     "UNION": "SELECT COUNT(*) FROM adult UNION ALL SELECT COUNT(*) FROM adult",
-    "window functions": "SELECT COUNT(*) OVER () FROM adult",
+    "window functions over the table's rows": "SELECT COUNT(*) OVER () FROM adult",
     "DISTINCT in an aggregate": "SELECT COUNT(DISTINCT age) FROM adult",
     "DISTINCT ON": "SELECT DISTINCT ON (sex) sex FROM adult",
     "other aggregates (MIN, MAX, ...)": "SELECT MAX(age) FROM adult",

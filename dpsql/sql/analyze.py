@@ -90,6 +90,13 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.GroupingSets: frozenset({"expressions"}), exp.Rollup: frozenset({"expressions"}),
     exp.Cube: frozenset({"expressions"}), exp.Tuple: frozenset({"expressions"}),
     exp.Grouping: frozenset({"expressions"}),
+    # windows over a grouped statement's released aggregates (_check_windows), run after noise
+    exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.RowNumber: frozenset(), exp.Rank: frozenset(), exp.DenseRank: frozenset(), exp.PercentRank: frozenset(),
+    exp.CumeDist: frozenset(), exp.Ntile: frozenset({"this"}), exp.Lag: frozenset({"this", "offset", "default"}),
+    exp.Lead: frozenset({"this", "offset", "default"}), exp.FirstValue: frozenset({"this"}),
+    exp.LastValue: frozenset({"this"}), exp.NthValue: frozenset({"this", "offset"}),
     exp.Having: frozenset({"this"}),
     exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
@@ -206,6 +213,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)
+    _check_windows(tree, ctx)
     where = _check_where(tree, schema, ctx)
     keys, key_exprs, sets = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
@@ -215,7 +223,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     set_column = _unique("grouping_set", used_names) if sets is not None else None
     rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names, (sets, set_column))
     # an expression over aggregates reads them (hidden if not selected) by output name
-    computed = [(name, rewrite(body, "SELECT") if _contains_aggregate(body) else body) for name, body in computed]
+    computed = [(name, rewrite(body, "SELECT") if _after_noise(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
@@ -227,7 +235,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
                      options=dict(stmt.options), line=line, computed=tuple(computed),
-                     grouping_sets=sets, set_column=set_column)
+                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows))
     _check_clash(plan, tree, ctx)
     return plan
 
@@ -299,10 +307,40 @@ def _read_select_list(tree: exp.Select, ctx: _Context) -> tuple[list[_Item], dic
         if isinstance(body, exp.Star):
             ctx.fail(UnsupportedSQLError, "SELECT * is not supported: name the group keys and aggregates",
                      "*", body)
-        parsed_items.append((alias, body, _contains_aggregate(body)))
+        parsed_items.append((alias, body, _after_noise(body)))
         if alias:
             select_aliases[alias.lower()] = body
     return parsed_items, select_aliases
+
+
+#: The functions a window may call: ranking and offset functions, and SUM, AVG and COUNT.
+_WINDOW_FUNCTIONS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag,
+                     exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue, exp.Sum, exp.Avg, exp.Count)
+
+
+def _check_windows(tree: exp.Select, ctx: _Context) -> None:
+    """Refuse a window function over the table's rows: a window runs after noise, on the released
+    groups of a statement that aggregates (``SUM(COUNT(*)) OVER ()``, ``rank() OVER (ORDER BY
+    COUNT(*) DESC)``), in SELECT and ORDER BY only, as SQL evaluates windows after HAVING."""
+    windows = list(tree.find_all(exp.Window))
+    if not windows:
+        return
+    aggregated = tree.args.get("group") is not None or any(_is_agg_node(n) for n in tree.find_all(exp.AggFunc))
+    for w in windows:
+        clause = w.find_ancestor(exp.Where, exp.Group, exp.Having, exp.Filter, exp.Window)
+        if clause is not None:
+            name = {exp.Where: "WHERE", exp.Group: "GROUP BY", exp.Having: "HAVING", exp.Filter: "FILTER",
+                    exp.Window: "another window"}[type(clause)]
+            ctx.fail(UnsupportedSQLError, f"window functions are not allowed in {name}", "window function", w.this)
+        if not isinstance(w.this, _WINDOW_FUNCTIONS):
+            name = w.this.sql_name() if not isinstance(w.this, exp.Anonymous) else str(w.this.this).upper()
+            ctx.fail(UnsupportedSQLError, f"window function {name} is not supported (row_number, rank, dense_rank, "
+                     "percent_rank, cume_dist, ntile, lag, lead, first_value, last_value, nth_value, SUM, AVG and "
+                     "COUNT are)", "window function", w.this)
+        if not aggregated:
+            ctx.fail(UnsupportedSQLError, "window functions over the table's rows are not supported: a window runs "
+                     "after noise over a statement's aggregates, e.g. SUM(COUNT(*)) OVER () or rank() OVER "
+                     "(ORDER BY COUNT(*) DESC)", "window function", w.this)
 
 
 def _check_where(tree: exp.Select, schema: Schema, ctx: _Context) -> exp.Expression | None:
@@ -804,7 +842,14 @@ def _is_agg_node(node: exp.Expression) -> bool:
         node = node.this
     if isinstance(node, exp.WithinGroup):
         node = node.this
+    if isinstance(node.parent, exp.Window) and node.arg_key == "this":  # a window's function: post-processing
+        return False
     return isinstance(node, exp.AggFunc)
+
+
+def _after_noise(expr: exp.Expression) -> bool:
+    """Whether a select item reads released values: an aggregate, or a window over the groups."""
+    return _contains_aggregate(expr) or expr.find(exp.Window) is not None
 
 
 def _contains_aggregate(expr: exp.Expression) -> bool:
@@ -1024,12 +1069,22 @@ class _Rewriter:
                  grouping: tuple[tuple[tuple[int, ...], ...] | None, str | None] = (None, None)) -> None:
         self.keys, self.key_exprs = keys, key_exprs
         self.sets, self.set_column = grouping
+        #: (hidden column, window over output columns): computed on the answers before the select items
+        self.windows: list[tuple[str, exp.Expression]] = []
         self.aggregates = list(aggregates)
         self.items, self.outputs = items, outputs
         self.schema, self.ctx, self.used = schema, ctx, used
         self.alias_names = {o.lower(): o for o in outputs}
 
     def __call__(self, expr: exp.Expression, clause: str) -> exp.Expression:
+        if expr.find(exp.Window) is not None:  # each window becomes a hidden column (TRY cannot hold a window)
+            expr = expr.copy()
+            for window in list(expr.find_all(exp.Window)):
+                column = exp.column(self._window(window, clause), quoted=True)
+                if window is expr:
+                    expr = column
+                else:
+                    window.replace(column)
         failed = check_constants(expr)  # what fails on every row is refused now, not made NULL after the spend
         if failed is not None:
             node, reason = failed
@@ -1037,7 +1092,7 @@ class _Rewriter:
                           f"{reason}", construct_name(node), node)
         expr = expr.copy()
         for node in list(expr.walk()):
-            if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover
+            if isinstance(node, (exp.Select, exp.Subquery)):  # pragma: no cover
                 self.ctx.fail(UnsupportedSQLError, f"{construct_name(node)} in {clause}",
                               construct_name(node), node)
         # sqlglot's transform walks in a loop (a long AND chain does not recurse); a node it
@@ -1086,6 +1141,8 @@ class _Rewriter:
             if _same(node, e):
                 return exp.column(self.keys[k].name, quoted=True)
         if isinstance(node, exp.Column):
+            if node.name in {w for w, _ in self.windows} and not node.table:  # a window's hidden column
+                return node
             name = self.alias_names.get(node.name.lower())
             if name is not None:
                 return exp.column(name, quoted=True)
@@ -1098,6 +1155,24 @@ class _Rewriter:
             self.ctx.fail(UnknownColumnError, f"unknown column {node.name!r} in {clause}",
                           f"column {node.name!r}", node)
         return node
+
+    def _window(self, window: exp.Window, clause: str) -> str:
+        """The hidden column computing ``window`` on the answers: each expression it reads (its
+        function's arguments, PARTITION BY and ORDER BY terms) rewritten over output columns."""
+        window = window.copy()
+        func = window.this
+        for key, value in list(func.args.items()):
+            if isinstance(value, exp.Expression) and not isinstance(value, exp.Star):
+                func.set(key, self(value, clause))
+            elif isinstance(value, list):
+                func.set(key, [self(v, clause) for v in value])
+        if window.args.get("partition_by"):
+            window.set("partition_by", [self(e, clause) for e in window.args["partition_by"]])
+        for term in window.args["order"].expressions if window.args.get("order") else []:
+            term.set("this", self(term.this, clause))
+        name = _unique("__window", self.used)
+        self.windows.append((name, window))
+        return name
 
     def _grouping(self, node: exp.Grouping, clause: str) -> exp.Expression:
         """``GROUPING(k1, ..., kn)`` as DuckDB computes it: per grouping set, a bit per key (the first
@@ -1123,6 +1198,7 @@ class _Rewriter:
 
     def _aggregate_name(self, node: exp.Expression) -> str:
         call = node.this if isinstance(node, exp.Filter) else node
+        call = call.this if isinstance(call, exp.WithinGroup) else call  # PERCENTILE_DISC(q) WITHIN GROUP (...)
         if call.this is not None and _first_aggregate(call.this) is not None:
             self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", construct_name(node), node)
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
