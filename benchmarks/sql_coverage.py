@@ -8,7 +8,9 @@ Three suites of statements, each run through ``db.query`` on a made-up table
   variances, quantiles, string predicates, keys without aggregates;
 * ``bigquery``: statements in BigQuery's differential-privacy style
   (``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)``);
-* ``census``: the 2010 Census SF1 tabulations of ``examples/sf1``.
+* ``census``: the 2010 Census SF1 tabulations of ``examples/sf1``;
+* ``tabulations``: GROUPING SETS, ROLLUP, CUBE, windows over aggregates, and
+  answers that must stay in range.
 
 Each statement is ``answered``, ``refused`` (a ``dpsql.Error``, whose class
 and reason are printed: a refusal names the construct it cannot answer) or a
@@ -112,6 +114,23 @@ BIGQUERY = [
     "GROUP BY sex",
 ]
 
+#: Whole tabulations (issue 40): every margin in one statement, shares and ranks over the released groups,
+#: and answers that must stay in range (NULL where too few rows, clamped to the bounds).
+TABULATIONS = [
+    "SELECT sex, state, COUNT(*) AS n, GROUPING(sex, state) AS margin FROM pums GROUP BY ROLLUP (sex, state)",
+    "SELECT sex, married, AVG(income) AS income FROM pums GROUP BY CUBE (sex, married) ORDER BY ALL",
+    "SELECT state, race, COUNT(*) AS n FROM pums GROUP BY GROUPING SETS ((state, race), (state), (race), ())",
+    "SELECT sex, state, COUNT(*) AS n FROM pums GROUP BY sex, state WITH ROLLUP",
+    "SELECT state, COUNT(*) AS n, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS pct FROM pums "
+    "GROUP BY state ORDER BY pct DESC",
+    "SELECT sex, state, COUNT(*) AS n, rank() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC) AS place FROM pums "
+    "GROUP BY sex, state",
+    "SELECT educ, AVG(income) AS income, row_number() OVER (ORDER BY AVG(income) DESC) AS rn FROM pums GROUP BY educ",
+    "SELECT state, SUM(income) AS total, SUM(SUM(income)) OVER (ORDER BY state ROWS BETWEEN UNBOUNDED PRECEDING "
+    "AND CURRENT ROW) AS running FROM pums GROUP BY state",
+    "SELECT age, STDDEV_SAMP(income) AS sd, AVG(income) AS mean FROM pums WHERE age > 95 GROUP BY age",
+]
+
 
 def census() -> list[str]:
     """The SF1 tabulations of examples/sf1, one statement each."""
@@ -154,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     dbs = {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
            "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
                                     budget=budget, cache=False, progress=False)}
-    suites = [("smartnoise", "pums", SMARTNOISE), ("bigquery", "pums", BIGQUERY), ("census", "persons", census())]
+    suites = [("smartnoise", "pums", SMARTNOISE), ("bigquery", "pums", BIGQUERY), ("census", "persons", census()),
+              ("tabulations", "pums", TABULATIONS)]
     print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
     answerable: list[tuple[str, str]] = []
     crashes = 0

@@ -151,3 +151,8 @@ FROM adult GROUP BY education ORDER BY place;
 SELECT sex, education, AVG(age) AS mean_age, SUM(COUNT(*)) OVER (PARTITION BY sex) AS sex_total,
        SUM(COUNT(*)) OVER (PARTITION BY sex ORDER BY education ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
 FROM adult GROUP BY sex, education;
+
+-- rule: lookup_join, aggregate_call
+SELECT a.sex, AVG(e.years) AS mean_years, SUM(e.years) AS total_years
+FROM adult AS a LEFT JOIN education_years AS e ON a.education = e.education
+GROUP BY a.sex;

@@ -31,8 +31,8 @@ SCHEMA = {
         "score": {"type": "categorical", "values": [1, 2, 5, 10], "nullable": True, "bounds": [0, 8]},
     },
     # a public lookup table (W has no zone: an INNER join drops its rows, a LEFT join gives NULL)
-    "public_tables": {"zones": {"columns": ["region", "zone"], "rows": [["E", "coast"], ["N", "inland"],
-                                                                         ["S", "coast"], ["X", "none"]]}},
+    "public_tables": {"zones": {"columns": ["region", "zone", "km"],
+                                "rows": [["E", "coast", 5], ["N", "inland", 120.5], ["S", "coast", 2], ["X", "none", 0]]}},
 }
 HOURS_EDGES = [0, 10, 20, 40]
 HOURS_BIN_SQL = ("CASE WHEN hours < 10 THEN '[0, 10)' WHEN hours < 20 THEN '[10, 20)' "
@@ -69,8 +69,8 @@ def make_table(n: int = 400, seed: int = 0) -> duckdb.DuckDBPyConnection:
                 "hours::DOUBLE AS hours, white::BOOLEAN AS white, black::BOOLEAN AS black, "
                 "region::VARCHAR AS region, score::INTEGER AS score FROM df")
     con.unregister("df")
-    con.execute("CREATE TABLE zones (region VARCHAR, zone VARCHAR)")
-    con.executemany("INSERT INTO zones VALUES (?, ?)", SCHEMA["public_tables"]["zones"]["rows"])
+    con.execute("CREATE TABLE zones (region VARCHAR, zone VARCHAR, km DOUBLE)")
+    con.executemany("INSERT INTO zones VALUES (?, ?, ?)", SCHEMA["public_tables"]["zones"]["rows"])
     return con
 
 
@@ -359,6 +359,10 @@ class StatementGenerator:
             ogroup = [str(int(g) + 1) for g in ogroup]
             group.insert(0, "zone")
             ogroup.insert(0, "1")
+        if join and self.sets_rng.random() < 0.4:  # a public lookup column's SUM or AVG (its own stream)
+            lk = f"{self.sets_rng.choice(['SUM', 'AVG'])}(km)"
+            sel.append(f"{lk} AS lk")
+            osel.append(f"{lk} AS lk")
         if keys and self.sets_rng.random() < 0.15:  # a window over the groups' released aggregate
             (a, oa), window = aggs[0], self.sets_rng.choice(["SUM({}) OVER ()", "rank() OVER (ORDER BY {} DESC)",
                                                               "row_number() OVER (ORDER BY {})"])

@@ -47,7 +47,16 @@ from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
 from dpsql.sql.constants import check_constants
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
+from dpsql.sql.grid import (
+    MAX_ATTRIBUTE_SIZE,
+    Grid,
+    column_function,
+    column_refs,
+    conjuncts,
+    construct_name,
+    literal_value,
+    number_value,
+)
 from dpsql.sql.lookup import lookup
 from dpsql.sql.outputs import clash
 from dpsql.sql.parse import Statement, parse_statements
@@ -936,6 +945,8 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     else:
         if not isinstance(arg, exp.Column):
             looked_up = arg.meta.get("lookup") if isinstance(arg, exp.Expression) else None
+            if looked_up is not None and func in ("sum", "avg"):
+                return _lookup_aggregate(func, arg, looked_up, alias, condition, schema, ctx, used, visible, body)
             if looked_up is not None:
                 ctx.fail(UnsupportedSQLError, f"{func.upper()}({looked_up.name}) reads a column of a public lookup "
                          "table: an aggregate reads a column of the private table (a lookup column may be used in "
@@ -971,6 +982,33 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
             name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
     return Aggregate(name=_unique(name, used), func=func, column=column, bounds=bounds, visible=visible,
                      filter=condition)
+
+
+def _lookup_aggregate(func: str, arg: exp.Expression, looked_up: exp.Column, alias: str | None,
+                      condition: exp.Expression | None, schema: Schema, ctx: _Context, used: set[str],
+                      visible: bool, body: exp.Expression) -> Aggregate:
+    """SUM or AVG of a public lookup table's numeric column joined on one private key: a weighted
+    count over the key's domain, each key value weighing its public value (NULL where it has none,
+    which SUM and AVG skip). Its bounds are the public values' smallest and largest."""
+    columns = column_refs(arg)
+    col = schema.column(columns[0]) if len(columns) == 1 else None
+    values = column_function(col, arg) if col is not None and not isinstance(col, Binned) else None
+    if values is None:
+        why = ("its join key is several columns" if len(columns) > 1 else "its values are not numbers"
+               if col is not None and not isinstance(col, Binned) else "its join key is binned")
+        ctx.fail(UnsupportedSQLError, f"{func.upper()}({looked_up.name}) reads a column of a public lookup table, "
+                 f"and {why}: SUM and AVG read a numeric lookup column joined on one private column",
+                 f"{func.upper()} argument", looked_up)
+    present = values[0][~values[1]]
+    bounds = (float(present.min()), float(present.max())) if present.size else (0.0, 0.0)
+    if max(map(abs, bounds)) > limits.MAX_SUM_MAGNITUDE:
+        ctx.fail(DomainError, f"cannot {func.upper()} {looked_up.name!r}: its values reach beyond 2^53, the largest "
+                 "magnitude dpsql sums", f"{func.upper()}({looked_up.name})", body)
+    name = alias or f"{func.upper()}({looked_up.name})"
+    if alias is None and condition is not None:
+        name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
+    return Aggregate(name=_unique(name, used), func=func, column=col.name, bounds=bounds, visible=visible,
+                     filter=condition, argument=_strip(arg))
 
 
 def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, float, bool], alias: str | None,
@@ -1022,7 +1060,7 @@ def _conditional_argument(func: str, arg: exp.Expression) -> tuple[exp.Expressio
     ok_default, dv = literal_value(default) if default is not None else (True, None)
     if not ok_default or not (dv is None or (func == "sum" and dv == 0 and not isinstance(dv, bool))):
         return None, arg
-    if isinstance(then, exp.Column):
+    if isinstance(then, exp.Column) or then.meta.get("lookup") is not None:  # a column, or a lookup table's
         return _strip(when.this), then
     ok_then, tv = literal_value(then)
     counts = (func == "sum" and tv == 1 and not isinstance(tv, bool)) or (func == "count" and tv is not None)
@@ -1127,7 +1165,7 @@ class _Rewriter:
         if aggregate.func == "count":
             return True
         column = self.schema.column(aggregate.column) if aggregate.column else None
-        return (aggregate.func in ("sum", "quantile_disc") and column is not None
+        return (aggregate.func in ("sum", "quantile_disc") and column is not None and aggregate.argument is None
                 and column.sql_type not in ("DOUBLE", "VARCHAR", "BOOLEAN"))
 
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
@@ -1204,6 +1242,7 @@ class _Rewriter:
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
             if (a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter)
+                    and _same_filter(a.argument, probe.argument)
                     and a.quantile == probe.quantile and a.descending == probe.descending):
                 return a.name
         agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)

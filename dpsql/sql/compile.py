@@ -56,9 +56,9 @@ from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_function, column_refs, conjuncts
 from dpsql.sql.parse import Statement, parse_statements
-from dpsql.sql.plan import GroupKey, QueryPlan
+from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 from dpsql.sql.postprocess import check_postprocessing
 
 if TYPE_CHECKING:
@@ -471,6 +471,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
         for agg in plan.aggregates:
             masks = _masks(agg.filter, where, grids, attr_of)
             filter_sql = None if agg.filter is None else agg.filter.sql(dialect="duckdb")
+            if agg.argument is not None:  # a lookup column's values: not the column's own
+                filter_sql = (filter_sql, agg.argument.sql(dialect="duckdb"))
             if agg.func in QUANTILES:  # the column's prefix counts: one term, a block per threshold
                 sig = ("cdf", agg.column, filter_sql)
                 if sig not in made:
@@ -510,14 +512,14 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                     keys_here = ([key_domains[k] for k in hosted[a]], [plan.keys[k] for k in hosted[a]], kept[a])
                     counted = mask  # the cells a COUNT(column) would count here
                     if col is not None and attr_of[col.name] == a:
-                        nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
+                        nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col, agg.argument))).ravel()
                         counted = nn if mask is None else (mask & nn)
                         if measure == "count":
                             mask = counted
                         elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
                             endpoints = (col.name, col.endpoint_weights(agg.bounds))
                         else:
-                            w = col.sum_weights(agg.bounds)
+                            w = col.sum_weights(agg.bounds) if agg.argument is None else _lookup_weights(col, agg)
                             w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     if measure == "sum":
@@ -615,7 +617,17 @@ def _masks(condition: exp.Expression | None, masks: list[np.ndarray | None], gri
     return masks
 
 
-def _not_null(col: Column) -> np.ndarray:
+def _lookup_weights(col: Column, agg: Aggregate) -> np.ndarray:
+    """Per domain index of ``col``: the value an aggregate's ``argument`` reads there, clamped to its
+    bounds, 0 where NULL (which SUM skips)."""
+    values, null = column_function(col, agg.argument)
+    return np.where(null, 0.0, np.clip(values, *agg.bounds))
+
+
+def _not_null(col: Column, argument: exp.Expression | None = None) -> np.ndarray:
+    """Per domain index of ``col``: whether it, or the ``argument`` read of it (a lookup column), is not NULL."""
+    if argument is not None:
+        return ~column_function(col, argument)[1]
     v = np.ones(col.size, dtype=bool)
     if col.nullable:
         v[-1] = False

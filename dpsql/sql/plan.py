@@ -55,6 +55,10 @@ class Aggregate:
     filter: exp.Expression | None = None
     quantile: float | None = None
     descending: bool = False
+    #: the value SUM or AVG reads, when not ``column`` itself: an expression of ``column`` alone,
+    #: evaluated on its domain (a public lookup table's numeric column, a CASE over the join key);
+    #: ``bounds`` are then its smallest and largest value there
+    argument: exp.Expression | None = None
 
     @property
     def sensitivity(self) -> float:
