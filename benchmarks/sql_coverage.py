@@ -13,7 +13,9 @@ Three suites of statements, each run through ``db.query`` on a made-up table
   filters, derived keys and renames, and outer queries over aggregates;
 * ``tsql``: SmartNoise-style statements in T-SQL, SmartNoise's own validation
   dialect (``SELECT TOP 5 ...``, ``[name]``, ``ISNULL``, ``IIF``, ``STDEV``),
-  read with ``dialect="tsql"``.
+  read with ``dialect="tsql"``;
+* ``tabulations``: GROUPING SETS, ROLLUP, CUBE, windows over aggregates, and
+  answers that must stay in range.
 
 Each statement is ``answered``, ``refused`` (a ``dpsql.Error``, whose class
 and reason are printed: a refusal names the construct it cannot answer) or a
@@ -118,6 +120,23 @@ BIGQUERY = [
     "GROUP BY sex",
 ]
 
+#: Whole tabulations (issue 40): every margin in one statement, shares and ranks over the released groups,
+#: and answers that must stay in range (NULL where too few rows, clamped to the bounds).
+TABULATIONS = [
+    "SELECT sex, state, COUNT(*) AS n, GROUPING(sex, state) AS margin FROM pums GROUP BY ROLLUP (sex, state)",
+    "SELECT sex, married, AVG(income) AS income FROM pums GROUP BY CUBE (sex, married) ORDER BY ALL",
+    "SELECT state, race, COUNT(*) AS n FROM pums GROUP BY GROUPING SETS ((state, race), (state), (race), ())",
+    "SELECT sex, state, COUNT(*) AS n FROM pums GROUP BY sex, state WITH ROLLUP",
+    "SELECT state, COUNT(*) AS n, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS pct FROM pums "
+    "GROUP BY state ORDER BY pct DESC",
+    "SELECT sex, state, COUNT(*) AS n, rank() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC) AS place FROM pums "
+    "GROUP BY sex, state",
+    "SELECT educ, AVG(income) AS income, row_number() OVER (ORDER BY AVG(income) DESC) AS rn FROM pums GROUP BY educ",
+    "SELECT state, SUM(income) AS total, SUM(SUM(income)) OVER (ORDER BY state ROWS BETWEEN UNBOUNDED PRECEDING "
+    "AND CURRENT ROW) AS running FROM pums GROUP BY state",
+    "SELECT age, STDDEV_SAMP(income) AS sd, AVG(income) AS mean FROM pums WHERE age > 95 GROUP BY age",
+]
+
 
 SUBQUERIES = [
     "WITH adults AS (SELECT * FROM pums WHERE age >= 18) SELECT sex, COUNT(*) AS n FROM adults GROUP BY sex",
@@ -202,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                                     budget=budget, cache=False, progress=False)}
     suites = [("smartnoise", "pums", SMARTNOISE, None), ("bigquery", "pums", BIGQUERY, None),
               ("census", "persons", census(), None), ("subqueries", "pums", SUBQUERIES, None),
-              ("tsql", "pums", TSQL, "tsql")]
+              ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None)]
     suites = [s for s in suites if not args.suite or s[0] in args.suite]
     print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
     answerable: list[tuple[str, str]] = []

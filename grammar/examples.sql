@@ -149,3 +149,30 @@ WHERE n > 10 ORDER BY n DESC LIMIT 1;
 WITH married AS (SELECT sex, COUNT(*) AS n FROM adult WHERE age >= 30 GROUP BY sex),
      everyone AS (SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex)
 SELECT e.sex, m.n * 100.0 / e.n AS pct FROM everyone AS e JOIN married AS m ON e.sex = m.sex ORDER BY pct DESC;
+
+-- rule: group_element, grouping_sets, key_list, grouping_call
+SELECT sex, education, COUNT(*) AS n, AVG(age) AS mean_age, GROUPING(sex, education) AS margin
+FROM adult GROUP BY ROLLUP (sex, education) ORDER BY margin, sex, education;
+
+-- rule: grouping_sets, grouping_set, key_list
+SELECT sex, married, age // 10 * 10 AS decade, COUNT(*) AS n
+FROM adult GROUP BY GROUPING SETS ((sex, married), (decade), ()) HAVING GROUPING(sex) = 0 OR n > 100;
+
+-- rule: group_by_clause, grouping_sets
+SELECT sex, married, COUNT(*) FROM adult GROUP BY CUBE (sex, married);
+SELECT sex, married, COUNT(*) FROM adult GROUP BY sex, married WITH ROLLUP;
+
+-- rule: window_call, window_function
+SELECT education, COUNT(*) AS n, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS pct,
+       rank() OVER (ORDER BY COUNT(*) DESC) AS place
+FROM adult GROUP BY education ORDER BY place;
+
+-- rule: window_call, window_function, frame, frame_bound
+SELECT sex, education, AVG(age) AS mean_age, SUM(COUNT(*)) OVER (PARTITION BY sex) AS sex_total,
+       SUM(COUNT(*)) OVER (PARTITION BY sex ORDER BY education ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
+FROM adult GROUP BY sex, education;
+
+-- rule: lookup_join, aggregate_call
+SELECT a.sex, AVG(e.years) AS mean_years, SUM(e.years) AS total_years
+FROM adult AS a LEFT JOIN education_years AS e ON a.education = e.education
+GROUP BY a.sex;

@@ -31,8 +31,8 @@ SCHEMA = {
         "score": {"type": "categorical", "values": [1, 2, 5, 10], "nullable": True, "bounds": [0, 8]},
     },
     # a public lookup table (W has no zone: an INNER join drops its rows, a LEFT join gives NULL)
-    "public_tables": {"zones": {"columns": ["region", "zone"], "rows": [["E", "coast"], ["N", "inland"],
-                                                                         ["S", "coast"], ["X", "none"]]}},
+    "public_tables": {"zones": {"columns": ["region", "zone", "km"],
+                                "rows": [["E", "coast", 5], ["N", "inland", 120.5], ["S", "coast", 2], ["X", "none", 0]]}},
 }
 HOURS_EDGES = [0, 10, 20, 40]
 HOURS_BIN_SQL = ("CASE WHEN hours < 10 THEN '[0, 10)' WHEN hours < 20 THEN '[10, 20)' "
@@ -69,8 +69,8 @@ def make_table(n: int = 400, seed: int = 0) -> duckdb.DuckDBPyConnection:
                 "hours::DOUBLE AS hours, white::BOOLEAN AS white, black::BOOLEAN AS black, "
                 "region::VARCHAR AS region, score::INTEGER AS score FROM df")
     con.unregister("df")
-    con.execute("CREATE TABLE zones (region VARCHAR, zone VARCHAR)")
-    con.executemany("INSERT INTO zones VALUES (?, ?)", SCHEMA["public_tables"]["zones"]["rows"])
+    con.execute("CREATE TABLE zones (region VARCHAR, zone VARCHAR, km DOUBLE)")
+    con.executemany("INSERT INTO zones VALUES (?, ?, ?)", SCHEMA["public_tables"]["zones"]["rows"])
     return con
 
 
@@ -123,6 +123,32 @@ def _py(v):
     return v
 
 
+def exact_rows(con, oracle_sql: str, plan) -> tuple[dict[tuple, tuple], list[str]]:
+    """DuckDB's rows for ``oracle_sql`` by group key (see :func:`group_key`), and the output names.
+    With grouping sets the oracle selects ``GROUPING(keys...) AS gid`` (keys in the plan's order):
+    a group's key starts with it, since two sets can hold the same labels (NULL of a margin)."""
+    names = list(plan.outputs)
+    key_pos = [names.index(k.name) for k in plan.keys]
+    exact = {}
+    for r in con.sql(oracle_sql).fetchall():
+        key = tuple(_py(r[p]) for p in key_pos)
+        if plan.grouping_sets is not None:
+            key = (r[names.index("gid")], *key)
+        assert key not in exact, f"duplicate group {key}"
+        exact[key] = r
+    return exact, names
+
+
+def group_key(st, i: int) -> tuple:
+    """Group ``i`` of a compiled statement as :func:`exact_rows` keys DuckDB's rows."""
+    key = tuple(_py(v) for v in st.groups[i])
+    sets = st.plan.grouping_sets
+    if sets is None:
+        return key
+    n = len(st.plan.keys)
+    return (sum(1 << (n - 1 - k) for k in range(n) if k not in sets[st.sets[i]]), *key)
+
+
 def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) -> None:
     """Assert that the batch's answers for one statement equal DuckDB's
     exact answers to ``oracle_sql`` (same select list), group by group; groups
@@ -131,15 +157,8 @@ def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) ->
     st = batch.statements[statement_index]
     plan = st.plan
     table = batch.tables(y)[statement_index]
-    rows = con.sql(oracle_sql).fetchall()
-    names = list(plan.outputs)
-    key_pos = {k.name: names.index(k.name) for k in plan.keys}
-    exact = {}
-    for r in rows:
-        key = tuple(_py(r[key_pos[k.name]]) for k in plan.keys)
-        assert key not in exact, f"duplicate group {key}"
-        exact[key] = r
-    ours_keys = [tuple(_py(v) for v in g) for g in st.groups]
+    exact, names = exact_rows(con, oracle_sql, plan)
+    ours_keys = [group_key(st, i) for i in range(len(st.groups))]
     assert len(set(ours_keys)) == len(ours_keys), "groups must be distinct"
     missing = set(exact) - set(ours_keys)
     assert not missing, f"DuckDB groups {missing} are not in the compiled domain"
@@ -178,7 +197,8 @@ def assert_released_near_exact(func: str, got: float, want, context) -> None:
         want = 0.0 if want is None else float(want)
         assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-4), (*context, got, want)
         return
-    if want is None:
+    if want is None:  # DuckDB's NULL, or a group it does not return (no rows): NULL, exactly
+        assert math.isnan(got), (*context, got, want)
         return
     if func.startswith("quantile"):  # read off a CDF of whole counts: exact
         assert math.isclose(got, float(want), rel_tol=1e-12, abs_tol=1e-12), (*context, got, want)
@@ -201,6 +221,7 @@ class StatementGenerator:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        self.sets_rng = random.Random(-1 - seed)  # its own stream: the other statements stay as they were
 
     def leaf(self) -> str:
         r = self.rng
@@ -349,9 +370,28 @@ class StatementGenerator:
             ogroup = [str(int(g) + 1) for g in ogroup]
             group.insert(0, "zone")
             ogroup.insert(0, "1")
+        if join and self.sets_rng.random() < 0.4:  # a public lookup column's SUM or AVG (its own stream)
+            lk = f"{self.sets_rng.choice(['SUM', 'AVG'])}(km)"
+            sel.append(f"{lk} AS lk")
+            osel.append(f"{lk} AS lk")
+        if keys and self.sets_rng.random() < 0.15:  # a window over the groups' released aggregate
+            (a, oa), window = aggs[0], self.sets_rng.choice(["SUM({}) OVER ()", "rank() OVER (ORDER BY {} DESC)",
+                                                              "row_number() OVER (ORDER BY {})"])
+            sel.append(f"{window.format(sel[len(keys)].rsplit(' AS ', 1)[0])} AS win")
+            osel.append(f"{window.format(osel[len(keys)].rsplit(' AS ', 1)[0])} AS win")
+        grouping = keys and self.sets_rng.random() < 0.2
+        if grouping:  # GROUPING SETS, ROLLUP, CUBE, and GROUPING() of every key as gid
+            exprs = [e.rsplit(" AS ", 1)[0] if a is not None else "hours" for e, a in keys]
+            oexprs = [e.rsplit(" AS ", 1)[0] if a is not None else HOURS_BIN_SQL for e, a in keys]
+            sel.append(f"GROUPING({', '.join(exprs)}) AS gid")
+            osel.append(f"GROUPING({', '.join(oexprs)}) AS gid")
         sql = f"SELECT {', '.join(sel)} FROM people{join}{where}"
         osql = f"SELECT {', '.join(osel)} FROM people{join}{where}"
-        if keys:
+        if grouping:
+            form = self.grouping_sets(len(keys))
+            sql += f" GROUP BY {form.format(*group)}"
+            osql += f" GROUP BY {form.format(*ogroup)}"
+        elif keys:
             sql += " GROUP BY ALL" if r.random() < 0.15 else f" GROUP BY {', '.join(group)}"
             osql += f" GROUP BY {', '.join(ogroup)}"
         if not join and r.random() < 0.25:  # the same statement through a CTE or a FROM-subquery
@@ -369,6 +409,22 @@ class StatementGenerator:
                   else "")
         table = "base" if kind == "cte" else "(SELECT * FROM people) AS p"
         return tuple(source + text.replace(" FROM people", f" FROM {table}", 1) for text in (sql, osql))
+
+    def grouping_sets(self, n: int) -> str:
+        """A GROUP BY of ``n`` keys (``{0}``, ``{1}``... placeholders) with grouping sets, each set once and
+        every key in one (DuckDB refuses a selected key in none)."""
+        r = self.sets_rng
+        slots = [f"{{{i}}}" for i in range(n)]
+        forms = [f"ROLLUP ({', '.join(slots)})", f"CUBE ({', '.join(slots)})"]
+        if n >= 2:
+            forms += [f"{slots[0]}, ROLLUP ({', '.join(slots[1:])})", f"ROLLUP (({slots[0]}, {slots[1]}))" +
+                      "".join(f", {s}" for s in slots[2:]), f"CUBE ({', '.join(slots[:-1])}), {slots[-1]}"]
+        subsets = sorted({tuple(range(n))} | {tuple(sorted(r.sample(range(n), r.randint(0, n))))
+                                              for _ in range(r.randint(1, 3))},
+                         key=lambda t: (-len(t), t))
+        listed = ", ".join(f"({', '.join(slots[i] for i in t)})" for t in subsets)
+        forms.append(f"GROUPING SETS ({listed})")
+        return r.choice(forms)
 
     def batch(self, count: int, max_cells: int = 512) -> list[Generated]:
         """``count`` statements whose batch keeps every merged attribute (columns coupled by a

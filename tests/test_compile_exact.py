@@ -39,7 +39,8 @@ def test_generator_covers_the_constructs():
                       "LIKE", "age // 5", "COALESCE(", "regexp_matches(", "* 0.5", " JOIN zones USING (region)",
                       "LEFT JOIN zones z", ")::INT) AS agg", "AS DOUBLE)) AS agg", "THEN 1 END) AS agg",
                       "WITH base AS (SELECT * FROM people WHERE", "FROM (SELECT * FROM people) AS p",
-                      "SELECT * FROM (SELECT"]:
+                      "SELECT * FROM (SELECT", "(km)", "GROUPING(", "ROLLUP (", "CUBE (", "GROUPING SETS (",
+                      " OVER ("]:
         assert construct in text, construct
 
 

@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from sql_oracle import SCHEMA, StatementGenerator, _py, assert_released_near_exact, make_table
+from sql_oracle import SCHEMA, StatementGenerator, _py, assert_released_near_exact, exact_rows, group_key, make_table
 
 import dpsql
 from dpsql.engine import engine as engine_module
@@ -35,12 +35,6 @@ def connect(con, budget=HUGE, **kwargs):
     return dpsql.connect(con, schema=SCHEMA, budget=budget, cache=False, **kwargs)
 
 
-def _exact_rows(con, oracle_sql, plan):
-    names = list(plan.outputs)
-    out = {}
-    for r in con.sql(oracle_sql).fetchall():
-        out[tuple(_py(r[names.index(k.name)]) for k in plan.keys)] = r
-    return out, names
 
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
@@ -57,10 +51,10 @@ def test_answers_equal_duckdb_at_huge_epsilon(noise):
     assert len(results) == len(gens)
     for st, res, g in zip(compiled.statements, results, gens):
         assert res.mechanism == noise
-        exact, names = _exact_rows(con, g.oracle, st.plan)
+        exact, names = exact_rows(con, g.oracle, st.plan)
         assert len(res.df) == len(st.groups)
-        for i, key in enumerate(st.groups):
-            key = tuple(_py(v) for v in key)
+        for i in range(len(st.groups)):
+            key = group_key(st, i)
             for agg in st.plan.aggregates:
                 want = exact.get(key)
                 want = None if want is None else want[names.index(agg.name)]

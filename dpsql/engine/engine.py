@@ -246,7 +246,7 @@ class Engine:
         if noise == "gaussian" and not zcdp and r.delta is None:
             raise ArgumentError("std_error with Gaussian noise under an (epsilon, delta) budget needs delta=")
         rows = [b for st in compiled.statements for a in st.plan.aggregates if a.visible and a.func in ("count", "sum")
-                for b in [st.block(a.name)] if b.term is not None]
+                for b in st.blocks_of(a.name) if b.term is not None]  # several: one per grouping set
         if not rows:
             raise ArgumentError("std_error needs a COUNT or SUM to measure: the standard errors of other aggregates "
                                 "depend on their answers")
@@ -295,9 +295,10 @@ class Engine:
         for st, df in zip(compiled.statements, compiled.tables(np.zeros(W.num_queries))):
             out = df[[k.name for k in st.plan.keys]].copy()
             aggregates = {a.name for a in st.plan.aggregates}
-            for output in error_outputs(st.plan):  # the result's error columns; one measured block: a COUNT or SUM
+            for output in error_outputs(st.plan):  # the result's error columns; one measure: a COUNT or SUM
                 blocks = st.blocks_of(output) if output in aggregates else []
-                out[error_names(st.plan, output)[0]] = (blocks[0].take(se, len(df)) if len(blocks) == 1
+                out[error_names(st.plan, output)[0]] = (sum(b.take(se, len(df)) for b in blocks)
+                                                   if {b.measure for b in blocks} in ({"count"}, {"sum"})
                                                    else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval
+from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval, value_range
 from dpsql.sql.compile import Block, CompiledStatement
 from dpsql.sql.delta import partials
 from dpsql.sql.outputs import error_names, error_outputs
@@ -56,8 +56,13 @@ def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, i
         for i, (a, ga) in enumerate(terms):
             var = var + (ga * a.take(se, size)) ** 2
             for b, gb in terms[i + 1:]:
-                if a.term is not None and b.term is not None and covariance is not None:
-                    var = var + 2.0 * ga * gb * covariance(a.term, b.term) * a.scale * b.scale
+                # blocks of two grouping sets answer different groups: no common row to covary on
+                if a.term is not None and b.term is not None and covariance is not None and a.part == b.part:
+                    cov = covariance(a.term, b.term) * a.scale * b.scale
+                    if a.part is not None:
+                        cov = np.zeros(size)
+                        cov[a.part] = covariance(a.term, b.term) * a.scale * b.scale
+                    var = var + 2.0 * ga * gb * cov
     return np.sqrt(np.maximum(var, 0.0))
 
 
@@ -89,7 +94,7 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
             continue
         if agg.func in QUANTILES:  # an interval from the CDF's error band, no standard error
             parts = st.parts(agg.name, answers)
-            spread = {b.measure: b.take(se, size) for b in st.blocks_of(agg.name)}
+            spread = st.parts(agg.name, se)
             out[name] = np.full(size, np.nan)
             out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
                                                  np.array(st.thresholds[agg.name]), parts, spread, z)
@@ -97,6 +102,9 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
         err = _delta_method(grads[agg.name], se, covariance, size)
         err[np.isnan(values[agg.name])] = np.nan  # a NULL answer has no standard error
         out[name], out[lo], out[hi] = err, values[agg.name] - z * err, values[agg.name] + z * err
+        span = value_range(agg.func, agg.bounds)
+        if span is not None:  # the true value is in range: so is the interval (free, and it covers no less)
+            out[lo], out[hi] = np.clip(out[lo], *span), np.clip(out[hi], *span)
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
     for output in error_outputs(st.plan):

@@ -14,6 +14,15 @@ A proportion, the AVG of a condition made 1, 0 or NULL (``AVG(CASE WHEN c THEN 1
 ``count`` counts those where it is not NULL (:attr:`dpsql.sql.plan.Aggregate.indicator`): the
 same value, NULL over no rows, and the same delta-method standard error of a ratio of two counts.
 
+Answers stay in range (:func:`value`, :func:`value_range`): an AVG is NULL where the
+noisy count, rounded to a whole number, is 0 or less, a sample variance or standard
+deviation where it is below 2 (a population one below 1), as DuckDB's are for too few
+rows; and AVG, variances and standard deviations are clamped to what the column's
+bounds allow (AVG within [lo, hi], a variance within [0, (hi - lo)² / 4], or / 2 for a
+sample one). Quantiles are read off the domain's values, so they are in range already.
+Both rules are post-processing of released values: free, and clamping never moves an
+answer away from the truth. At a huge epsilon every answer is DuckDB's, NULLs included.
+
 >>> import numpy as np
 >>> parts = {"count": np.array([4.0]), "sum": np.array([10.0]), "sumsq": np.array([30.0])}  # values 1, 2, 3, 4
 >>> [float(value(f, parts)[0]) for f in ("avg", "var_pop", "var_samp")]
@@ -24,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MEASURES", "QUANTILES", "measures", "value", "gradient", "quantile", "quantile_interval"]
+__all__ = ["MEASURES", "QUANTILES", "measures", "value", "value_range", "gradient", "quantile", "quantile_interval"]
 
 #: The quantile functions: read from the column's CDF (see :func:`quantile`).
 QUANTILES = ("quantile_cont", "quantile_disc")
@@ -54,21 +63,46 @@ def measures(func: str, thresholds: int = 0) -> tuple[str, ...]:
 _DDOF = {"var_pop": 0, "var_samp": 1, "stddev_pop": 0, "stddev_samp": 1}
 
 
-def value(func: str, parts: dict[str, np.ndarray]) -> np.ndarray:
-    """The aggregate per group from its measured queries: NaN (shown as NULL) where the count
-    is 0 for AVG, and where it is at most the degrees of freedom for a variance (DuckDB's NULL
-    for VAR_POP of no rows and VAR_SAMP of at most one). A noisy variance below zero is 0."""
+def value_range(func: str, bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The values an AVG, variance or standard deviation can take on any table, for a column whose
+    summed values are clamped into ``bounds`` = (lo, hi): [lo, hi] for AVG, [0, (hi - lo)² / 4] for a
+    population variance, [0, (hi - lo)² / 2] for a sample one (two rows, at lo and hi), their square
+    roots for the standard deviations. None for another function, or without bounds."""
+    if bounds is None or func not in MEASURES or func in ("count", "sum"):
+        return None
+    if func == "avg":
+        return float(bounds[0]), float(bounds[1])
+    span = float(bounds[1]) - float(bounds[0])
+    top = span * span / (4.0 if _DDOF[func] == 0 else 2.0)
+    return 0.0, (float(np.sqrt(top)) if func.startswith("stddev") else top)
+
+
+def value(func: str, parts: dict[str, np.ndarray], bounds: tuple[float, float] | None = None) -> np.ndarray:
+    """The aggregate per group from its measured queries, kept in range.
+
+    NULL (NaN) where the noisy count, rounded to the nearest whole number, is below the rows
+    DuckDB needs for a value: 1 for AVG and the population variances, 2 for the sample ones
+    (DuckDB's NULL for AVG of no rows and VAR_SAMP of one). Rounding makes the rule exact at a
+    huge epsilon: a count of 1 plus noise is never read as more than one row.
+
+    With ``bounds``, the range a summed value is clamped into, the answer is clamped to
+    :func:`value_range`. The true value lies in that range, so clamping is free post-processing
+    and never moves an answer further from it. A noisy variance below zero is 0.
+    """
     if func in ("count", "sum"):
         return parts[func]
     n, s = parts["count"], parts["sum"]
     with np.errstate(divide="ignore", invalid="ignore"):
         if func == "avg":
-            return np.where(n != 0, s / np.where(n != 0, n, 1.0), np.nan)
-        ddof = _DDOF[func]
-        ok = n > ddof
-        safe = np.where(ok, n, ddof + 1.0)
-        var = np.where(ok, np.maximum(parts["sumsq"] - s * s / safe, 0.0) / (safe - ddof), np.nan)
-        return np.sqrt(var) if func.startswith("stddev") else var
+            out = np.where(n >= 0.5, s / n, np.nan)
+        else:
+            ddof = _DDOF[func]
+            ok = n >= ddof + 0.5
+            safe = np.where(ok, n, ddof + 1.0)
+            out = np.where(ok, np.maximum(parts["sumsq"] - s * s / safe, 0.0) / (safe - ddof), np.nan)
+            out = np.sqrt(out) if func.startswith("stddev") else out
+    allowed = value_range(func, bounds)
+    return out if allowed is None else np.clip(out, *allowed)
 
 
 def gradient(func: str, parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

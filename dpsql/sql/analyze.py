@@ -37,7 +37,7 @@ dpsql.errors.UnsupportedSQLError: JOIN with 'u' is not supported: only a public 
 from __future__ import annotations
 
 import math
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import duckdb
 import numpy as np
@@ -49,7 +49,16 @@ from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.bind import output_names
 from dpsql.sql.constants import check_constants
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts, construct_name, literal_value, number_value
+from dpsql.sql.grid import (
+    MAX_ATTRIBUTE_SIZE,
+    Grid,
+    column_function,
+    column_refs,
+    conjuncts,
+    construct_name,
+    literal_value,
+    number_value,
+)
 from dpsql.sql.inline import inline
 from dpsql.sql.levels import with_levels
 from dpsql.sql.lookup import lookup
@@ -90,7 +99,18 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Column: frozenset({"this", "table"}),
     exp.Star: frozenset(),
     exp.Where: frozenset({"this"}),
-    exp.Group: frozenset({"expressions", "all"}),
+    exp.Group: frozenset({"expressions", "all", "rollup", "cube"}),  # rollup, cube: MySQL's trailing WITH ROLLUP
+    # GROUPING SETS, ROLLUP, CUBE (a Tuple is a composite element or a set; () the grand total) and GROUPING()
+    exp.GroupingSets: frozenset({"expressions"}), exp.Rollup: frozenset({"expressions"}),
+    exp.Cube: frozenset({"expressions"}), exp.Tuple: frozenset({"expressions"}),
+    exp.Grouping: frozenset({"expressions"}),
+    # windows over a grouped statement's released aggregates (_check_windows), run after noise
+    exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.RowNumber: frozenset(), exp.Rank: frozenset(), exp.DenseRank: frozenset(), exp.PercentRank: frozenset(),
+    exp.CumeDist: frozenset(), exp.Ntile: frozenset({"this"}), exp.Lag: frozenset({"this", "offset", "default"}),
+    exp.Lead: frozenset({"this", "offset", "default"}), exp.FirstValue: frozenset({"this"}),
+    exp.LastValue: frozenset({"this"}), exp.NthValue: frozenset({"this", "offset"}),
     exp.Having: frozenset({"this"}),
     exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
@@ -142,8 +162,8 @@ _ARG_NAMES = {
     (exp.Table, "version"): "time travel (AT / FOR SYSTEM_TIME)", (exp.Table, "only"): "ONLY",
     (exp.TableAlias, "columns"): "column names in a table alias", (exp.Ordered, "nulls_first"): "NULLS FIRST",
     (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES", (exp.Limit, "offset"): "LIMIT offset, count",
-    (exp.Group, "all"): "GROUP BY ALL", (exp.Group, "grouping_sets"): "GROUPING SETS", (exp.Group, "cube"): "CUBE",
-    (exp.Group, "rollup"): "ROLLUP", (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
+    (exp.Group, "all"): "GROUP BY ALL", (exp.Group, "grouping_sets"): "GROUPING SETS",
+    (exp.Group, "totals"): "WITH TOTALS", (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST", (exp.Column, "db"): "a schema-qualified column name",
     (exp.Column, "catalog"): "a catalog-qualified column name", (exp.Cast, "format"): "CAST ... FORMAT",
     (exp.DataType, "nested"): "a nested type",
@@ -208,15 +228,17 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)
+    _check_windows(tree, ctx)
     where = _check_where(tree, schema, ctx)
-    keys, key_exprs = _read_group_by(tree, items, select_aliases, schema, ctx)
+    keys, key_exprs, sets = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
     key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
     names, refusal = _duckdb_names(stmt, schema, len(items))
     outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx, names)
-    rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names)
+    set_column = _unique("grouping_set", used_names) if sets is not None else None
+    rewrite = _Rewriter(keys, key_exprs, aggregates, items, outputs, schema, ctx, used_names, (sets, set_column))
     # an expression over aggregates reads them (hidden if not selected) by output name
-    computed = [(name, rewrite(body, "SELECT") if _contains_aggregate(body) else body) for name, body in computed]
+    computed = [(name, rewrite(body, "SELECT") if _after_noise(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
@@ -227,7 +249,8 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     plan = QueryPlan(sql=stmt.sql, table=schema.table, keys=tuple(keys), aggregates=tuple(rewrite.aggregates),
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
-                     options=dict(stmt.options), line=line, computed=tuple(computed))
+                     options=dict(stmt.options), line=line, computed=tuple(computed),
+                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows))
     _check_clash(plan, tree, ctx)
     return plan
 
@@ -296,10 +319,40 @@ def _read_select_list(tree: exp.Select, ctx: _Context) -> tuple[list[_Item], dic
         if isinstance(body, exp.Star):
             ctx.fail(UnsupportedSQLError, "SELECT * is not supported: name the group keys and aggregates",
                      "*", body)
-        parsed_items.append((alias, body, _contains_aggregate(body)))
+        parsed_items.append((alias, body, _after_noise(body)))
         if alias:
             select_aliases[alias.lower()] = body
     return parsed_items, select_aliases
+
+
+#: The functions a window may call: ranking and offset functions, and SUM, AVG and COUNT.
+_WINDOW_FUNCTIONS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag,
+                     exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue, exp.Sum, exp.Avg, exp.Count)
+
+
+def _check_windows(tree: exp.Select, ctx: _Context) -> None:
+    """Refuse a window function over the table's rows: a window runs after noise, on the released
+    groups of a statement that aggregates (``SUM(COUNT(*)) OVER ()``, ``rank() OVER (ORDER BY
+    COUNT(*) DESC)``), in SELECT and ORDER BY only, as SQL evaluates windows after HAVING."""
+    windows = list(tree.find_all(exp.Window))
+    if not windows:
+        return
+    aggregated = tree.args.get("group") is not None or any(_is_agg_node(n) for n in tree.find_all(exp.AggFunc))
+    for w in windows:
+        clause = w.find_ancestor(exp.Where, exp.Group, exp.Having, exp.Filter, exp.Window)
+        if clause is not None:
+            name = {exp.Where: "WHERE", exp.Group: "GROUP BY", exp.Having: "HAVING", exp.Filter: "FILTER",
+                    exp.Window: "another window"}[type(clause)]
+            ctx.fail(UnsupportedSQLError, f"window functions are not allowed in {name}", "window function", w.this)
+        if not isinstance(w.this, _WINDOW_FUNCTIONS):
+            name = w.this.sql_name() if not isinstance(w.this, exp.Anonymous) else str(w.this.this).upper()
+            ctx.fail(UnsupportedSQLError, f"window function {name} is not supported (row_number, rank, dense_rank, "
+                     "percent_rank, cume_dist, ntile, lag, lead, first_value, last_value, nth_value, SUM, AVG and "
+                     "COUNT are)", "window function", w.this)
+        if not aggregated:
+            ctx.fail(UnsupportedSQLError, "window functions over the table's rows are not supported: a window runs "
+                     "after noise over a statement's aggregates, e.g. SUM(COUNT(*)) OVER () or rank() OVER "
+                     "(ORDER BY COUNT(*) DESC)", "window function", w.this)
 
 
 def _check_where(tree: exp.Select, schema: Schema, ctx: _Context) -> exp.Expression | None:
@@ -322,9 +375,11 @@ def _check_condition(condition: exp.Expression, clause: str, schema: Schema, ctx
 
 
 def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[str, exp.Expression],
-                   schema: Schema, ctx: _Context) -> tuple[list[GroupKey], list[exp.Expression]]:
+                   schema: Schema, ctx: _Context
+                   ) -> tuple[list[GroupKey], list[exp.Expression], tuple[tuple[int, ...], ...] | None]:
     """Build the (not yet visible) group keys and their expressions from GROUP BY (or SELECT DISTINCT),
-    refusing what cannot be a key."""
+    refusing what cannot be a key; and, for GROUPING SETS, ROLLUP or CUBE, the grouping sets (each
+    the indices of its keys, in the order the SQL standard expands them), else None."""
     keys: list[GroupKey] = []
     key_exprs: list[exp.Expression] = []
     group, distinct = tree.args.get("group"), tree.args.get("distinct") is not None
@@ -332,35 +387,88 @@ def _read_group_by(tree: exp.Select, items: list[_Item], select_aliases: dict[st
         ctx.fail(UnsupportedSQLError, "SELECT DISTINCT with aggregates or GROUP BY is not supported; SELECT "
                  "DISTINCT lists the public domain of its columns", "SELECT DISTINCT", tree.expressions[0])
     if group is None and not distinct:
-        return keys, key_exprs
-    for extra in ("grouping_sets", "cube", "rollup", "totals"):
+        return keys, key_exprs, None
+    for extra in ("grouping_sets", "totals"):
         if group is not None and group.args.get(extra):
-            name = {"grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP",
-                    "totals": "WITH TOTALS"}[extra]
-            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several statements",
-                     name, group)
-    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column;
-    # SELECT DISTINCT (without aggregates) by every select item.
-    every = distinct or group.args.get("all")
-    entries = [body for _, body, is_agg in items if not is_agg and column_refs(body)] if every else group.expressions
-    for g in entries:
-        if isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)):
-            name = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(g)]
-            ctx.fail(UnsupportedSQLError, f"{name} is not supported; list the keys, or use several "
-                     "statements", name, g)
-        expr, name, visible_item = _resolve_group_item(g, items, select_aliases, schema, ctx)
+            name = {"grouping_sets": "GROUPING SETS", "totals": "WITH TOTALS"}[extra]
+            ctx.fail(UnsupportedSQLError, f"{name} is not supported here; write GROUP BY ROLLUP (...), CUBE (...) "
+                     "or GROUPING SETS (...)", name, group)
+    trailing = [n for n in ("rollup", "cube") if group is not None and group.args.get(n)]  # MySQL's WITH ROLLUP
+    if len(trailing) > 1 or any(e.expressions for n in trailing for e in group.args[n]) \
+            or (trailing and any(isinstance(g, _SET_NODES) for g in group.expressions)):
+        ctx.fail(UnsupportedSQLError, "WITH ROLLUP or WITH CUBE takes a plain list of keys", "WITH ROLLUP", group)
+
+    def key(g: exp.Expression) -> int:
+        """The index of the key ``g`` names, added if new."""
+        expr, name, _ = _resolve_group_item(_unwrap(g), items, select_aliases, schema, ctx)
         if _first_aggregate(expr) is not None:
             ctx.fail(GroupingError, "aggregates are not allowed in GROUP BY", "GROUP BY", g)
-        if any(_same(expr, e) for e in key_exprs):
-            continue  # GROUP BY a, a
+        found = next((k for k, e in enumerate(key_exprs) if _same(expr, e)), None)
+        if found is not None:
+            return found  # GROUP BY a, a
         if not column_refs(expr):
             ctx.fail(GroupingError, "GROUP BY a constant is not supported; group on columns",
                      f"GROUP BY {expr.sql(dialect='duckdb')}", g)
         _validate_expression(expr, schema, ctx, predicate=False)
         key_exprs.append(expr)
-        keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)),
-                             visible=False))
-    return keys, key_exprs
+        keys.append(GroupKey(name=name, expr=_strip(expr), columns=tuple(column_refs(expr)), visible=False))
+        return len(keys) - 1
+
+    # DuckDB's GROUP BY ALL groups by every select item that holds no aggregate and reads a column;
+    # SELECT DISTINCT (without aggregates) by every select item.
+    every = distinct or group.args.get("all")
+    entries = [body for _, body, is_agg in items if not is_agg and column_refs(body)] if every else group.expressions
+    if trailing:  # GROUP BY a, b WITH ROLLUP is GROUP BY ROLLUP (a, b)
+        entries = [(exp.Rollup if trailing[0] == "rollup" else exp.Cube)(expressions=list(entries))]
+    if not any(isinstance(g, _SET_NODES) for g in entries):
+        for g in entries:
+            key(g)
+        return keys, key_exprs, None
+    sets: list[tuple[int, ...]] = [()]
+    for g in entries:  # the cross product of the elements' sets
+        expanded = _expand_sets(g, key, ctx)
+        if len(sets) * len(expanded) > _MAX_GROUPING_SETS:
+            ctx.fail(UnsupportedSQLError, f"this GROUP BY expands to more than {_MAX_GROUPING_SETS} grouping sets",
+                     construct_name(g), g)
+        sets = [tuple(dict.fromkeys(a + b)) for a in sets for b in expanded]
+    return keys, key_exprs, tuple(tuple(sorted(s)) for s in sets)
+
+
+_SET_NODES = (exp.GroupingSets, exp.Rollup, exp.Cube)
+#: The most grouping sets one statement expands to (CUBE of 10 elements); each is measured.
+_MAX_GROUPING_SETS = 1024
+
+
+def _expand_sets(g: exp.Expression, key: Callable[[exp.Expression], int], ctx: _Context) -> list[tuple[int, ...]]:
+    """The grouping sets of one GROUP BY element, each a tuple of key indices (``key(node)`` gives a
+    node's): a key is one set of itself; ``ROLLUP (e1, ..., en)`` the prefixes (e1..en), ..., (e1), ();
+    ``CUBE (e1, ..., en)`` every subset, largest first; ``GROUPING SETS (s1, ...)`` each listed set in
+    turn, where a set is a key, a parenthesized list of keys (``()`` the grand total) or a nested
+    ROLLUP, CUBE or GROUPING SETS. An element of ROLLUP and CUBE may be a parenthesized list of keys,
+    kept together."""
+    def unit(e: exp.Expression) -> tuple[int, ...]:  # (sqlglot does not parse a set node inside ROLLUP or CUBE)
+        return tuple(key(x) for x in e.expressions) if isinstance(e, exp.Tuple) else (key(e),)
+
+    if isinstance(g, exp.Rollup):
+        units = [unit(e) for e in g.expressions]
+        return [tuple(k for u in units[:n] for k in u) for n in range(len(units), -1, -1)]
+    if isinstance(g, exp.Cube):
+        units = [unit(e) for e in g.expressions]
+        if 2 ** len(units) > _MAX_GROUPING_SETS:
+            ctx.fail(UnsupportedSQLError, f"CUBE of {len(units)} elements expands to more than {_MAX_GROUPING_SETS} "
+                     "grouping sets", "CUBE", g)
+        n = len(units)
+        return [tuple(k for i, u in enumerate(units) if mask >> (n - 1 - i) & 1 for k in u)
+                for mask in range(2**n - 1, -1, -1)]
+    if isinstance(g, exp.GroupingSets):
+        out: list[tuple[int, ...]] = []
+        for e in g.expressions:
+            out.extend(_expand_sets(e, key, ctx) if isinstance(e, _SET_NODES) else [unit(e)])
+            if len(out) > _MAX_GROUPING_SETS:
+                ctx.fail(UnsupportedSQLError, f"GROUPING SETS lists more than {_MAX_GROUPING_SETS} sets",
+                         "GROUPING SETS", g)
+        return out
+    return [(key(g),)]
 
 
 def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], grouped: bool,
@@ -760,7 +868,14 @@ def _is_agg_node(node: exp.Expression) -> bool:
         node = node.this
     if isinstance(node, exp.WithinGroup):
         node = node.this
+    if isinstance(node.parent, exp.Window) and node.arg_key == "this":  # a window's function: post-processing
+        return False
     return isinstance(node, exp.AggFunc)
+
+
+def _after_noise(expr: exp.Expression) -> bool:
+    """Whether a select item reads released values: an aggregate, or a window over the groups."""
+    return _contains_aggregate(expr) or expr.find(exp.Window) is not None
 
 
 def _contains_aggregate(expr: exp.Expression) -> bool:
@@ -775,7 +890,8 @@ def _first_aggregate(expr: exp.Expression) -> exp.Expression | None:
 
 
 def _is_aggregate_call(body: exp.Expression) -> bool:
-    return _is_agg_node(body)
+    """An aggregate that is measured (GROUPING() is computed from the grouping set instead)."""
+    return _is_agg_node(body) and not isinstance(body, exp.Grouping)
 
 
 def _quantile_call(body: exp.Expression, ctx: _Context) -> tuple[str, exp.Expression, float, bool] | None:
@@ -852,6 +968,8 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     else:
         if not isinstance(arg, exp.Column):
             looked_up = arg.meta.get("lookup") if isinstance(arg, exp.Expression) else None
+            if looked_up is not None and func in ("sum", "avg"):
+                return _lookup_aggregate(func, arg, looked_up, alias, condition, schema, ctx, used, visible, body)
             if looked_up is not None:
                 ctx.fail(UnsupportedSQLError, f"{func.upper()}({looked_up.name}) reads a column of a public lookup "
                          "table: an aggregate reads a column of the private table (a lookup column may be used in "
@@ -954,6 +1072,33 @@ def _is_number(value: object, number: int) -> bool:
     return not isinstance(value, (bool, str)) and value is not None and value == number
 
 
+def _lookup_aggregate(func: str, arg: exp.Expression, looked_up: exp.Column, alias: str | None,
+                      condition: exp.Expression | None, schema: Schema, ctx: _Context, used: set[str],
+                      visible: bool, body: exp.Expression) -> Aggregate:
+    """SUM or AVG of a public lookup table's numeric column joined on one private key: a weighted
+    count over the key's domain, each key value weighing its public value (NULL where it has none,
+    which SUM and AVG skip). Its bounds are the public values' smallest and largest."""
+    columns = column_refs(arg)
+    col = schema.column(columns[0]) if len(columns) == 1 else None
+    values = column_function(col, arg) if col is not None and not isinstance(col, Binned) else None
+    if values is None:
+        why = ("its join key is several columns" if len(columns) > 1 else "its values are not numbers"
+               if col is not None and not isinstance(col, Binned) else "its join key is binned")
+        ctx.fail(UnsupportedSQLError, f"{func.upper()}({looked_up.name}) reads a column of a public lookup table, "
+                 f"and {why}: SUM and AVG read a numeric lookup column joined on one private column",
+                 f"{func.upper()} argument", looked_up)
+    present = values[0][~values[1]]
+    bounds = (float(present.min()), float(present.max())) if present.size else (0.0, 0.0)
+    if max(map(abs, bounds)) > limits.MAX_SUM_MAGNITUDE:
+        ctx.fail(DomainError, f"cannot {func.upper()} {looked_up.name!r}: its values reach beyond 2^53, the largest "
+                 "magnitude dpsql sums", f"{func.upper()}({looked_up.name})", body)
+    name = alias or f"{func.upper()}({looked_up.name})"
+    if alias is None and condition is not None:
+        name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
+    return Aggregate(name=_unique(name, used), func=func, column=col.name, bounds=bounds, visible=visible,
+                     filter=condition, argument=_strip(arg))
+
+
 def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, float, bool], alias: str | None,
                    condition: exp.Expression | None, schema: Schema, ctx: _Context, used: set[str],
                    visible: bool) -> Aggregate:
@@ -1003,7 +1148,7 @@ def _conditional_argument(func: str, arg: exp.Expression) -> tuple[exp.Expressio
     ok_default, dv = literal_value(default) if default is not None else (True, None)
     if not ok_default or not (dv is None or (func == "sum" and dv == 0 and not isinstance(dv, bool))):
         return None, arg
-    if isinstance(then, exp.Column):
+    if isinstance(then, exp.Column) or then.meta.get("lookup") is not None:  # a column, or a lookup table's
         return _strip(when.this), then
     ok_then, tv = literal_value(then)
     counts = (func == "sum" and tv == 1 and not isinstance(tv, bool)) or (func == "count" and tv is not None)
@@ -1046,14 +1191,26 @@ class _Rewriter:
     adding hidden aggregates for those not selected."""
 
     def __init__(self, keys: list[GroupKey], key_exprs: list[exp.Expression], aggregates: list[Aggregate],
-                 items: list[_Item], outputs: list[str], schema: Schema, ctx: _Context, used: set[str]) -> None:
+                 items: list[_Item], outputs: list[str], schema: Schema, ctx: _Context, used: set[str],
+                 grouping: tuple[tuple[tuple[int, ...], ...] | None, str | None] = (None, None)) -> None:
         self.keys, self.key_exprs = keys, key_exprs
+        self.sets, self.set_column = grouping
+        #: (hidden column, window over output columns): computed on the answers before the select items
+        self.windows: list[tuple[str, exp.Expression]] = []
         self.aggregates = list(aggregates)
         self.items, self.outputs = items, outputs
         self.schema, self.ctx, self.used = schema, ctx, used
         self.alias_names = {o.lower(): o for o in outputs}
 
     def __call__(self, expr: exp.Expression, clause: str) -> exp.Expression:
+        if expr.find(exp.Window) is not None:  # each window becomes a hidden column (TRY cannot hold a window)
+            expr = expr.copy()
+            for window in list(expr.find_all(exp.Window)):
+                column = exp.column(self._window(window, clause), quoted=True)
+                if window is expr:
+                    expr = column
+                else:
+                    window.replace(column)
         failed = check_constants(expr)  # what fails on every row is refused now, not made NULL after the spend
         if failed is not None:
             node, reason = failed
@@ -1061,7 +1218,7 @@ class _Rewriter:
                           f"{reason}", construct_name(node), node)
         expr = expr.copy()
         for node in list(expr.walk()):
-            if isinstance(node, (exp.Select, exp.Subquery, exp.Window)):  # pragma: no cover
+            if isinstance(node, (exp.Select, exp.Subquery)):  # pragma: no cover
                 self.ctx.fail(UnsupportedSQLError, f"{construct_name(node)} in {clause}",
                               construct_name(node), node)
         # sqlglot's transform walks in a loop (a long AND chain does not recurse); a node it
@@ -1096,18 +1253,22 @@ class _Rewriter:
         if aggregate.func == "count":
             return True
         column = self.schema.column(aggregate.column) if aggregate.column else None
-        return (aggregate.func in ("sum", "quantile_disc") and column is not None
+        return (aggregate.func in ("sum", "quantile_disc") and column is not None and aggregate.argument is None
                 and column.sql_type not in ("DOUBLE", "VARCHAR", "BOOLEAN"))
 
     def _rewrite(self, node: exp.Expression, clause: str) -> exp.Expression:
         """One node of a HAVING / ORDER BY expression: an aggregate or a group key becomes its
         output column, a column its output name; other nodes stay (their children are visited)."""
+        if isinstance(node, exp.Grouping):
+            return self._grouping(node, clause)
         if _is_agg_node(node):
             return exp.column(self._aggregate_name(node), quoted=True)
         for k, e in enumerate(self.key_exprs):
             if _same(node, e):
                 return exp.column(self.keys[k].name, quoted=True)
         if isinstance(node, exp.Column):
+            if node.name in {w for w, _ in self.windows} and not node.table:  # a window's hidden column
+                return node
             name = self.alias_names.get(node.name.lower())
             if name is not None:
                 return exp.column(name, quoted=True)
@@ -1122,14 +1283,56 @@ class _Rewriter:
                           f"column {node.name!r}", node)
         return node
 
+    def _window(self, window: exp.Window, clause: str) -> str:
+        """The hidden column computing ``window`` on the answers: each expression it reads (its
+        function's arguments, PARTITION BY and ORDER BY terms) rewritten over output columns."""
+        window = window.copy()
+        func = window.this
+        for key, value in list(func.args.items()):
+            if isinstance(value, exp.Expression) and not isinstance(value, exp.Star):
+                func.set(key, self(value, clause))
+            elif isinstance(value, list):
+                func.set(key, [self(v, clause) for v in value])
+        if window.args.get("partition_by"):
+            window.set("partition_by", [self(e, clause) for e in window.args["partition_by"]])
+        for term in window.args["order"].expressions if window.args.get("order") else []:
+            term.set("this", self(term.this, clause))
+        name = _unique("__window", self.used)
+        self.windows.append((name, window))
+        return name
+
+    def _grouping(self, node: exp.Grouping, clause: str) -> exp.Expression:
+        """``GROUPING(k1, ..., kn)`` as DuckDB computes it: per grouping set, a bit per key (the first
+        the highest), 1 where the key is not in the set (its column is NULL there, for the margin).
+        An expression over the statement's grouping-set column (see :attr:`QueryPlan.set_column`)."""
+        indices = []
+        for arg in node.expressions:
+            k = next((k for k, e in enumerate(self.key_exprs) if _same(arg, e)), None)
+            if k is None and isinstance(arg, exp.Column):
+                k = next((k for k, key in enumerate(self.keys) if key.name.lower() == arg.name.lower()), None)
+            if k is None:
+                self.ctx.fail(GroupingError, f"GROUPING takes group keys: {arg.sql(dialect='duckdb')[:80]} in {clause} "
+                              "is not one", "GROUPING", arg)
+            indices.append(k)
+        sets = self.sets if self.sets is not None else (tuple(range(len(self.keys))),)
+        values = [sum(1 << (len(indices) - 1 - i) for i, k in enumerate(indices) if k not in s) for s in sets]
+        if len(set(values)) == 1:
+            return exp.Literal.number(values[0])
+        case = exp.Case(this=exp.column(self.set_column, quoted=True))
+        for j, v in enumerate(values):
+            case = case.when(exp.Literal.number(j), exp.Literal.number(v))
+        return exp.Paren(this=case)
+
     def _aggregate_name(self, node: exp.Expression) -> str:
         call = node.this if isinstance(node, exp.Filter) else node
+        call = call.this if isinstance(call, exp.WithinGroup) else call  # PERCENTILE_DISC(q) WITHIN GROUP (...)
         if call.this is not None and _first_aggregate(call.this) is not None:
             self.ctx.fail(UnsupportedSQLError, "nested aggregates are not supported", construct_name(node), node)
         probe = _make_aggregate(node, None, self.schema, self.ctx, set(), visible=False)
         for a in self.aggregates:
             if (a.func == probe.func and a.column == probe.column and _same_filter(a.filter, probe.filter)
                     and _same_filter(a.indicator, probe.indicator)
+                    and _same_filter(a.argument, probe.argument)
                     and a.quantile == probe.quantile and a.descending == probe.descending):
                 return a.name
         agg = _make_aggregate(node, None, self.schema, self.ctx, self.used, visible=False)

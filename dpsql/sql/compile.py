@@ -56,9 +56,9 @@ from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
 from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
 from dpsql.sql.analyze import analyze
-from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_refs, conjuncts
+from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_function, column_refs, conjuncts
 from dpsql.sql.parse import Statement, parse_statements
-from dpsql.sql.plan import GroupKey, QueryPlan
+from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 from dpsql.sql.postprocess import check_postprocessing
 
 if TYPE_CHECKING:
@@ -96,6 +96,9 @@ class Block:
     #: for a SUM, the groups in which no row of any table has a non-NULL value (their WHERE,
     #: FILTER and keys rule out every such cell of the domain): their SUM is NULL, as DuckDB's
     empty: np.ndarray | None = field(default=None, compare=False)
+    #: the statement's groups the block answers, when not all: one grouping set's (GROUPING SETS,
+    #: ROLLUP, CUBE); a measure then has one block per set, each zero on the others' groups
+    part: slice | None = field(default=None, compare=False)
 
     @property
     def rows(self) -> slice | np.ndarray:
@@ -104,8 +107,14 @@ class Block:
     def take(self, v: np.ndarray, groups: int) -> np.ndarray:
         """The block's entries of a per-query vector ``v`` (answers, or standard errors) times
         ``scale``, one per group: zeros for a block that measures nothing, since WHERE rules out
-        every cell of the public domain and no row of any table counts in it."""
-        return np.zeros(groups) if self.term is None else v[self.rows] * self.scale
+        every cell of the public domain and no row of any table counts in it, and zeros on the
+        groups outside its :attr:`part`."""
+        if self.part is None:
+            return np.zeros(groups) if self.term is None else v[self.rows] * self.scale
+        out = np.zeros(groups)
+        if self.term is not None:
+            out[self.part] = v[self.rows] * self.scale
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +129,8 @@ class CompiledStatement:
     blocks: tuple[Block, ...]
     #: a quantile's thresholds: its column's non-NULL domain values, sorted (by aggregate name)
     thresholds: dict[str, tuple] = field(default_factory=dict)
+    #: with grouping sets (:attr:`QueryPlan.grouping_sets`), each group's set; else empty
+    sets: tuple[int, ...] = ()
 
     def block(self, aggregate: str, measure: str | None = None) -> Block:
         """The block of one of an aggregate's measured queries (:data:`~dpsql.sql.aggregates.MEASURES`;
@@ -136,7 +147,11 @@ class CompiledStatement:
 
     def parts(self, aggregate: str, y: np.ndarray) -> dict[str, np.ndarray]:
         """An aggregate's measured queries per group, from workload answers ``y``."""
-        return {b.measure: b.take(y, len(self.groups)) for b in self.blocks_of(aggregate)}
+        out: dict[str, np.ndarray] = {}
+        for b in self.blocks_of(aggregate):  # several blocks of one measure: one per grouping set
+            out[b.measure] = out[b.measure] + b.take(y, len(self.groups)) if b.measure in out \
+                else b.take(y, len(self.groups))
+        return out
 
     def measured(self, aggregate: str) -> bool:
         """Whether an aggregate is measured: False when WHERE rules out the whole public domain."""
@@ -150,9 +165,14 @@ class CompiledStatement:
         if agg.func in QUANTILES:
             return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
                             self.parts(aggregate, y))
-        out = value(agg.func, self.parts(aggregate, y))
-        empty = self.block(aggregate).empty
-        return out if empty is None or agg.func != "sum" else np.where(empty, np.nan, out)
+        out = value(agg.func, self.parts(aggregate, y), agg.bounds)
+        if agg.func != "sum":
+            return out
+        empty = np.zeros(len(self.groups), dtype=bool)
+        for b in self.blocks_of(aggregate):
+            if b.empty is not None:
+                empty[b.part if b.part is not None else slice(None)] = b.empty
+        return np.where(empty, np.nan, out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,6 +217,8 @@ class CompiledBatch:
                 data[key.name] = pd.Series([g[i] for g in st.groups], dtype=object)
             for agg in st.plan.aggregates:
                 data[agg.name] = st.values(agg.name, y)
+            if st.plan.set_column is not None:
+                data[st.plan.set_column] = np.asarray(st.sets, dtype=np.int64)
             if not st.plan.keys:
                 data = {k: np.atleast_1d(v) for k, v in data.items()}
             out.append(pd.DataFrame(data))
@@ -245,7 +267,7 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
             plans.append(analyze(st, schema))
     try:
         attributes = _attributes(schema, plans, statements, [tuple(m) for m in merge])
-        batch = _compile(schema, plans, attributes)
+        batch = _fold_sets(plans, _compile(schema, _expand_sets(plans), attributes))
     except RecursionError:  # a safety net: parse_statements bounds the nesting on tokens first
         raise limits.nesting_error(None, None, ", or its syntax tree is too deep for the Python stack left") from None
     check_postprocessing(batch)
@@ -451,6 +473,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
         for agg in plan.aggregates:
             masks = _masks(agg.filter, where, grids, attr_of)
             filter_sql = None if agg.filter is None else agg.filter.sql(dialect="duckdb")
+            if agg.argument is not None:  # a lookup column's values: not the column's own
+                filter_sql = (filter_sql, agg.argument.sql(dialect="duckdb"))
             if agg.func in QUANTILES:  # the column's prefix counts: one term, a block per threshold
                 sig = ("cdf", agg.column, filter_sql)
                 if sig not in made:
@@ -492,14 +516,14 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                     keys_here = ([key_domains[k] for k in hosted[a]], [plan.keys[k] for k in hosted[a]], kept[a])
                     counted = mask  # the cells a COUNT(column) would count here
                     if col is not None and attr_of[col.name] == a:
-                        nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col))).ravel()
+                        nn = grids[a].full(grids[a].axis_array(col.name, _not_null(col, agg.argument))).ravel()
                         counted = nn if mask is None else (mask & nn)
                         if measure == "count":
                             mask = counted
                         elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
                             endpoints = (col.name, col.endpoint_weights(agg.bounds))
                         else:
-                            w = col.sum_weights(agg.bounds)
+                            w = col.sum_weights(agg.bounds) if agg.argument is None else _lookup_weights(col, agg)
                             w = w * w / scale if measure == "sumsq" else w
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     if measure == "sum":
@@ -597,7 +621,17 @@ def _masks(condition: exp.Expression | None, masks: list[np.ndarray | None], gri
     return masks
 
 
-def _not_null(col: Column) -> np.ndarray:
+def _lookup_weights(col: Column, agg: Aggregate) -> np.ndarray:
+    """Per domain index of ``col``: the value an aggregate's ``argument`` reads there, clamped to its
+    bounds, 0 where NULL (which SUM skips)."""
+    values, null = column_function(col, agg.argument)
+    return np.where(null, 0.0, np.clip(values, *agg.bounds))
+
+
+def _not_null(col: Column, argument: exp.Expression | None = None) -> np.ndarray:
+    """Per domain index of ``col``: whether it, or the ``argument`` read of it (a lookup column), is not NULL."""
+    if argument is not None:
+        return ~column_function(col, argument)[1]
     v = np.ones(col.size, dtype=bool)
     if col.nullable:
         v[-1] = False
@@ -640,3 +674,47 @@ def _factor(attr: Attribute, grid: Grid, mask: np.ndarray | None, weights: np.nd
     if rows * n <= _DENSE_ENTRIES:
         return Dense(M.toarray())
     return Sparse(M)
+
+
+# -- grouping sets -----------------------------------------------------------------------
+
+def _expand_sets(plans: list[QueryPlan]) -> list[QueryPlan]:
+    """Each plan with grouping sets (GROUPING SETS, ROLLUP, CUBE) as one plan per set, grouped on
+    that set's keys: compiled like any statement, all of them terms of the one workload, so HDMM
+    optimizes every margin of a tabulation together (:func:`_fold_sets` makes them one again)."""
+    out = []
+    for plan in plans:
+        if plan.grouping_sets is None:
+            out.append(plan)
+            continue
+        out.extend(replace(plan, keys=tuple(plan.keys[k] for k in s), grouping_sets=None)
+                   for s in plan.grouping_sets)
+    return out
+
+
+def _fold_sets(plans: list[QueryPlan], expanded: CompiledBatch) -> CompiledBatch:
+    """The statements of :func:`_expand_sets` made one per plan: a plan's sets' groups in turn (a
+    key outside a set is NULL there), each set's blocks answering its groups (:attr:`Block.part`)."""
+    parts = iter(expanded.statements)
+    statements = []
+    for i, plan in enumerate(plans):
+        if plan.grouping_sets is None:
+            st = next(parts)
+            statements.append(replace(st, index=i, blocks=tuple(replace(b, statement=i) for b in st.blocks)))
+            continue
+        groups: list[tuple] = []
+        blocks: list[Block] = []
+        sets: list[int] = []
+        thresholds: dict[str, tuple] = {}
+        for j, keys in enumerate(plan.grouping_sets):
+            st = next(parts)
+            part = slice(len(groups), len(groups) + len(st.groups))
+            for g in st.groups:
+                labels = dict(zip(keys, g))
+                groups.append(tuple(labels.get(k) for k in range(len(plan.keys))))
+            sets.extend([j] * len(st.groups))
+            blocks.extend(replace(b, statement=i, part=part) for b in st.blocks)
+            thresholds.update(st.thresholds)
+        statements.append(CompiledStatement(index=i, plan=plan, groups=tuple(groups), blocks=tuple(blocks),
+                                            thresholds=thresholds, sets=tuple(sets)))
+    return replace(expanded, statements=tuple(statements))

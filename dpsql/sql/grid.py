@@ -59,7 +59,8 @@ from dpsql.limits import EvaluationLimitError
 from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange
 from dpsql.sql.domain_eval import DomainEvalError, domain_eval
 
-__all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "conjuncts", "construct_name"]
+__all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "conjuncts", "construct_name",
+           "column_function"]
 
 Fail = Callable[..., "SQLError"]
 
@@ -205,6 +206,20 @@ def column_refs(node: exp.Expression) -> list[str]:
         if col.name not in seen:
             seen.append(col.name)
     return seen
+
+
+def column_function(column: Column, expr: exp.Expression) -> tuple[np.ndarray, np.ndarray] | None:
+    """``expr``, a number-valued expression of ``column`` alone (a public lookup column is a CASE over
+    its key), on each of the column's domain indices (NULL's too): ``(values, null)``, values 0 where
+    NULL; None when the expression's values are not numbers."""
+    grid = Grid([column])
+    v = grid.value(expr)
+    if v.kind not in ("num", "null"):
+        return None
+    null = grid.full(v.null).ravel().astype(bool)
+    values = np.where(null, 0.0, grid.full(v.values).ravel()).astype(float) if v.kind == "num" \
+        else np.zeros(column.size)
+    return values, null
 
 
 class Grid:

@@ -59,6 +59,10 @@ class Aggregate:
     quantile: float | None = None
     descending: bool = False
     indicator: exp.Expression | None = None
+    #: the value SUM or AVG reads, when not ``column`` itself: an expression of ``column`` alone,
+    #: evaluated on its domain (a public lookup table's numeric column, a CASE over the join key);
+    #: ``bounds`` are then its smallest and largest value there
+    argument: exp.Expression | None = None
 
     @property
     def sensitivity(self) -> float:
@@ -88,6 +92,15 @@ class QueryPlan:
     #: select items DuckDB evaluates after noise, on the released columns: (output name, expression
     #: over output names) for constants and expressions over aggregates and keys
     computed: tuple[tuple[str, exp.Expression], ...] = ()
+    #: GROUPING SETS, ROLLUP or CUBE: the grouping sets, each the indices of its keys in :attr:`keys`,
+    #: in the order the SQL standard expands them; None for a plain GROUP BY (one set of every key).
+    #: The result holds each set's groups in turn, its other keys NULL (the margins), and
+    #: ``set_column``, a hidden column, holds each row's set (0-based) for ``GROUPING()``.
+    grouping_sets: tuple[tuple[int, ...], ...] | None = None
+    set_column: str | None = None
+    #: window functions over the answers, (hidden column, window over output columns): computed
+    #: after HAVING, before the select items and ORDER BY that read them, as SQL orders them
+    windows: tuple[tuple[str, exp.Expression], ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -123,11 +136,16 @@ class QueryPlan:
         'SELECT "a", "n" FROM "answers" WHERE "n" > 5 ORDER BY "n" DESC LIMIT 2'
         """
         computed = dict(self.computed)
+        source: exp.Expression = exp.Table(this=exp.to_identifier(relation, quoted=True))
+        having = self.having.copy() if self.having is not None else None
+        if self.windows:  # windows see the groups HAVING keeps, and the select items see the windows
+            inner = exp.select(exp.Star(), *[exp.alias_(w.copy(), name, quoted=True) for name, w in self.windows])
+            source, having = (inner.from_(source).where(having) if having is not None else inner.from_(source)
+                              ).subquery(relation, copy=False), None
         select = exp.select(*[exp.alias_(computed[name].copy(), name, quoted=True) if name in computed
-                              else exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(
-            exp.Table(this=exp.to_identifier(relation, quoted=True)))
-        if self.having is not None:
-            select = select.where(self.having.copy())
+                              else exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(source)
+        if having is not None:
+            select = select.where(having)
         if self.order_by:
             select = select.order_by(*[exp.Ordered(this=e.copy(), desc=d) for e, d in self.order_by])
         if self.limit is not None:
