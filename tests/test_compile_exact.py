@@ -37,7 +37,7 @@ def test_generator_covers_the_constructs():
                       "hours", "GROUP BY ALL", "FILTER (WHERE", "SUM(CASE WHEN", "THEN 1 ELSE 0 END", "VAR_SAMP(",
                       "STDDEV_POP(", "VARIANCE(score)", "MEDIAN(", "QUANTILE_DISC(", "WITHIN GROUP (ORDER BY age DESC)",
                       "LIKE", "age // 5", "COALESCE(", "regexp_matches(", "* 0.5", " JOIN zones USING (region)",
-                      "LEFT JOIN zones z", ")::INT) AS agg", "AS DOUBLE)) AS agg", "THEN 1 END) AS agg",
+                      "LEFT JOIN zones z", ")::INT)", "AS DOUBLE))", "THEN 1 END)",
                       "WITH base AS (SELECT * FROM people WHERE", "FROM (SELECT * FROM people) AS p",
                       "SELECT * FROM (SELECT", "(km)", "GROUPING(", "ROLLUP (", "CUBE (", "GROUPING SETS (",
                       " OVER ("]:

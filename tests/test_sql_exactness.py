@@ -39,6 +39,7 @@ from dpsql import limits
 from dpsql.schema import load_schema
 from dpsql.sql import compile_batch, parse_statements, plan_statement
 from dpsql.sql.analyze import SUPPORTED, scalar_function, set_args
+from dpsql.sql.inline import inline
 from dpsql.sql.lookup import lookup
 from dpsql.sql.parse import nesting_depth
 
@@ -533,9 +534,9 @@ def _check_statement(sql: str, schema) -> str:
         return type(e).__name__
     except E.ResourceLimitError as e:  # pragma: no cover - the corpus stays small
         return type(e).__name__
-    for st in parse_statements(sql):  # a lookup join is inlined first (dpsql.sql.lookup), as the compiler does
-        for node in lookup(st.tree, schema if not isinstance(schema, dict) else load_schema(schema),
-                           lambda *a: AssertionError(a)).walk():
+    loaded = schema if not isinstance(schema, dict) else load_schema(schema)
+    for st in parse_statements(sql):  # CTEs and subqueries merged (dpsql.sql.inline), then a lookup join inlined
+        for node in lookup(inline(st, loaded).tree, loaded, lambda *a: AssertionError(a)).walk():  # as compiled
             if scalar_function(node) and type(node) not in SUPPORTED:
                 continue  # evaluated whole by DuckDB (on the domain, or on released values)
             assert type(node) in SUPPORTED, f"{sql}: compiled with {type(node).__name__}"
