@@ -690,13 +690,10 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
 
 def _copy_frame(frame: Any, kind: str, table: str) -> DuckDBBackend:
     """A connection of its own holding ``frame`` copied into the table ``table``, with the column types
-    DuckDB gives the frame's columns. A pandas column of Python objects is typed from all its values
-    (DuckDB's default reads a sample, and a later value could fail every read or be converted); a copy,
-    not a view of the frame, so what a query reads cannot change after connecting."""
+    DuckDB gives the frame's columns: a copy, not a view of the frame, so a value DuckDB cannot convert
+    fails here, when the owner connects, and what a query reads cannot change after connecting."""
     con = duckdb.connect()
     try:
-        if kind == "pandas":
-            con.execute(f"SET pandas_analyze_sample = {max(len(frame), 1)}")
         data = frame.to_arrow() if kind == "polars" else frame
         con.register("dpsql_source_frame", data)
         con.execute(f"CREATE TABLE {exp.to_identifier(table, quoted=True).sql('duckdb')} AS "
@@ -834,7 +831,7 @@ def _given_names(names: "Sequence[str]") -> list[str]:
     return [n.strip() for n in names]
 
 
-def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter: str = ",", *,
+def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", delimiter: str = ",", *,
              names: "Sequence[str] | None" = None, trim: bool = False) -> str:
     """``CREATE VIEW table AS ...``: a CSV file read so that each line is one row, whatever any
     other line holds.
@@ -852,7 +849,8 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
     stripped from each field (after the spaces around it, with ``trim``), an empty field is NULL, and each
     schema column is ``TRY_CAST`` to
     its domain's type (a value that does not convert, such as ``17.5`` for an integer, is NULL,
-    outside the domain unless the column is nullable). Fields holding the delimiter or a line
+    outside the domain unless the column is nullable); without a schema, every named column is
+    read as text. Fields holding the delimiter or a line
     break inside quotes are not supported: such a line is dropped, or read as the separate lines
     it is.
 
@@ -897,17 +895,20 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
         return _unquoted(exp.Nullif(this=text, expression=exp.Literal.string("")))
 
     position = {n.lower(): i for i, n in enumerate(names) if n}
-    wanted = [c for c in schema.columns if c.name.lower() in position]
-    items = [exp.alias_(_typed(field(position[c.name.lower()]), c.sql_type), exp.to_identifier(c.name, quoted=True))
-             for c in wanted]
-    unit = schema.privacy_unit.column
-    if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
-        items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))
+    if schema is None:  # every named column, as text
+        items = [exp.alias_(field(i), exp.to_identifier(n, quoted=True)) for i, n in enumerate(names) if n]
+    else:
+        wanted = [c for c in schema.columns if c.name.lower() in position]
+        items = [exp.alias_(_typed(field(position[c.name.lower()]), c.sql_type), exp.to_identifier(c.name, quoted=True))
+                 for c in wanted]
+        unit = schema.privacy_unit.column
+        if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
+            items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))
     if not items:
         what = "header" if header else "names given for the columns"
         raise ArgumentError(f"source: the {what} of {path} ({len(names)} field{'s' if len(names) != 1 else ''} "
                             f"split at {delimiter!r}) names none of the schema's columns "
-                            f"{', '.join(c.name for c in schema.columns)}"
+                            f"{', '.join(c.name for c in schema.columns) if schema is not None else ''}"
                             + ("; if its first line is a row, not a header, name the file's columns in order: "
                                "dpsql.CSV(path, names=[...])" if header else ""))
     whole = exp.and_(exp.column(fields[-2], quoted=True).is_(exp.null()).not_(),

@@ -107,7 +107,9 @@ def check_columns(backend: Backend, table: str, schema: Schema) -> None:
 
 def _missing(name: str, columns: list[Any]) -> str:
     """The message for a declared column ``name`` that is not among ``columns``."""
-    close = difflib.get_close_matches(name.lower(), [str(c).lower() for c in columns], n=1, cutoff=0.6)
+    lowered = [str(c).lower() for c in columns]
+    close = difflib.get_close_matches(name.lower(), lowered, n=1, cutoff=0.6) or \
+        [c for c in lowered if len(name) >= 3 and name.lower() in c]  # hours for hours_per_week
     nearest = next((str(c) for c in columns if close and str(c).lower() == close[0]), None)
     hint = f" (did you mean {nearest!r}?)" if nearest else ""
     shown = ", ".join(map(str, columns[:SHOWN_COLUMNS])) + (", ..." if len(columns) > SHOWN_COLUMNS else "")
