@@ -11,6 +11,7 @@ from every source of the same rows.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -260,3 +261,16 @@ def test_schema_draft_on_the_command_line(tmp_path, capsys):
                                                  "1.7, 1.8, 1.9, 2], nullable: true}"]
     assert main(["schema", "draft", str(tmp_path / "people.duckdb"), "--out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err
+
+
+def test_the_examples_of_docs_sources_run(capsys):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sources.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block, "docs/sources.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert re.search(r"^ +smoker +n +std_error", out, re.M)
+    assert re.search(r"^3$", out, re.M)
+    assert "table t: 1 of 3 rows have a column outside its declared domain" in out
+    assert re.search(r"sex \(VARCHAR\): 1 rows outside the domain: 1 outside\n +e\.g\. X", out)
