@@ -87,7 +87,8 @@ class Dataset:
             warnings.warn(f"the private table {name!r} is a registered Python object (a DataFrame or Arrow table): "
                           "DuckDB types its object columns from a sample of rows, so one value after the sample can "
                           "fail every read or be converted into the domain; copy it into a table first "
-                          "(CREATE TABLE ... AS SELECT * FROM the object)", stacklevel=3)
+                          "(CREATE TABLE ... AS SELECT * FROM the object), or pass the frame itself as the source, "
+                          "which connect copies", stacklevel=3)
         check_columns(backend, name, schema)
         if public_tables:
             schema = with_public_tables(schema, {t: public_table(backend, t, MAX_PUBLIC_ROWS) for t in public_tables})
