@@ -250,9 +250,9 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
     present = [c for c in schema.columns if c.name.lower() in types]
     missing = [c.name for c in schema.columns if c.name.lower() not in types]
 
-    counts = [exp.Count(this=exp.Star())]
-    bads = []
-    for col in present:
+    # each row's reason per column (NULL: in the domain), computed once, then counted
+    checks, counts, bads = [], [exp.Count(this=exp.Star())], []
+    for i, col in enumerate(present):
         sql_type = types[col.name.lower()]
         family = duckdb_type_family(sql_type)
         c = _q(col.name)
@@ -268,15 +268,17 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
         }
         reason = exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.string(r)) for r, cond in tests.items()],
                           default=exp.Literal.string("outside"))
-        counts += [exp.func("count_if", exp.and_(bad.copy(), exp.EQ(this=reason.copy(),
-                                                                     expression=exp.Literal.string(r))))
-                   for r in REASONS]
         trimmed = _trimmed_inside(col, c, family)
-        counts.append(exp.func("count_if", exp.and_(bad.copy(), trimmed)) if trimmed is not None
-                      else exp.Literal.number(0))
+        checks += [exp.alias_(exp.Case(ifs=[exp.If(this=bad.copy(), true=reason)]), f"r{i}"),
+                   exp.alias_(trimmed if trimmed is not None else exp.false(), f"t{i}")]
+        r, t = exp.column(f"r{i}"), exp.column(f"t{i}")
+        counts += [exp.func("count_if", exp.EQ(this=r.copy(), expression=exp.Literal.string(x))) for x in REASONS]
+        counts.append(exp.func("count_if", exp.and_(exp.not_(r.copy().is_(exp.null())), t)))
     if bads:
-        counts.append(exp.func("count_if", exp.not_(exp.or_(*[b.copy() for b in bads]))))
-    totals = [int(n or 0) for n in _rows(backend, exp.select(*counts).from_(source.copy()))[0]]
+        counts.append(exp.func("count_if", exp.and_(*[exp.column(f"r{i}").is_(exp.null()) for i in range(len(bads))])))
+    checked = exp.Subquery(this=exp.select(*checks or [exp.alias_(exp.Literal.number(1), "one")]).from_(source.copy()),
+                           alias=exp.TableAlias(this=exp.to_identifier("checked")))
+    totals = [int(n or 0) for n in _rows(backend, exp.select(*counts).from_(checked))[0]]
     rows = totals[0]
     clean = totals[-1] if bads else rows
     reports = []
