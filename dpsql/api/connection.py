@@ -79,7 +79,8 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
     file (opened read-only), a CSV or Parquet file (read as ``table``), a
-    pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
+    :class:`dpsql.CSV` (a text file without a header, values to trim), a pandas
+    or Polars DataFrame or an Arrow table (copied), a pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
     view; the counting query runs on Spark and only the counts come back),
     or any :class:`~dpsql.private.backend.Backend`.
     ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
