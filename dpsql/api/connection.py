@@ -80,9 +80,9 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
     file (opened read-only), a CSV or Parquet file (read as ``table``), a
     :class:`dpsql.CSV` (a text file without a header, values to trim), a pandas
-    or Polars DataFrame or an Arrow table (copied), a pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
-    view; the counting query runs on Spark and only the counts come back),
-    or any :class:`~dpsql.private.backend.Backend`.
+    or Polars DataFrame or an Arrow table (copied), a pyspark ``SparkSession``
+    whose catalog holds ``table`` (a table or temp view; the counting query
+    runs on Spark and only the counts come back), or any :class:`~dpsql.private.backend.Backend`.
     ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
     dict, or YAML/JSON path); queries name ``table``, which defaults to the
     schema's table name. ``budget``: the total privacy budget, required for a
