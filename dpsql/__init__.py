@@ -35,6 +35,7 @@ from dpsql.errors import (
     UnsupportedSQLError,
     WorkloadError,
 )
+from dpsql.private.backend import CSV
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.schema import Schema, load_schema
@@ -43,7 +44,7 @@ from dpsql.sql import CompiledBatch, QueryPlan, compile_batch, compile_sql, plan
 __version__ = "0.1.0"
 
 __all__ = [
-    "connect", "query", "batch", "Connection", "Result", "Budget", "Cost", "Ledger",
+    "connect", "query", "batch", "Connection", "Result", "CSV", "Budget", "Cost", "Ledger",
     "Error", "ArgumentError", "SchemaError", "SQLError", "ParseError", "UnsupportedSQLError", "UnknownColumnError", "DomainError",
     "GroupingError", "WorkloadError", "PrivacyError", "CacheError", "ConfigError", "BudgetExceededError",
     "LedgerError", "MeasurementError", "ResourceLimitError",

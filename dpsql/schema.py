@@ -23,7 +23,7 @@ Column kinds:
 * ``numeric``: ``bins`` are increasing edges; value v falls in bin i when
   ``bins[i] <= v < bins[i+1]``, and the last bin also holds ``bins[-1]``.
   Optional ``labels`` name the bins: distinct strings, or distinct numbers (default ``"[lo, hi)"``).
-* ``boolean``: False, True.
+* ``boolean``: False, True (read from a BOOLEAN column, or from an integer column holding 0 and 1).
 
 ``nullable: true`` makes NULL one more value of the domain (always the last
 index). A column whose values are numbers (``integer``, or ``categorical``
@@ -336,7 +336,7 @@ def _fmt(x: float) -> str:
 
 @dataclass(frozen=True)
 class Boolean(Column):
-    """False, True."""
+    """False, True; the integers 0 and 1 are read as False and True."""
 
     kind = "boolean"
 
@@ -351,6 +351,8 @@ class Boolean(Column):
     def _index(self, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)):
             return int(bool(value))
+        if isinstance(value, (int, np.integer)) and value in (0, 1):  # an integer 0/1 column read as booleans
+            return int(value)
         raise KeyError(value)
 
 

@@ -207,8 +207,12 @@ def test_refused_query_touches_no_data_and_records_nothing(tmp_path, monkeypatch
 
 
 def test_failed_measurement_spends_nothing(tmp_path):
-    con = duckdb.connect()  # no people table at all
+    con = duckdb.connect()  # no people table at all: refused when connecting
+    with pytest.raises(dpsql.SchemaError, match="the source has no table or view 'people'"):
+        dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=1.0), ledger=tmp_path / "l", cache=False)
+    con = make_table(10)
     db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=1.0), ledger=tmp_path / "l", cache=False)
+    con.execute("DROP TABLE people")  # gone after connecting: the measurement fails
     with pytest.raises(MeasurementError):
         db.query("SELECT COUNT(*) FROM people", epsilon=0.5)
     assert db.spent().epsilon == 0.0 and Ledger(tmp_path / "l").entries() == []

@@ -92,13 +92,16 @@ def test_out_of_domain_rows_are_dropped_exactly(kind, cache, clean_answers):
     np.testing.assert_array_equal(released(table(types, rows), cache=cache), clean_answers)
 
 
-def test_wrong_column_types_drop_every_row(cache):
+def test_wrong_column_types_are_refused_when_connecting(tmp_path):
     """A column whose SQL type cannot hold the domain (VARCHAR ages, DATE sexes) has no row in the domain:
-    the release is that of an empty table, with no error."""
-    empty = released(table("age INTEGER, sex VARCHAR", [(None, None)]), cache=cache)
-    for types, rows in [("age VARCHAR, sex VARCHAR", [("30", "F"), ("x", "M")]),
-                        ("age INTEGER, sex DATE", [(30, "2020-01-01"), (40, None)])]:
-        np.testing.assert_array_equal(released(table(types, rows), cache=cache), empty)
+    it used to release noise over an empty table, with no error. Found from the catalog, it is refused
+    when the owner connects, naming the column, before a ledger is written."""
+    for types, rows, column in [("age VARCHAR, sex VARCHAR", [("30", "F"), ("x", "M")], "age"),
+                                ("age INTEGER, sex DATE", [(30, "2020-01-01"), (40, None)], "sex")]:
+        with pytest.raises(dpsql.SchemaError, match=rf"columns\.{column}: is .* in the table, which holds no value"):
+            dpsql.connect(table(types, rows), schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False,
+                          ledger=tmp_path / "ledger")
+        assert not (tmp_path / "ledger").exists()
 
 
 @pytest.mark.parametrize("sql_type", ["UHUGEINT", "UBIGINT", "UTINYINT"])
@@ -271,14 +274,14 @@ def test_a_read_that_fails_after_the_charge_keeps_it():
     assert [e.cost.epsilon for e in db.ledger.entries()] == [0.5]
 
 
-def test_a_missing_column_is_refused_before_the_charge():
-    """What the catalog alone shows (a schema column the table lacks) fails before anything is spent."""
+def test_a_missing_column_is_refused_before_the_charge(tmp_path):
+    """What the catalog alone shows (a schema column the table lacks) is refused when the owner
+    connects (it used to connect and fail at the first query), before a ledger is written."""
     con = duckdb.connect()
     con.execute("CREATE TABLE t (age INTEGER)")
-    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False)
-    with pytest.raises(MeasurementError, match="no column 'sex'"):
-        db.query("SELECT COUNT(*) FROM t WHERE age > 3", epsilon=0.5)
-    assert db.ledger.entries() == []
+    with pytest.raises(dpsql.SchemaError, match=r"columns\.sex: the table has no such column; its columns are age$"):
+        dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False, ledger=tmp_path / "ledger")
+    assert not (tmp_path / "ledger").exists()
 
 
 # -- the data owner's report ---------------------------------------------------------------

@@ -110,7 +110,7 @@ CASES = [
     ]),
     (Boolean("t"), [
         ("BOOLEAN", [True, False, None]),
-        ("INTEGER", [0, 1, None]),
+        ("INTEGER", [0, 1, 2, -1, None]),
         ("VARCHAR", ["true", "false", None]),
         ("DOUBLE", [1.0, NAN, None]),
     ]),

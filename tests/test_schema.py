@@ -57,7 +57,7 @@ def test_value_index_mapping():
     assert hours.values == ("[0, 20)", "[20, 40)", "[40, 60)", "[60, 100]")
     assert (vet.index_of(False), vet.index_of(True), vet.index_of(None)) == (0, 1, 2)
     assert (code.index_of(1), code.index_of(2.5)) == (1, 2)
-    for col, bad in [(age, 16), (age, 17.5), (sex, "male"), (hours, 100.5), (hours, -1), (vet, 1), (sex, None)]:
+    for col, bad in [(age, 16), (age, 17.5), (sex, "male"), (hours, 100.5), (hours, -1), (vet, 2), (vet, 1.0), (sex, None)]:
         with pytest.raises(KeyError):
             col.index_of(bad)
     assert list(age.encode([17, None, 200])) == [0, 74, -1]

@@ -9,6 +9,7 @@
     dpsql synth --data persons.parquet --schema persons.yaml --ledger persons.ledger \\
         --epsilon 1 --workload 2 --out persons_synthetic.parquet
     dpsql budget --ledger persons.ledger [--analyst alice]
+    dpsql schema draft persons.csv --out persons.yaml     # the owner's starting schema: review it
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
 ``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
@@ -45,7 +46,9 @@ from dpsql.api.connection import Connection, connect
 from dpsql.api.flags import in_flags
 from dpsql.engine.answer import budget_number, one_line
 from dpsql.errors import Error
+from dpsql.owner.draft import MAX_VALUES, draft_schema
 from dpsql.owner.validate import validate
+from dpsql.private.backend import CSV
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.sql.parse import explained, parse_statements
@@ -146,6 +149,16 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
     _add_table(v)
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+    d = sub.add_parser("schema", help="data owner only: draft a starting schema from the data")
+    draft = d.add_subparsers(dest="schema_command", required=True).add_parser(
+        "draft", help="write a starting YAML schema drawn from DATA; review every domain before use")
+    draft.add_argument("data", help="a .csv, .tsv, .parquet or .duckdb file")
+    draft.add_argument("--table", help="the table (default: the file's name, or a database's only table)")
+    draft.add_argument("--out", help="write the YAML to this new file (default: standard output)")
+    draft.add_argument("--names", help="the comma-separated column names of a CSV file without a header line")
+    draft.add_argument("--trim", action="store_true", help="remove the spaces around each CSV value")
+    draft.add_argument("--max-values", type=int, default=MAX_VALUES,
+                       help=f"most text values a categorical column lists (default {MAX_VALUES})")
     s = sub.add_parser("serve", help="data owner: serve datasets to analysts over the PostgreSQL protocol")
     s.add_argument("config", help="the server's YAML configuration (see dpsql.server.config)")
     s.add_argument("--port", type=int, help="listen on this port instead of the configuration's (0: a free one)")
@@ -450,6 +463,23 @@ def _run_validate(args: argparse.Namespace) -> int:
     return 3 if report.problems() else 0
 
 
+def _run_schema(args: argparse.Namespace) -> int:
+    """``dpsql schema draft``: the owner's starting schema (it quotes the data: never for analysts)."""
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    source = CSV(args.data, names=names, trim=args.trim) if names or args.trim else args.data
+    text = draft_schema(source, args.table, max_values=args.max_values)
+    if args.out is None:
+        print(text, end="")
+        return 0
+    try:
+        with open(args.out, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise UsageError(f"--out {args.out} exists: remove it, or give another name") from None
+    print(f"dpsql: wrote {args.out}: review every domain before use (see its header)", file=sys.stderr)
+    return 0
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     """Serve until interrupted (the owner's command; see :mod:`dpsql.server.app`)."""
     from dpsql.server.app import serve
@@ -481,6 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _run_validate(args)
+        if args.command == "schema":
+            return _run_schema(args)
         if args.command == "serve":
             return _run_serve(args)
         if args.command == "passwd":

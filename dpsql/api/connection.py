@@ -55,7 +55,8 @@ from dpsql.engine.answer import Answer
 from dpsql.engine.dataset import Dataset
 from dpsql.engine.engine import Request
 from dpsql.errors import PrivacyError
-from dpsql.private.backend import Backend
+from dpsql.owner.validate import ValidationReport, owner_report
+from dpsql.private.backend import Backend, opened_by_dpsql
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.noise import UniformSource
 from dpsql.released import ReleasedData
@@ -74,14 +75,16 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
             schema: "Schema | dict | str | os.PathLike | None" = None, budget: Budget | None = None,
             ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
             progress: bool | None = None, source_of_noise: UniformSource | None = None,
-            public_tables: Sequence[str] = (), dialect: str | None = None) -> "Connection":
+            public_tables: Sequence[str] = (), dialect: str | None = None,
+            validate: bool | None = None) -> "Connection":
     """Open a private table for differentially private queries.
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
     file (opened read-only), a CSV or Parquet file (read as ``table``), a
-    pyspark ``SparkSession`` whose catalog holds ``table`` (a table or temp
-    view; the counting query runs on Spark and only the counts come back),
-    or any :class:`~dpsql.private.backend.Backend`.
+    :class:`dpsql.CSV` (a text file without a header, values to trim), a pandas
+    or Polars DataFrame or an Arrow table (copied), a pyspark ``SparkSession``
+    whose catalog holds ``table`` (a table or temp view; the counting query
+    runs on Spark and only the counts come back), or any :class:`~dpsql.private.backend.Backend`.
     ``schema``: the table's public domain (a :class:`~dpsql.schema.Schema`,
     dict, or YAML/JSON path); queries name ``table``, which defaults to the
     schema's table name. ``budget``: the total privacy budget, required for a
@@ -97,10 +100,19 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     :data:`~dpsql.limits.MAX_PUBLIC_ROWS` rows each), and nothing read later
     from the source is public: only the owner can mark a table, here, because
     marking one publishes it.
+    ``validate``: count, for the owner, the rows outside the schema's domains
+    (:func:`dpsql.owner.validate.owner_report`): a warning when there are any,
+    a refusal when no row is left, the report on :attr:`Connection.validation`.
+    None (the default) does it for the sources dpsql reads itself (CSV,
+    Parquet, data frames), not for a database, which may be large. Whatever
+    ``validate`` is, a table lacking a declared column, or with a column whose
+    SQL type holds none of its domain, is refused.
     """
     global _last
+    check = opened_by_dpsql(source) if validate is None else validate
     dataset = Dataset.open(source, table, schema, budget, ledger, cache=cache, progress=progress,
-                           source_of_noise=source_of_noise, public_tables=public_tables)
+                           source_of_noise=source_of_noise, public_tables=public_tables,
+                           owner_check=owner_report if check else None)
     conn = Connection(dataset, dialect)
     _last = conn
     return conn
@@ -124,6 +136,8 @@ class Connection:
         self.dialect = None if dialect is None else read_dialect(dialect)
         self.schema = dataset.schema
         self.ledger = dataset.ledger
+        #: the owner's report of rows outside the domains, when ``connect`` validated (never released)
+        self.validation: ValidationReport | None = dataset.validation
         self._engine = dataset.engine()
         self._released = ReleasedData()
 

@@ -53,26 +53,28 @@ a ``CASE`` that yields NULL) so the view is total.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dpsql.errors import MeasurementError
+from dpsql.errors import ArgumentError, MeasurementError, SchemaError
 from dpsql.private.backend import (
     MAX_VIEW_DEPTH,
+    Backend,
     BackendError,
     DuckDBBackend,
     _view_definition,
     duckdb_type_family,
     open_source,
 )
+from dpsql.private.columns import holds
 from dpsql.private.measure import index_expression
-from dpsql.schema import Binned, Boolean, Categorical, IntegerRange, Schema, load_schema
+from dpsql.schema import Categorical, Column, Schema, load_schema
 
-__all__ = ["ColumnReport", "UnitReport", "ValidationReport", "validate", "view_hazards", "REASONS"]
+__all__ = ["ColumnReport", "UnitReport", "ValidationReport", "owner_report", "validate", "view_hazards", "REASONS"]
 
 REASONS = ("null", "nan", "inf", "type", "outside")
 
@@ -89,6 +91,8 @@ class ColumnReport:
     counts: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     type_problem: str | None = None
+    #: how to read more of the column's values into the domain (surrounding spaces), if that would
+    hint: str | None = None
 
     @property
     def dropped(self) -> int:
@@ -137,8 +141,9 @@ class ValidationReport:
                 continue
             parts = ", ".join(f"{n:,} {reason}" for reason, n in c.counts.items())
             lines.append(f"  {c.name} ({c.sql_type}): {c.dropped:,} rows outside the domain: {parts}")
-            if c.type_problem:
-                lines.append(f"    {c.type_problem}")
+            for note in (c.type_problem, c.hint):
+                if note:
+                    lines.append(f"    {note}")
             if c.examples:
                 lines.append(f"    e.g. {', '.join(c.examples)}")
         if self.unit is not None:
@@ -153,21 +158,19 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _compatible(column: Any, family: str | None) -> bool:
-    """Whether a column of SQL type ``family`` can hold a value of the declared domain."""
-    if family in ("null", "other"):
-        return False
-    if isinstance(column, Boolean):
-        return family == "bool"
-    if isinstance(column, Categorical) and not column.is_numeric:
-        return family == "string"
-    if isinstance(column, (Categorical, IntegerRange, Binned)):
-        return family in ("int", "uint", "float", "decimal")
-    return True  # pragma: no cover - a closed set of kinds
-
-
 def _q(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def _trimmed_inside(column: Column, c: exp.Expression, family: str | None) -> exp.Expression | None:
+    """For a text column declared categorical of strings: whether its value, once the spaces around
+    it are trimmed, is in the domain (a CSV such as UCI's ``39, Female`` read without ``trim``)."""
+    if family != "string" or not isinstance(column, Categorical) or column.is_numeric:
+        return None
+    trimmed = exp.func("trim", exp.cast(c.copy(), "VARCHAR"))
+    index = index_expression(column, trimmed, "VARCHAR", outside=-1)
+    return exp.and_(exp.NEQ(this=trimmed.copy(), expression=exp.cast(c.copy(), "VARCHAR")),
+                    exp.GTE(this=index, expression=exp.Literal.number(0)))
 
 
 def _rows(backend: DuckDBBackend, query: exp.Select) -> list[tuple]:
@@ -203,8 +206,43 @@ def validate(source: "duckdb.DuckDBPyConnection | str | os.PathLike", schema: "S
         raise MeasurementError(f"validating table {name!r} failed: {e.reason}") from None
 
 
+def owner_report(backend: Backend, name: str, schema: Schema) -> ValidationReport:
+    """The owner's check when connecting (``dpsql.connect(..., validate=True)``, the default for a file or
+    data frame): :func:`validate`'s report of the table ``name``, which has every declared column. A table
+    with rows of which none is in every column's domain is refused (a :class:`~dpsql.errors.SchemaError`
+    with each column's counts): every answer would be noise over an empty table. Any other row outside a
+    domain is a warning with the counts; the report, with examples, is ``db.validation``. Neither holds
+    anything an analyst sees: the owner's process only."""
+    if not isinstance(backend, DuckDBBackend):
+        raise ArgumentError("validate=True reads DuckDB sources only; run dpsql validate on an extract")
+    try:
+        report = _report(backend, name, schema)
+    except BackendError as e:
+        raise MeasurementError(f"validating table {name!r} failed: {e.reason}") from None
+    bad = [c for c in report.columns if c.counts]
+    summary = [(f"columns.{c.name}", f"{c.dropped:,} rows outside the domain ("
+                + ", ".join(f"{n:,} {r}" for r, n in c.counts.items()) + ")"
+                + "".join(f"; {note}" for note in (c.type_problem, c.hint) if note)) for c in bad]
+    if report.rows and not report.clean_rows:
+        raise SchemaError(summary + [("", f"all {report.rows:,} rows have a column outside its declared domain, so "
+                                          "every answer would be noise over an empty table: fix the schema or the "
+                                          "reading options (dpsql validate shows examples), or connect with "
+                                          "validate=False")], f"table {name}")
+    if report.problems():
+        lines = [f"table {name}: {report.rows - report.clean_rows:,} of {report.rows:,} rows have a column outside "
+                 "its declared domain and are dropped from every answer"]
+        lines += [f"  {path}: {message}" for path, message in summary]
+        if report.unit is not None and report.unit.rows_over:
+            lines.append(f"  privacy unit {report.unit.column}: {report.unit.rows_over:,} rows beyond max_rows")
+        lines += [f"  warning: {w}" for w in report.view_warnings]
+        lines.append("the connection's .validation has the report with examples (owner only)")
+        warnings.warn("\n".join(lines), UserWarning, stacklevel=4)
+    return report
+
+
 def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationReport:
-    """:func:`validate`'s scans of the table ``name``, which exists."""
+    """:func:`validate`'s scans of the table ``name``, which exists: one for every count, then
+    one per column with a row outside its domain, for its examples."""
     source = backend.source(name)
     described = exp.select("column_name", "column_type").from_(
         exp.Subquery(this=exp.Describe(this=exp.select(exp.Star()).from_(source.copy()))))
@@ -212,43 +250,56 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
     present = [c for c in schema.columns if c.name.lower() in types]
     missing = [c.name for c in schema.columns if c.name.lower() not in types]
 
-    rows = _rows(backend, exp.select(exp.Count(this=exp.Star())).from_(source.copy()))[0][0]
-    reports, outside_any = [], []
-    for col in present:
+    # each row's reason per column (NULL: in the domain), computed once, then counted
+    checks, counts, bads = [], [exp.Count(this=exp.Star())], []
+    for i, col in enumerate(present):
         sql_type = types[col.name.lower()]
         family = duckdb_type_family(sql_type)
         c = _q(col.name)
-        idx = index_expression(col, c, sql_type, outside=-1)
-        bad = exp.LT(this=idx, expression=exp.Literal.number(0))
-        outside_any.append(bad.copy())
+        bad = exp.LT(this=index_expression(col, c, sql_type, outside=-1), expression=exp.Literal.number(0))
+        bads.append(bad)
         as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
         numeric = family in ("float",)
         tests = {
             "null": exp.Is(this=c.copy(), expression=exp.null()),
             "nan": exp.func("isnan", as_double) if numeric else exp.false(),
             "inf": exp.func("isinf", as_double) if numeric else exp.false(),
-            "type": exp.true() if not _compatible(col, family) else exp.false(),
+            "type": exp.true() if not holds(col, family) else exp.false(),
         }
-        cases = exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.string(reason)) for reason, cond in tests.items()],
-                         default=exp.Literal.string("outside"))
-        counted = (exp.select(exp.alias_(cases, "reason"), exp.alias_(exp.Count(this=exp.Star()), "n"))
-                   .from_(source.copy()).where(bad).group_by(exp.column("reason")))
-        counts = {str(reason): int(n) for reason, n in _rows(backend, counted)}
-        examples = (exp.select(exp.alias_(exp.cast(c.copy(), "VARCHAR"), "v")).distinct()
-                    .from_(source.copy())
-                    .where(exp.and_(bad.copy(), exp.not_(exp.Is(this=c.copy(), expression=exp.null()))))
-                    .order_by(exp.column("v")).limit(EXAMPLES))
-        shown = [str(r[0]) for r in _rows(backend, examples)]
-        problem = None if _compatible(col, family) else \
+        reason = exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.string(r)) for r, cond in tests.items()],
+                          default=exp.Literal.string("outside"))
+        trimmed = _trimmed_inside(col, c, family)
+        checks += [exp.alias_(exp.Case(ifs=[exp.If(this=bad.copy(), true=reason)]), f"r{i}"),
+                   exp.alias_(trimmed if trimmed is not None else exp.false(), f"t{i}")]
+        r, t = exp.column(f"r{i}"), exp.column(f"t{i}")
+        counts += [exp.func("count_if", exp.EQ(this=r.copy(), expression=exp.Literal.string(x))) for x in REASONS]
+        counts.append(exp.func("count_if", exp.and_(exp.not_(r.copy().is_(exp.null())), t)))
+    if bads:
+        counts.append(exp.func("count_if", exp.and_(*[exp.column(f"r{i}").is_(exp.null()) for i in range(len(bads))])))
+    checked = exp.Subquery(this=exp.select(*checks or [exp.alias_(exp.Literal.number(1), "one")]).from_(source.copy()),
+                           alias=exp.TableAlias(this=exp.to_identifier("checked")))
+    totals = [int(n or 0) for n in _rows(backend, exp.select(*counts).from_(checked))[0]]
+    rows = totals[0]
+    clean = totals[-1] if bads else rows
+    reports = []
+    for i, (col, bad) in enumerate(zip(present, bads)):
+        sql_type = types[col.name.lower()]
+        found = totals[1 + i * (len(REASONS) + 1):1 + (i + 1) * (len(REASONS) + 1)]
+        by_reason = {r: n for r, n in zip(REASONS, found) if n}
+        c = _q(col.name)
+        shown = []
+        if by_reason:
+            examples = (exp.select(exp.alias_(exp.cast(c.copy(), "VARCHAR"), "v")).distinct()
+                        .from_(source.copy())
+                        .where(exp.and_(bad.copy(), exp.not_(exp.Is(this=c.copy(), expression=exp.null()))))
+                        .order_by(exp.column("v")).limit(EXAMPLES))
+            shown = [str(r[0]) for r in _rows(backend, examples)]
+        problem = None if holds(col, duckdb_type_family(sql_type)) else \
             f"its SQL type {sql_type} cannot hold the declared {col.kind} domain: every non-NULL value is dropped"
-        reports.append(ColumnReport(col.name, str(sql_type), {r: counts[r] for r in REASONS if counts.get(r)},
-                                    shown, problem))
+        hint = (f"{found[-1]:,} of them are in the domain once the spaces around them are removed: read the file "
+                "with dpsql.CSV(path, trim=True), or trim them (TRIM) in a view") if found[-1] else None
+        reports.append(ColumnReport(col.name, str(sql_type), by_reason, shown, problem, hint))
 
-    if outside_any:
-        clean_q = exp.select(exp.Count(this=exp.Star())).from_(source.copy()).where(exp.not_(exp.or_(*outside_any)))
-        clean = _rows(backend, clean_q)[0][0]
-    else:
-        clean = rows
     unit = None
     pu = schema.privacy_unit
     if pu.column is not None and pu.column.lower() in types:

@@ -54,8 +54,9 @@ import csv
 import decimal
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -67,8 +68,8 @@ from dpsql.errors import ArgumentError
 if TYPE_CHECKING:
     from dpsql.schema import Schema
 
-__all__ = ["FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
-           "duckdb_type_family", "is_spark_session", "open_source", "public_table", "safe_view", "scans_python_object",
+__all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
+           "duckdb_type_family", "is_spark_session", "open_source", "opened_by_dpsql", "public_table", "safe_view", "scans_python_object",
            "spark_type_family", "table_expression"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know). ``uint``: unsigned
@@ -581,6 +582,51 @@ def backend_for(source: Any) -> Backend:
 #: File name suffixes :func:`open_source` reads, and how.
 _DATABASE_SUFFIXES = (".duckdb", ".db", ".ddb")
 _CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
+#: Data frames :func:`open_source` copies into a table: (module, class name) of the class or a base.
+_FRAMES = {("pandas", "DataFrame"), ("polars", "DataFrame"), ("pyarrow", "Table")}
+
+
+@dataclass(frozen=True)
+class CSV:
+    """A delimited text file and how to read it, as a source for ``dpsql.connect`` (a path ending in
+    ``.csv`` or ``.tsv`` is ``CSV(path)``). ``names``: the file's column names in order, for a file
+    whose first line is already a row (UCI's ``adult.data``); None reads them from its first line.
+    ``delimiter``: one character, by default a tab for a ``.tsv`` name and a comma otherwise.
+    ``trim``: remove the spaces around every value (``39, Female`` reads as ``Female``).
+
+    >>> CSV("adult.data", names=["age", "sex"], trim=True).delimiter_or_default
+    ','
+    """
+
+    path: "str | os.PathLike"
+    names: "Sequence[str] | None" = None
+    delimiter: "str | None" = None
+    trim: bool = False
+
+    @property
+    def delimiter_or_default(self) -> str:
+        """The delimiter given, or the one of the file name's suffix."""
+        return self.delimiter or _CSV_DELIMITERS.get(Path(self.path).suffix.lower(), ",")
+
+
+def _frame_kind(source: Any) -> str | None:
+    """``"pandas"``, ``"polars"`` or ``"pyarrow"`` for a data frame of that library (told from its class,
+    without importing the library), else None."""
+    return next((c.__module__.split(".")[0] for c in type(source).__mro__
+                 if (c.__module__.split(".")[0], c.__name__) in _FRAMES), None)
+
+
+def opened_by_dpsql(source: Any) -> bool:
+    """Whether :func:`open_source` reads ``source`` into a connection of its own: a CSV or Parquet file or a
+    data frame, whose every row the owner hands over (a DuckDB connection or file, or Spark, is the owner's
+    own database, which may be large).
+
+    >>> opened_by_dpsql("people.csv"), opened_by_dpsql("people.duckdb"), opened_by_dpsql(duckdb.connect())
+    (True, False, False)
+    """
+    if isinstance(source, CSV) or _frame_kind(source) is not None:
+        return True
+    return isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() not in _DATABASE_SUFFIXES
 
 
 def open_source(source: Any, table: str, schema: "Schema") -> Backend:
@@ -589,8 +635,10 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     A DuckDB connection, a ``SparkSession`` or a :class:`Backend` is used as
     it is. A ``.duckdb`` (``.db``, ``.ddb``) file is opened read-only; a
     Parquet file is read as ``table`` (its column types are in the file's
-    metadata); a CSV or TSV file is read by :func:`csv_view`. The format is
-    told by the file name's last suffix (any case). Anything else, or a file
+    metadata); a CSV or TSV file, or a :class:`CSV`, is read by :func:`csv_view`.
+    A pandas or Polars DataFrame or an Arrow table is copied into a table
+    ``table`` of a connection of its own (:func:`_copy_frame`). The format of a
+    path is told by its last suffix (any case). Anything else, or a file
     that cannot be opened as its format, raises :class:`~dpsql.errors.ArgumentError`
     naming the file: found when connecting, from the owner's arguments and the
     file's format. It repeats DuckDB's message for a database or Parquet file
@@ -605,34 +653,63 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     """
     if isinstance(source, (duckdb.DuckDBPyConnection, Backend)) or is_spark_session(source):
         return backend_for(source)
+    kind = _frame_kind(source)
+    if kind is not None:
+        return _copy_frame(source, kind, table)
+    csv_options = source if isinstance(source, CSV) else None
+    if csv_options is not None:
+        source = csv_options.path
     if not isinstance(source, (str, os.PathLike)):
-        raise ArgumentError("source must be a DuckDB connection, a SparkSession, a Backend or a file path, "
-                            f"got {type(source).__name__}")
+        raise ArgumentError("source must be a DuckDB connection, a SparkSession, a Backend, a file path, a dpsql.CSV, "
+                            f"or a pandas, Polars or Arrow table; got {type(source).__name__}")
     path = Path(source)
     if not path.exists():
         raise ArgumentError(f"source: no such data file: {path}")
     if path.is_dir():
         raise ArgumentError(f"source: {path} is a directory, not a data file")
     suffix = path.suffix.lower()
-    if suffix not in (*_DATABASE_SUFFIXES, ".parquet", *_CSV_DELIMITERS):
+    if csv_options is None and suffix not in (*_DATABASE_SUFFIXES, ".parquet", *_CSV_DELIMITERS):
         raise ArgumentError(f"source: cannot tell the format of {path} from its name: use .duckdb, .csv, .tsv or "
-                            ".parquet (compressed files are not read: decompress them first)")
+                            ".parquet (compressed files are not read: decompress them first), or "
+                            "dpsql.CSV(path) for a delimited text file of another name")
+    if csv_options is None and suffix in _CSV_DELIMITERS:
+        csv_options = CSV(path)
     if suffix not in _DATABASE_SUFFIXES and any(c in str(path) for c in "*?["):
         raise ArgumentError(f"source: DuckDB reads *, ? and [ in a file's path as a pattern, which can match other "
                             f"files than {path}: rename it, or give a DuckDB connection that reads it")
     try:
+        if csv_options is not None:
+            con = duckdb.connect()
+            con.execute(csv_view(path, table, schema, csv_options.delimiter_or_default, names=csv_options.names,
+                                 trim=csv_options.trim))
+            return DuckDBBackend(con)
         if suffix in _DATABASE_SUFFIXES:
             return DuckDBBackend(duckdb.connect(str(path), read_only=True))
         con = duckdb.connect()
-        if suffix == ".parquet":
-            con.read_parquet(str(path)).create_view(table)
-            _check_utf8(con, table, schema)
-        else:
-            con.execute(csv_view(path, table, schema, _CSV_DELIMITERS[suffix]))
+        con.read_parquet(str(path)).create_view(table)
+        _check_utf8(con, table, schema)
     except duckdb.Error as e:  # DuckDB's message, but for a CSV file's (it could quote a line) only its class
-        lines = [] if suffix in _CSV_DELIMITERS else str(e).strip().splitlines()
+        lines = [] if csv_options is not None else str(e).strip().splitlines()
         reason = lines[0] if lines else type(e).__name__
-        raise ArgumentError(f"source: cannot open {path} as a {suffix[1:]} file: {reason}") from None
+        what = "csv" if csv_options is not None else suffix[1:]
+        raise ArgumentError(f"source: cannot open {path} as a {what} file: {reason}") from None
+    return DuckDBBackend(con)
+
+
+def _copy_frame(frame: Any, kind: str, table: str) -> DuckDBBackend:
+    """A connection of its own holding ``frame`` copied into the table ``table``, with the column types
+    DuckDB gives the frame's columns: a copy, not a view of the frame, so a value DuckDB cannot convert
+    fails here, when the owner connects, and what a query reads cannot change after connecting."""
+    con = duckdb.connect()
+    try:
+        data = frame.to_arrow() if kind == "polars" else frame
+        con.register("dpsql_source_frame", data)
+        con.execute(f"CREATE TABLE {exp.to_identifier(table, quoted=True).sql('duckdb')} AS "
+                    "SELECT * FROM dpsql_source_frame")
+        con.unregister("dpsql_source_frame")
+    except duckdb.Error as e:  # its message may quote a value
+        raise ArgumentError(f"source: cannot copy the {kind} table into DuckDB ({type(e).__name__}); convert its "
+                            "columns to plain numbers, strings and booleans first") from None
     return DuckDBBackend(con)
 
 
@@ -750,22 +827,38 @@ def _csv_header(path: "str | os.PathLike", delimiter: str) -> list[str]:
     return names
 
 
-def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter: str = ",") -> str:
+def _given_names(names: "Sequence[str]") -> list[str]:
+    """The column names given for a CSV file without a header: strings, distinct case-insensitively."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names) or not names:
+        raise ArgumentError("CSV names must be a non-empty list of the file's column names, in order")
+    seen: set[str] = set()
+    for name in names:
+        if name.strip() and name.strip().lower() in seen:
+            raise ArgumentError(f"CSV names: {name!r} is given twice (names are compared case-insensitively)")
+        seen.add(name.strip().lower())
+    return [n.strip() for n in names]
+
+
+def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", delimiter: str = ",", *,
+             names: "Sequence[str] | None" = None, trim: bool = False) -> str:
     """``CREATE VIEW table AS ...``: a CSV file read so that each line is one row, whatever any
     other line holds.
 
     DuckDB's CSV reader sniffs the dialect, the line ends and the column types from a sample of
     rows, and a quoted field may run across lines: one hostile row could change the types, the
     delimiter or the rows of everyone else. Here nothing is sniffed. The header (column names,
-    public) is read in Python (:func:`_csv_header`); a column with an empty name is never read.
+    public) is read in Python (:func:`_csv_header`), or given as ``names`` for a file without one (its
+    first line is then a row); a column with an empty name is never read.
     Every line after it is read as text, UTF-8, with a fixed ``delimiter`` and no quoting, and
     ``\\n``, ``\\r\\n`` and a lone ``\\r`` each end a line (DuckDB's single-character line-end mode,
     the same for every file), so a row is exactly one line and an empty line is no row. A line
     with the wrong number of fields is dropped (as an out-of-domain row would be), and so is one
     that is not UTF-8 or longer than DuckDB's ``max_line_size``; surrounding double quotes are
-    stripped from each field, an empty field is NULL, and each schema column is ``TRY_CAST`` to
+    stripped from each field (after the spaces around it, with ``trim``), an empty field is NULL, and each
+    schema column is ``TRY_CAST`` to
     its domain's type (a value that does not convert, such as ``17.5`` for an integer, is NULL,
-    outside the domain unless the column is nullable). Fields holding the delimiter or a line
+    outside the domain unless the column is nullable); without a schema, every named column is
+    read as text. Fields holding the delimiter or a line
     break inside quotes are not supported: such a line is dropped, or read as the separate lines
     it is.
 
@@ -787,11 +880,12 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
     >>> con.sql("SELECT * FROM p").fetchall()
     [(30, 'F'), (41, 'M'), (None, 'F'), (5, '"M'), (9, 'F')]
     """
-    names = _csv_header(path, delimiter)
+    header = names is None
+    names = _csv_header(path, delimiter) if names is None else _given_names(names)
     fields = [f"c{i}" for i in range(len(names) + 1)]
     read = exp.func("read_csv", exp.Literal.string(os.fspath(path)),
                     *[exp.EQ(this=exp.column(k), expression=v) for k, v in (
-                        ("auto_detect", exp.false()), ("header", exp.true()), ("encoding", exp.Literal.string("utf-8")),
+                        ("auto_detect", exp.false()), ("header", exp.Boolean(this=header)), ("encoding", exp.Literal.string("utf-8")),
                         ("delim", exp.Literal.string(delimiter)), ("quote", exp.Literal.string("")),
                         ("escape", exp.Literal.string("")),
                         ("new_line", exp.Literal.string("\\n")),  # the text \n: \r or \n ends a line
@@ -803,19 +897,28 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema", delimiter:
                             for f in fields])))])
 
     def field(i: int) -> exp.Expression:
-        return _unquoted(exp.Nullif(this=exp.column(fields[i], quoted=True), expression=exp.Literal.string("")))
+        text: exp.Expression = exp.column(fields[i], quoted=True)
+        if trim:
+            text = exp.func("trim", text)
+        return _unquoted(exp.Nullif(this=text, expression=exp.Literal.string("")))
 
     position = {n.lower(): i for i, n in enumerate(names) if n}
-    wanted = [c for c in schema.columns if c.name.lower() in position]
-    items = [exp.alias_(_typed(field(position[c.name.lower()]), c.sql_type), exp.to_identifier(c.name, quoted=True))
-             for c in wanted]
-    unit = schema.privacy_unit.column
-    if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
-        items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))
+    if schema is None:  # every named column, as text
+        items = [exp.alias_(field(i), exp.to_identifier(n, quoted=True)) for i, n in enumerate(names) if n]
+    else:
+        wanted = [c for c in schema.columns if c.name.lower() in position]
+        items = [exp.alias_(_typed(field(position[c.name.lower()]), c.sql_type), exp.to_identifier(c.name, quoted=True))
+                 for c in wanted]
+        unit = schema.privacy_unit.column
+        if unit is not None and unit.lower() in position and unit.lower() not in {c.name.lower() for c in wanted}:
+            items.append(exp.alias_(field(position[unit.lower()]), exp.to_identifier(unit, quoted=True)))
     if not items:
-        raise ArgumentError(f"source: the header of {path} ({len(names)} field{'s' if len(names) != 1 else ''} "
+        what = "header" if header else "names given for the columns"
+        raise ArgumentError(f"source: the {what} of {path} ({len(names)} field{'s' if len(names) != 1 else ''} "
                             f"split at {delimiter!r}) names none of the schema's columns "
-                            f"{', '.join(c.name for c in schema.columns)}")
+                            f"{', '.join(c.name for c in schema.columns) if schema is not None else ''}"
+                            + ("; if its first line is a row, not a header, name the file's columns in order: "
+                               "dpsql.CSV(path, names=[...])" if header else ""))
     whole = exp.and_(exp.column(fields[-2], quoted=True).is_(exp.null()).not_(),
                      exp.column(fields[-1], quoted=True).is_(exp.null()))
     select = exp.select(*items).from_(read).where(whole)

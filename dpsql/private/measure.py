@@ -323,6 +323,8 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
             b = _try_cast(c, "BOOLEAN")
         elif family == "bool":
             b = c.copy()
+        elif family in ("int", "uint"):  # 0 and 1 are False and True (a 0/1 column of a DataFrame or CSV)
+            return _lookup(c.copy(), [(_int(0), 0, 0), (_int(1), 1, 1)], outside)
         else:
             return _nothing(outside)
         as_int = exp.cast(b, exp.DataType.build("INTEGER"))  # False, True -> 0, 1

@@ -1,0 +1,175 @@
+"""A starting schema drawn from the data, for its owner to review (``dpsql schema draft DATA``).
+
+Writing a schema by hand for a wide table is slow; :func:`draft_schema` reads the table once per
+column and writes YAML that :func:`dpsql.load_schema` accepts: a column of numbers becomes an
+``integer`` (from its smallest to its largest value, when that is at most
+:data:`MAX_INTEGER_VALUES` values) or ``numeric`` column (:data:`BINS` equal bins over the same
+range), a column of booleans a ``boolean``, a column of text a ``categorical`` with its distinct
+values (at most ``max_values`` of them; a column with more is left out, in a comment), and a
+column holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
+field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
+number is an integer, any number a numeric one, ``true``/``false`` a boolean.
+
+**The draft is not a schema to publish as it is.** A schema is public, and every value, minimum
+and maximum here was read from the private rows: the oldest person's exact age, the one rare
+category only one person has. The YAML's header says so: keep a domain only where it is public
+knowledge (a published code list, a range that any such table could have) and replace the rest
+(``age`` from 0 to 120, not to the oldest age seen). The draft is for the owner only.
+
+>>> import duckdb
+>>> con = duckdb.connect()
+>>> _ = con.execute("CREATE TABLE t AS SELECT range % 50 + 17 AS age, ['F', 'M'][range % 2 + 1] AS sex, "
+...                 "range % 3 = 0 AS smoker, range / 7 AS hours FROM range(200)")
+>>> print(draft_schema(con, "t").split("\\n\\n", 1)[1])
+table: t
+privacy_unit: row
+columns:
+  age: {type: integer, min: 17, max: 66}
+  sex: {type: categorical, values: [F, M]}
+  smoker: {type: boolean}
+  hours: {type: numeric, bins: [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30]}
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import yaml
+from sqlglot import exp
+
+from dpsql.errors import ArgumentError, MeasurementError
+from dpsql.private.backend import BackendError, DuckDBBackend, open_source, opened_by_dpsql, table_expression
+
+__all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_VALUES"]
+
+#: Most distinct text values a drafted categorical column lists.
+MAX_VALUES = 50
+#: Widest range of integers drafted as an ``integer`` column; a wider one gets :data:`BINS` bins.
+MAX_INTEGER_VALUES = 200
+#: Bins of a drafted ``numeric`` column.
+BINS = 10
+
+HEADER = """\
+# A STARTING schema drafted by `dpsql schema draft` from {source}.
+# REVIEW EVERY DOMAIN BEFORE USE. A schema is public, and every value, min and max below was
+# read from the private data itself (the oldest age, a category only one person has). Keep a
+# domain only if it is public knowledge (a published code list, a range any such table could
+# have), replace the others (age 0..120, not the oldest age seen), and set privacy_unit.
+# Values outside a domain are dropped from every answer: run `dpsql validate` after editing.
+"""
+
+
+def draft_schema(source: Any, table: str | None = None, *, max_values: int = MAX_VALUES) -> str:
+    """A YAML schema for the table ``table`` of ``source`` (anything ``dpsql.connect`` reads: a file, a
+    :class:`dpsql.CSV`, a DuckDB connection, a data frame), with the header saying that it must be
+    reviewed; see the module docstring. ``table`` defaults to a file's name without its suffix, or
+    the only table of a database. Raises :class:`~dpsql.errors.ArgumentError` for a source or table it
+    cannot read. For the data owner only: the YAML quotes the data."""
+    table = table or _default_table(source)
+    backend = open_source(source, table, None)
+    if not isinstance(backend, DuckDBBackend):
+        raise ArgumentError("schema draft reads DuckDB sources, files and data frames")
+    read = table
+    try:
+        if not backend.has_table(table):
+            raise ArgumentError(f"schema draft: the source has no table or view {table!r}")
+        if opened_by_dpsql(source):  # read a file once, not once per column
+            read = "dpsql_draft"
+            backend.con.execute(f"CREATE TEMP TABLE {read} AS SELECT * FROM {table_expression(table).sql('duckdb')}")
+        families = backend.column_types(read)
+        lines = [_column(backend, read, name, family, max_values) for name, family in families.items()]
+    except BackendError as e:
+        raise MeasurementError(f"schema draft: reading table {table!r} failed: {e.reason}") from None
+    shown = os.fspath(getattr(source, "path", source)) if opened_by_dpsql(source) else "a database"
+    body = [f"table: {_scalar(table)}", "privacy_unit: row", "columns:", *lines]
+    return HEADER.format(source=shown) + "\n" + "\n".join(body) + "\n"
+
+
+def _default_table(source: Any) -> str:
+    path = getattr(source, "path", source)
+    if isinstance(path, (str, os.PathLike)) and not os.fspath(path).lower().endswith((".duckdb", ".db", ".ddb")):
+        return os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    if isinstance(path, (str, os.PathLike)):
+        backend = open_source(path, "unused", None)
+        names = [r[0] for r in backend.con.execute(  # type: ignore[attr-defined]
+            "SELECT table_name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views() "
+            "WHERE NOT internal").fetchall()]
+        if len(names) == 1:
+            return str(names[0])
+        raise ArgumentError(f"schema draft: the database holds {len(names)} tables: name one (--table)")
+    if opened_by_dpsql(source):  # a data frame
+        return "data"
+    raise ArgumentError("schema draft: name the table of a connection (--table)")
+
+
+def _scalar(value: Any) -> str:
+    """``value`` as a YAML scalar on one line (quoted where YAML would read it otherwise)."""
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30).strip() \
+        .removesuffix("\n...").strip()
+
+
+def _one(backend: DuckDBBackend, *items: exp.Expression, source: exp.Expression) -> tuple:
+    return tuple(v[0] for v in backend.run(exp.select(*[exp.alias_(e, f"v{i}") for i, e in enumerate(items)])
+                                           .from_(source)).values())
+
+
+def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_values: int) -> str:
+    """The YAML line of column ``name`` (of type ``family``), or a comment saying why it is left out."""
+    c = exp.column(exp.to_identifier(name, quoted=True))
+    source = table_expression(table)
+    text = family == "string"
+    if text:  # a CSV's text, or a text column: numbers or booleans if every value reads as one
+        as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
+        as_bool = exp.TryCast(this=c.copy(), to=exp.DataType.build("BOOLEAN"), safe=True)
+        whole = exp.EQ(this=exp.Mod(this=as_double.copy(), expression=exp.Literal.number(1)),
+                       expression=exp.Literal.number(0))
+        words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in
+                                                                    ("true", "false", "t", "f")])
+        values, numbers, wholes, booleans = _one(
+            backend, exp.Count(this=c.copy()), exp.Count(this=as_double),
+            exp.func("count_if", whole), exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())),
+            source=source)
+        if values and booleans == values:
+            family, c = "bool", as_bool
+        elif values and wholes == values:
+            family, c = "int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True)
+        elif values and numbers == values:
+            family, c = "float", as_double
+    nulls, distinct, low, high = _one(backend, exp.func("count_if", c.copy().is_(exp.null())),
+                                      exp.Count(this=exp.Distinct(expressions=[c.copy()])), exp.Min(this=c.copy()),
+                                      exp.Max(this=c.copy()), source=source)
+    spec: dict[str, Any] = {}
+    if family == "bool":
+        spec["type"] = "boolean"
+    elif family in ("int", "uint") and high is not None and int(high) - int(low) < MAX_INTEGER_VALUES:
+        spec.update(type="integer", min=int(low), max=int(high))
+    elif family in ("int", "uint", "float", "decimal") and high is not None and math.isfinite(float(high)) \
+            and math.isfinite(float(low)):
+        spec.update(type="numeric", bins=_edges(float(low), float(high)))
+    elif family == "string" and 0 < distinct <= max_values:
+        found = backend.run(exp.select(exp.alias_(c.copy(), "v")).distinct().from_(source)
+                            .where(c.copy().is_(exp.null()).not_()).order_by(exp.column("v")))["v"]
+        spec.update(type="categorical", values=[str(v) for v in found])
+    elif family == "string" and distinct:
+        return f"  # {name}: {distinct:,} distinct values, too many to list: declare a public list, or leave it out"
+    else:
+        why = "only NULLs" if family in ("int", "uint", "float", "decimal", "string", "null", "bool") else \
+            "a type no domain holds (a date, a list...): cast it in a view"
+        return f"  # {name}: {why}; left out"
+    if nulls:
+        spec["nullable"] = True
+    return f"  {_scalar(name)}: {_scalar(spec)}"
+
+
+def _edges(low: float, high: float) -> list:
+    """:data:`BINS` equal bins from ``floor(low)`` to at least ``ceil(high)``, with whole widths when the range
+    is wider than :data:`BINS` (so the edges are round numbers)."""
+    lo, hi = math.floor(low), math.ceil(high)
+    width = (hi - lo) / BINS if hi > lo else 1
+    width = math.ceil(width) if width >= 1 else width
+    edges = lo + width * np.arange(BINS + 1)
+    return [int(e) if float(e).is_integer() else round(float(e), 12) for e in edges]
