@@ -100,9 +100,11 @@ def test_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     assert plt.get_fignums(), "res.plot() drew no figure"
 
 
-def test_quickstart_notebook_executes_and_plots():
+def test_quickstart_notebook_executes_and_plots(monkeypatch):
     import nbclient
     import nbformat
+
+    monkeypatch.setenv("PYTHONPATH", ROOT)  # the kernel imports this tree's dpsql
 
     notebook = nbformat.read(os.path.join(ROOT, "examples", "quickstart.ipynb"), as_version=4)
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
