@@ -70,12 +70,14 @@ from dpsql.synth.pgm import (
     one_way_weights,
     pgm,
     pgm_compressed,
+    planned_model,
     unit_weights,
 )
 from dpsql.synth.work import (
     CELL,
     FEM_ROUND,
     LOCAL_SEARCH,
+    MIN_FIT_STEPS,
     QUERY,
     READ,
     REFINE_ROW,
@@ -313,6 +315,9 @@ PGM_MEASURES = ("workload", "pairs")
 #: compressed domain, when every attribute has more than two values (else in proportion to the
 #: attributes that do).
 ONE_WAY_SHARE = 0.3
+#: The least share of pgm's budget for every one-way marginal, measured always (about AIM's: its
+#: ``d`` first rounds of ``16d`` take 0.9/16 of its budget).
+MIN_ONE_WAY_SHARE = 0.05
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
@@ -426,14 +431,25 @@ def _advance(bar: tqdm) -> Callable[[int], None]:
 
 
 @contextlib.contextmanager
-def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int], None]]:
-    """``bar`` counting a model's fit of at most ``steps`` steps
-    (:func:`~dpsql.synth.estimate.estimate`), which mostly stops sooner, once it converges:
-    the bar says so, and is full when the fit has ended, not stopped short of its cap."""
-    bar.total, bar.unit = steps, "fit step"
+def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int, float], None]]:
+    """``bar`` showing a model's fit (:func:`~dpsql.synth.estimate.estimate`) converge: it
+    counts percent of the way, on a log scale, from the first measured improvement over 100
+    steps to the one that stops the fit, not steps toward their cap (``steps``, which the fit
+    mostly never reaches; shown beside), and is full when the fit has ended."""
+    bar.total, bar.unit = 100, "% converged"
     if not bar.disable:  # a disabled bar has no description
-        bar.set_description_str(f"{bar.desc} fit (stops once converged)")
-    yield _advance(bar)
+        bar.set_description_str(f"{bar.desc} fit")
+    first: list[float] = []
+
+    def advance(step: int, ratio: float) -> None:
+        if math.isfinite(ratio) and ratio > 0:
+            first.append(first[0] if first else max(ratio, 1.0 + 1e-9))
+            done = 100 * math.log(first[0] / max(ratio, 1.0)) / math.log(first[0])
+            bar.update(max(min(int(done), 99) - bar.n, 0))  # never back
+        if not bar.disable and step % 10 == 0:
+            bar.set_postfix_str(f"step {step:,} (at most {steps:,})", refresh=False)
+
+    yield advance
     bar.update(bar.total - bar.n)
 
 
@@ -749,6 +765,8 @@ class _ModelOptions:
     megabytes: float
     max_seconds: float
     fit: float = 0.0
+    cells: int | None = None
+    estimate: str = ""
 
     @classmethod
     def of(cls, options: dict, iterations: int) -> "_ModelOptions":
@@ -767,9 +785,36 @@ class _ModelOptions:
         Work(method, [*fit, sweeps]).check(self.max_seconds)
         return dataclasses.replace(self, fit=sum(s for _, s in fit))
 
+    def fit_plan(self, method: str, domain: Sequence[int], subsets: Sequence[tuple[int, ...]],
+                 fixed: float) -> "_ModelOptions":
+        """These options with the model and the fit that ``max_seconds`` allows after ``fixed``
+        seconds of other work, from public values alone (:func:`~dpsql.synth.pgm.planned_model`):
+        the model of ``subsets`` within ``max_model_size``, or, when its fit could not take
+        :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in time, a smaller one (the limit halved
+        until they fit: the model is then selected under it, :func:`~dpsql.synth.pgm.model_structure`),
+        and at most the steps that fit. Refused, before anything is charged, when not even a
+        model of the one-way marginals fits."""
+        least = min(MIN_FIT_STEPS, self.iterations)
+        limit = self.max_cells
+        while True:
+            cells, passes = planned_model(domain, subsets, limit)
+            each = fit_seconds(1, passes)
+            if fixed + least * each <= self.max_seconds or cells <= sum(domain):
+                break
+            limit = max(cells // 2, sum(domain))
+        if fixed + least * each > self.max_seconds:
+            raise ResourceLimitError(f"{method}'s model of {len(subsets)} marginals, even at its smallest ({cells:,} "
+                                     f"cells), takes about {each:.2g} s a fit step: {least} steps and the rest of the "
+                                     f"run ({fixed:,.0f} s) exceed max_seconds={self.max_seconds:g}; choose fewer "
+                                     "marginals, or raise max_seconds (estimates: dpsql.synth.work)")
+        steps = fitting(self.max_seconds, fixed, each, self.iterations)
+        estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most {steps:,} "
+                    f"steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
+        return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate)
+
     @property
     def max_cells(self) -> int:
-        return int(self.megabytes * 2**20 / 8)
+        return self.cells if self.cells is not None else int(self.megabytes * 2**20 / 8)
 
     @property
     def limit(self) -> str:
@@ -792,7 +837,15 @@ class _ModelOptions:
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
-        return records, _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
+        report = _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
+        joined = {a for o in learned.observations if len(o.subset) > 1 for a in o.subset}
+        alone = [a.name for i, a in enumerate(attributes) if i not in joined]
+        report.attrs["one_way_only"] = alone
+        report.attrs["estimate"] = self.estimate
+        if alone:
+            report.attrs["warnings"] = [f"fitted only through their one-way marginals (each keeps its distribution, "
+                                        f"not its relation to the other columns): {', '.join(alone)}"]
+        return records, report
 
 
 def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[float | None, float | None]:
@@ -814,20 +867,25 @@ def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[
 
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
-    """PGM within the request: one measurement of the workload's marginals (weighted by
-    :func:`~dpsql.synth.pgm.marginal_weights`),
-    spending the whole request (:mod:`dpsql.synth.pgm`), with Gaussian noise under a zCDP or an
-    ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. Refused before anything is spent when
-    ``max_model_size`` cannot hold even a model of single attributes; a workload marginal larger
-    than the model is measured all the same, and the sampled records follow it
+    """PGM within the request (:mod:`dpsql.synth.pgm`). Under Gaussian noise (a zCDP or an
+    ``(ε, δ)`` spend) two measurements: every attribute's one-way marginal with ``one_way_share``
+    of the budget (:func:`_one_way_share`), which also decides the compression, then the
+    workload's marginals, weighted by :func:`~dpsql.synth.pgm.marginal_weights`. Under a pure
+    ``ε`` one Laplace measurement of the workload's marginals and the one-way marginal of every
+    attribute they leave out. Either way a column the workload never names keeps its
+    distribution. The model and its fit are sized before anything is spent, from public values
+    alone, to ``max_model_size`` and ``max_seconds`` (:meth:`_ModelOptions.fit_plan`); a run
+    that cannot fit in time is refused then. A workload marginal larger than the model is
+    measured all the same, and the sampled records follow it
     (:meth:`~dpsql.synth.pgm.PGMResult.sample`)."""
     total, budget = request.total, request.budget
     model = _ModelOptions.of(options, PGM_ITERATIONS)
     measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
+    gaussian = request.zcdp or total.delta > 0
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
         cost = Cost.gaussian(budget, rho=total.rho)
-    elif total.delta > 0:
+    elif gaussian:
         noise, cost = Gaussian(epsilon=total.epsilon, delta=total.delta), \
             Cost.gaussian(budget, epsilon=total.epsilon, delta=total.delta)
     else:
@@ -835,6 +893,14 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     domain = [a.size for a in attributes]
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
+    given = option(options, "one_way_share", None)
+    share, threshold = _compression(options, domain, gaussian)
+    unnamed = [a for a in range(len(domain)) if not any(a in m for m in measured)]
+    if not gaussian:
+        if share is not None:
+            raise ArgumentError("one_way_share is the one-way marginals' share of a Gaussian measurement: give rho "
+                                "on a zCDP budget, or epsilon with a delta > 0")
+        measured = [*measured, *((a,) for a in unnamed)]
     _check_cells("PGM", measured, attributes)  # before the weights, whose search takes seconds
     weights = marginal_weights(domain, measured, noise)
     model.check_one_ways(domain, "PGM's smallest model")
@@ -842,17 +908,13 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
-
-    share, threshold = _compression(options, domain, isinstance(noise, Gaussian))
-    cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in weights) + sum(domain))
-    model = model.check_time("PGM", [(f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
-                             len(weights) + (len(domain) if threshold is not None else 0), request.rows)
-    if threshold is not None:
-        return _plan_pgm_compressed(private, attributes, request, model, measured, weights, compressible(domain),
-                                    share, threshold)
-    if share is not None:
-        raise ArgumentError("one_way_share is the one-way marginals' share of a compressed domain's budget: "
-                            "it needs compress")
+    subsets = [*weights, *((a,) for a in range(len(domain)))]
+    sweeps = len(set(subsets))
+    model.check_time("PGM", [], sweeps, request.rows)
+    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
+    if gaussian:
+        share = _one_way_share(domain, unnamed, threshold) if given is None else share
+        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         with _fit_progress(bar, model.iterations) as advance:
@@ -863,29 +925,43 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     return _Run(cost, execute)
 
 
-def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
-                         model: _ModelOptions, measured: Sequence[tuple[int, ...]],
-                         weights: dict[tuple[int, ...], float], compressible: Sequence[int], share: float,
-                         threshold: float) -> _Run:
-    """PGM on a compressed domain (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ`` (or
-    the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion) reserved at
-    once, ``share`` of it for the one-way marginals of the ``compressible`` attributes and the rest
-    for the weighted marginals. Both measurements' noise is planned before the spend: the
-    second's, scaled to L2 sensitivity 1, does not depend on the compression."""
+def _one_way_share(domain: Sequence[int], unnamed: Sequence[int], threshold: float | None) -> float:
+    """The default share of PGM's budget for every one-way marginal: :data:`ONE_WAY_SHARE` times
+    the attributes' fraction that the one-way counts alone decide (those of more than two values
+    when compressing, and those no workload marginal names), and at least :data:`MIN_ONE_WAY_SHARE`.
+
+    >>> _one_way_share([2, 2, 2, 2], [], None), _one_way_share([2, 5, 2, 2], [3], 3.0)
+    (0.05, 0.15)
+    """
+    decided = set(unnamed) | (set(compressible(domain)) if threshold is not None else set())
+    return max(MIN_ONE_WAY_SHARE, ONE_WAY_SHARE * len(decided) / len(domain))
+
+
+def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                  model: _ModelOptions, measured: Sequence[tuple[int, ...]],
+                  weights: dict[tuple[int, ...], float], share: float, threshold: float | None) -> _Run:
+    """PGM's two Gaussian measurements (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ``
+    (or the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion)
+    reserved at once, ``share`` of it for every one-way marginal and the rest for the weighted
+    marginals, on a domain compressed at ``threshold`` (None: not compressed). Both
+    measurements' noise is planned before the spend: the second's, scaled to L2 sensitivity 1,
+    does not depend on the compression."""
     rho, cost = request.reservation(gaussian=True)
     domain = [a.size for a in attributes]
-    for what, weighted, part in (("one-way", one_way_weights(compressible), share), ("weighted", unit_weights(weights), 1 - share)):
+    for what, weighted, part in (("one-way", one_way_weights(range(len(domain))), share),
+                                 ("weighted", unit_weights(weights), 1 - share)):
         try:
             private.plan(measurement(domain, weighted), Gaussian(rho=part * rho))
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, f"PGM: rho={rho!r}, compressed domain", "pgm", rho=rho)
+        reservation = private.reserve(cost, f"PGM: rho={rho!r}", "pgm", rho=rho)
         try:
             with _fit_progress(bar, model.iterations) as advance:
                 learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
-                                         threshold, compressible, iterations=model.iterations, progress=advance)
+                                         threshold, compressible(domain), iterations=model.iterations,
+                                         progress=advance)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
