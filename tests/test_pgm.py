@@ -484,10 +484,11 @@ def test_too_many_cells_are_refused_before_the_weights_are_searched_for(monkeypa
     monkeypatch.setattr(synthesize, "marginal_weights", lambda *a: pytest.fail("searched first"))
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT range % 1000 AS c0, range % 999 AS c1, range % 998 AS c2 FROM range(10)")
-    schema = {"table": "t", "columns": {f"c{i}": {"type": "integer", "min": 0, "max": 9999} for i in range(3)}}
+    schema = {"table": "t", "columns": {f"c{i}": {"type": "categorical", "values": list(range(10_000))}
+                                        for i in range(3)}}  # (an integer column this wide is binned)
     db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1.0), cache=False, progress=False)
     with pytest.raises(ResourceLimitError, match="PGM counts every cell of the workload's marginals at once: "
-                                                 "300,000,000 cells"):
+                                                 "300,000,000 cells, .* the widest column, c0, has 10,000 values"):
         db.synthesize("pgm", workload=2, epsilon=1.0)
     assert db.ledger.entries() == []
 

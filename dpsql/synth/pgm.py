@@ -49,6 +49,7 @@ from dpsql.privacy import Gaussian, NoiseModel
 from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
+from dpsql.synth.coarsen import coarsen
 from dpsql.synth.compress import Compression, compress
 from dpsql.synth.estimate import Observation, estimate, pool, uniform_std
 from dpsql.synth.graphical import GraphicalModel
@@ -282,8 +283,8 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
                    rho: float, reservation: Reservation, max_cells: int, one_way_share: float,
                    threshold: float | None, compressible: Sequence[int], iterations: int = PGM_ITERATIONS,
-                   progress: Callable[[int], None] | None = None,
-                   tolerance: float = RELATIVE_TOLERANCE) -> PGMResult:
+                   progress: Callable[[int, float], None] | None = None,
+                   tolerance: float = RELATIVE_TOLERANCE, binned: dict[int, np.ndarray] | None = None) -> PGMResult:
     """PGM in two measurements drawn from ``reservation``: every attribute's one-way marginal
     with ``one_way_share · rho`` (:func:`one_way_observations`), so that a column no workload
     marginal names keeps its distribution, and the ``compressible`` attributes' decide the
@@ -294,11 +295,17 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     measurements' ``ρ`` add up (Bun & Steinke 2016, Lemma 2.3), and the compression, the
     weights and the fit depend on released values only. Being Gaussian alone, the two are also
     one ``√(2ρ)``-GDP mechanism (Dong, Roth & Su 2022, Corollary 3.3), so ``(ε, δ)``-DP for
-    the ``(ε, δ)`` whose :func:`~dpsql.synth.accounting.gaussian_rho` is ``rho``."""
+    the ``(ε, δ)`` whose :func:`~dpsql.synth.accounting.gaussian_rho` is ``rho``. The ``binned``
+    attributes (by position, each value's bin) are modelled in their bins, each drawn back to a
+    value by its full-resolution one-way counts (:func:`~dpsql.synth.coarsen.coarsen`)."""
+    binned = binned or {}
+    full = [a.size for a in attributes]
     first = one_way_observations(table, attributes, range(len(attributes)), one_way_share * rho, reservation,
                                  "PGM: every one-way marginal")
-    compression = None if threshold is None else \
-        compress([a.size for a in attributes], [o for o in first if o.subset[0] in set(compressible)], threshold)
+    merged = [o for o in first if o.subset[0] in set(compressible) and o.subset[0] not in binned]
+    compression = None if threshold is None else compress(full, merged, threshold)
+    if binned:
+        compression = coarsen(compression or compress(full, []), binned, first)
     domain = tuple(a.size for a in attributes) if compression is None else compression.domain
     counted = attributes if compression is None else compression.attributes(attributes)
     rest = Gaussian(rho=rho - reservation.rho_used)

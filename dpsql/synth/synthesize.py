@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpsql import limits
-from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.errors import ArgumentError, Error, PrivacyError, ResourceLimitError, WorkloadError
 from dpsql.hdmm.matrix import is_total
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -54,6 +54,7 @@ from dpsql.synth.accounting import (
 from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
+from dpsql.synth.coarsen import WIDE_VALUES, wide
 from dpsql.synth.compress import THRESHOLD, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.factored import MAX_GROUP_CELLS
@@ -98,6 +99,11 @@ if TYPE_CHECKING:
     from dpsql.schema import Schema
 
 METHODS = ("mwem", "dualquery", "fem", "pgm", "aim")
+#: The schema on the analyst's DuckDB where each private table's latest synthetic table is a view
+#: under the private table's own name (``synth.adult``).
+SYNTH_SCHEMA = "synth"
+#: With no workload given, every marginal of this many attributes is the target (AIM's default).
+DEFAULT_WAY = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,11 +122,19 @@ class SyntheticTable:
     records: np.ndarray
     oracle: dict[str, int]
     _released: "ReleasedData"
+    private_table: str = ""
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
         """The table as a relation on the analyst's DuckDB (released data only)."""
         return self._released.table(self.name)
+
+    def sql(self, query: str) -> "duckdb.DuckDBPyRelation":
+        """``query``, SQL written for the private table, run unchanged (and free) on this synthetic
+        table: the private table's name, unqualified, is this table there (DuckDB's SQL on
+        released data only). The latest synthetic table of a private table ``t`` is also
+        ``synth.t`` on :attr:`dpsql.Connection.released` (:data:`SYNTH_SCHEMA`)."""
+        return self._released.under(self.private_table, self.name).sql(query)
 
     def __repr__(self) -> str:
         spend = f"rho={self.rho:g}" if self.rho else f"epsilon={self.epsilon:g}, delta={self.delta:g}"
@@ -239,7 +253,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
                 options or {})
     with released.reserve(name) as slot:  # refused if taken; claimed in the catalog until filled
         private.check(run.cost)  # the whole spend fits now; nothing read yet
-        bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
+        bar = tqdm(desc=f"[dpsql] {run.method}", unit="round", file=sys.stderr, leave=False,
                    disable=progress is False, delay=0 if progress else 2.0)
         try:
             records, report, oracle, spent = run.execute(bar, np.random.default_rng(seed))
@@ -247,8 +261,14 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
             bar.close()
         df = decode(records, attributes, schema)
         made = slot.fill(df, {c.name: c.sql_type for c in schema.columns})
-    table = SyntheticTable(name=made, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
-                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released)
+    table = SyntheticTable(name=made, df=df, method=run.method, epsilon=spent.epsilon, delta=spent.delta,
+                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released,
+                           private_table=schema.table.split(".")[-1])
+    try:  # synth.<table>: SQL for the private table runs there; after the spend, never an error
+        released.alias(SYNTH_SCHEMA, table.private_table, made)
+    except Error as e:
+        warnings.warn(f"the synthetic table {made!r} is not {SYNTH_SCHEMA}.{table.private_table} ({e}); "
+                      "its .sql() runs SQL written for the private table all the same", stacklevel=2)
     if made != name:
         raise NameTakenError(name, table)
     return table
@@ -340,6 +360,7 @@ class _Run:
 
     cost: Cost
     execute: Callable[[tqdm, np.random.Generator], Outcome]
+    method: str = ""
 
 
 @dataclass(frozen=True)
@@ -353,6 +374,7 @@ class _Request:
     rows: int | None
     columns: int
     seed: int | None
+    wide: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def zcdp(self) -> bool:
@@ -412,15 +434,19 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     if private.has_table(name):
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
+    if workload is None:  # AIM's default: every 3-way marginal the target, selected adaptively under the model size
+        workload = min(DEFAULT_WAY, len(attributes))
+        if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]):
+            method = "aim"
     marginals = workload_marginals(workload, schema, attributes)
-    request = _Request(budget, total, marginals, rows, columns, seed)
+    request = _Request(budget, total, marginals, rows, columns, seed, wide(attributes, schema))
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
     run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
-    return run
+    return dataclasses.replace(run, method=method)
 
 
 # -- option values -------------------------------------------------------------------------------
@@ -456,12 +482,15 @@ def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int, float], None
 def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: Sequence[Attribute]) -> MarginalCells:
     """The game's cells, refused when counting them all at once would exceed
     :data:`~dpsql.limits.MAX_MEASURED_CELLS`."""
-    domain = [a.size for a in attributes]
+    domain = [a.cells for a in attributes]
     cells = sum(math.prod(domain[a] for a in m) for m in marginals)
     if cells > MAX_MEASURED_CELLS:
+        widest = max((a for m in marginals for a in m), key=lambda a: domain[a])
         raise ResourceLimitError(f"{method} counts every cell of the workload's marginals at once: {cells:,} cells, "
-                                 f"more than the limit of {MAX_MEASURED_CELLS:,}; choose fewer or smaller marginals")
-    return MarginalCells(domain, marginals)
+                                 f"more than the limit of {MAX_MEASURED_CELLS:,}; the widest column, "
+                                 f"{attributes[widest].name}, has {domain[widest]:,} values: bin it in the schema, "
+                                 "or choose fewer or smaller marginals")
+    return MarginalCells([a.size for a in attributes], marginals)
 
 
 def _refine(error: PrivacyError, what: str) -> PrivacyError:
@@ -890,7 +919,13 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
             Cost.gaussian(budget, epsilon=total.epsilon, delta=total.delta)
     else:
         noise, cost = Laplace(total.epsilon), Cost.laplace(total.epsilon, budget)
-    domain = [a.size for a in attributes]
+    if request.wide and not gaussian:
+        a = next(iter(request.wide))
+        raise ResourceLimitError(f"column {attributes[a].name} has {attributes[a].size:,} values, more than a model "
+                                 f"column may ({WIDE_VALUES:,}): pgm coarsens it under Gaussian noise only (give a "
+                                 "delta, or rho on a zCDP budget), or bin it in the schema")
+    model_attributes = [a.grouped(request.wide[i]) if i in request.wide else a for i, a in enumerate(attributes)]
+    domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
     given = option(options, "one_way_share", None)
@@ -901,7 +936,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
             raise ArgumentError("one_way_share is the one-way marginals' share of a Gaussian measurement: give rho "
                                 "on a zCDP budget, or epsilon with a delta > 0")
         measured = [*measured, *((a,) for a in unnamed)]
-    _check_cells("PGM", measured, attributes)  # before the weights, whose search takes seconds
+    _check_cells("PGM", measured, model_attributes)  # before the weights, whose search takes seconds
     weights = marginal_weights(domain, measured, noise)
     model.check_one_ways(domain, "PGM's smallest model")
     try:
@@ -943,15 +978,17 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     """PGM's two Gaussian measurements (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ``
     (or the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion)
     reserved at once, ``share`` of it for every one-way marginal and the rest for the weighted
-    marginals, on a domain compressed at ``threshold`` (None: not compressed). Both
+    marginals, on a domain compressed at ``threshold`` (None: not compressed) and with the
+    request's wide columns in bins (:mod:`dpsql.synth.coarsen`). Both
     measurements' noise is planned before the spend: the second's, scaled to L2 sensitivity 1,
     does not depend on the compression."""
     rho, cost = request.reservation(gaussian=True)
-    domain = [a.size for a in attributes]
-    for what, weighted, part in (("one-way", one_way_weights(range(len(domain))), share),
-                                 ("weighted", unit_weights(weights), 1 - share)):
+    full = [a.size for a in attributes]
+    domain = [a.cells if i not in request.wide else int(request.wide[i].max()) + 1 for i, a in enumerate(attributes)]
+    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), share, full),
+                                     ("weighted", unit_weights(weights), 1 - share, domain)):
         try:
-            private.plan(measurement(domain, weighted), Gaussian(rho=part * rho))
+            private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
@@ -960,8 +997,8 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         try:
             with _fit_progress(bar, model.iterations) as advance:
                 learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
-                                         threshold, compressible(domain), iterations=model.iterations,
-                                         progress=advance)
+                                         threshold, compressible(full), iterations=model.iterations,
+                                         progress=advance, binned=request.wide)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
