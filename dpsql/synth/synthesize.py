@@ -821,7 +821,8 @@ class _ModelOptions:
         the model of ``subsets`` within ``max_model_size``, or, when its fit could not take
         :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in time, a smaller one (the limit halved
         until they fit: the model is then selected under it, :func:`~dpsql.synth.pgm.model_structure`),
-        and at most the steps that fit. Refused, before anything is charged, when not even a
+        and at most the steps that fit in half the time left (the rest samples the default rows,
+        whose number is a noisy count). Refused, before anything is charged, when not even a
         model of the one-way marginals fits."""
         least = min(MIN_FIT_STEPS, self.iterations)
         limit = self.max_cells
@@ -836,7 +837,8 @@ class _ModelOptions:
                                      f"cells), takes about {each:.2g} s a fit step: {least} steps and the rest of the "
                                      f"run ({fixed:,.0f} s) exceed max_seconds={self.max_seconds:g}; choose fewer "
                                      "marginals, or raise max_seconds (estimates: dpsql.synth.work)")
-        steps = fitting(self.max_seconds, fixed, each, self.iterations)
+        # at most half the time left, at least the fewest steps: the rest samples the default rows
+        steps = max(least, fitting(self.max_seconds - (self.max_seconds - fixed) / 2, fixed, each, self.iterations))
         estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most {steps:,} "
                     f"steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
         return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate)
