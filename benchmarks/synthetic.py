@@ -116,7 +116,8 @@ class Data:
 
     def _raw_adult(self) -> None:
         """ADULT as published (``adult.data``), no bounds narrowed: its integer columns declared over
-        their documented ranges (capital_gain 0..99999, fnlwgt 0..999,999 (the most values a schema column may declare; ADULT's largest is 1,484,705: those rows are left out), ...), its text columns
+        their documented ranges (capital_gain 0..99999, fnlwgt 0..999,999: the most values a schema
+        column may declare; ADULT's largest is 1,484,705, and those rows are left out), its text columns
         categorical over the values the file holds (a benchmark convenience: public in the UCI
         documentation). Records are coded by the schema's value order for the evaluation."""
         names = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
@@ -136,7 +137,8 @@ class Data:
                 columns[c] = {"type": "integer", "min": ranges[c][0], "max": ranges[c][1]}
             else:
                 self.con.execute(f"UPDATE {self.name} SET {c} = trim({c})")
-                values = [v for (v,) in self.con.execute(f"SELECT DISTINCT {c} FROM {self.name} ORDER BY 1").fetchall()]
+                distinct = self.con.execute(f"SELECT DISTINCT {c} FROM {self.name} ORDER BY 1").fetchall()
+                values = [v for (v,) in distinct]
                 columns[c] = {"type": "categorical", "values": values}
         self.con.execute(f"DELETE FROM {self.name} WHERE age IS NULL OR fnlwgt > 999999")
         self.columns = names

@@ -11,7 +11,7 @@ from dpsql.errors import ResourceLimitError
 
 
 def binary_table(columns: int, rows: int, seed: int = 0) -> tuple[duckdb.DuckDBPyConnection, dict, pd.DataFrame]:
-    """``rows`` rows of ``columns`` binary columns c0, c1, ..., column i true with probability (i + 1) / (columns + 2)."""
+    """``rows`` rows of binary columns c0, c1, ...: column i true with probability (i + 1) / (columns + 2)."""
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame({f"c{i}": (rng.random(rows) < (i + 1) / (columns + 2)).astype(int) for i in range(columns)})
     con = duckdb.connect()

@@ -16,7 +16,8 @@ def wide():
     rng = np.random.default_rng(0)
     n = 3000
     frame = pd.DataFrame({"gain": rng.choice([0, 0, 0, 0, 2174, 7298, 15024], n),
-                          "loss": rng.choice([0, 0, 0, 1902], n), "a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "c": rng.integers(0, 4, n)})
+                          "loss": rng.choice([0, 0, 0, 1902], n),
+                          "a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "c": rng.integers(0, 4, n)})
     con = duckdb.connect()
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")

@@ -262,7 +262,8 @@ class Connection:
           ``max_model_size``, ``sweeps``).
 
         ``workload``: the marginals to preserve (default: every 3-way marginal as AIM's target,
-        which ``"pgm"`` then selects adaptively, as ``"aim"``, under a zCDP or ``(ε, δ)`` spend), as ``k`` (all k-way
+        which ``"pgm"`` then selects adaptively, as ``"aim"``, under a zCDP or ``(ε, δ)`` spend),
+        as ``k`` (all k-way
         marginals), a list of tuples of column names (e.g. from
         :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is

@@ -57,8 +57,10 @@ from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.refine import refine
 
-__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult", "RELATIVE_TOLERANCE",
-           "marginal_weights", "measurement", "model_structure", "one_way_observations", "planned_model", "one_way_weights", "pgm",
+__all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
+           "RELATIVE_TOLERANCE",
+           "marginal_weights", "measurement", "model_structure", "one_way_observations",
+           "planned_model", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights"]
 
 

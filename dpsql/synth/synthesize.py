@@ -833,14 +833,15 @@ class _ModelOptions:
                 break
             limit = max(cells // 2, sum(domain))
         if fixed + least * each > self.max_seconds:
-            raise ResourceLimitError(f"{method}'s model of {len(subsets)} marginals, even at its smallest ({cells:,} "
-                                     f"cells), takes about {each:.2g} s a fit step: {least} steps and the rest of the "
+            raise ResourceLimitError(f"{method}'s model of {len(subsets)} marginals, even at its smallest "
+                                     f"({cells:,} cells), takes about {each:.2g} s a fit step: {least} steps and the "
+                                     "rest of the "
                                      f"run ({fixed:,.0f} s) exceed max_seconds={self.max_seconds:g}; choose fewer "
                                      "marginals, or raise max_seconds (estimates: dpsql.synth.work)")
         # at most half the time left, at least the fewest steps: the rest samples the default rows
         steps = max(least, fitting(self.max_seconds - (self.max_seconds - fixed) / 2, fixed, each, self.iterations))
-        estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most {steps:,} "
-                    f"steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
+        estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most "
+                    f"{steps:,} steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
         return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate)
 
     @property

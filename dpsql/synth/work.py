@@ -66,7 +66,8 @@ from typing import Sequence
 from dpsql.errors import ResourceLimitError
 from dpsql.synth.options import option, real
 
-__all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS", "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
+__all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS",
+           "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
            "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "Work", "max_seconds", "fitting", "refine_seconds", "fit_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
