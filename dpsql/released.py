@@ -141,6 +141,23 @@ class ReleasedData:
             finally:
                 cursor.unregister(frame)
 
+    def alias(self, schema: str, alias: str, name: str) -> None:
+        """Make ``schema.alias`` (the schema made if new) a view of the table ``name``, replacing
+        an older view of that name there: a synthetic table under its private table's own name."""
+        cursor = self._cursor()
+        with contextlib.closing(cursor), _as_dpsql_errors():
+            cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+            cursor.execute(f"CREATE OR REPLACE VIEW {_quote(schema)}.{_quote(alias)} AS SELECT * FROM "
+                           f"main.{_quote(name)}")
+
+    def under(self, alias: str, name: str) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own on which ``alias``, unqualified, is the table ``name`` (a temporary
+        view, seen by this cursor alone): SQL written for a private table runs on its synthetic one."""
+        cursor = self._cursor()
+        with _as_dpsql_errors():
+            cursor.execute(f"CREATE TEMP VIEW {_quote(alias)} AS SELECT * FROM main.{_quote(name)}")
+        return cursor
+
     @contextlib.contextmanager
     def reserve(self, name: str) -> Iterator["Slot"]:
         """Claim ``name`` for a table about to be made here (a synthetic table, while it is learned)

@@ -256,7 +256,7 @@ class Connection:
                          dialect=dialect)
         return self._released.relation(out.statements[0]) if isinstance(out, Explanation) else out.relation
 
-    def synthesize(self, method: str = "pgm", workload: Any = 2, epsilon: float | None = None,
+    def synthesize(self, method: str = "pgm", workload: Any = None, epsilon: float | None = None,
                    delta: float | None = None, rho: float | None = None, rows: int | None = None,
                    name: str | None = None, seed: int | None = None, **options: Any) -> "SyntheticTable":
         """A private synthetic table, registered on :attr:`released` as ``name`` (a new name).
@@ -284,7 +284,9 @@ class Connection:
           (:mod:`dpsql.synth.aim`; options ``rounds``, ``iterations``,
           ``max_model_size``, ``sweeps``).
 
-        ``workload``: the marginals to preserve, as ``k`` (all k-way
+        ``workload``: the marginals to preserve (default: every 3-way marginal as AIM's target,
+        which ``"pgm"`` then selects adaptively, as ``"aim"``, under a zCDP or ``(ε, δ)`` spend),
+        as ``k`` (all k-way
         marginals), a list of tuples of column names (e.g. from
         :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is

@@ -87,19 +87,22 @@ def uniform_std(std: np.ndarray) -> float | np.ndarray:
 
 def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree: JunctionTree | None = None,
              total: float | None = None, start: GraphicalModel | None = None, iterations: int = 10_000,
-             tolerance: float = 1.0, window: int = 100,
-             progress: Callable[[int], None] | None = None) -> GraphicalModel:
+             tolerance: float = 1.0, relative: float = 0.0, window: int = 100,
+             progress: Callable[[int, float], None] | None = None) -> GraphicalModel:
     """The graphical model fitted to ``observations`` (see the module docstring).
 
     ``tree``: the model's junction tree (default: the junction tree of the observed sets; every
     observed set must lie in one of its cliques). ``total``: the records' number (default
     :func:`estimate_total`). ``start``: a model on the same tree to start from (warm start).
     Stops after ``iterations`` steps, once a step improves nothing, or once ``window`` steps
-    together improve the loss by less than ``tolerance``. The loss is in units of squared
+    together improve the loss by less than ``tolerance`` or ``relative`` times the loss, whichever
+    is more (convergence). The loss is in units of squared
     standard errors (½ per cell a standard deviation off), so the default, 1, stops when the
     fit still moves but by less than its measurements' noise could tell: a fixed number of
     steps is too few where the fit is slow (KDD99: 1,000 steps left the loss at 6 times
-    the 10,000 steps' one) and wasted where it is fast.
+    the 10,000 steps' one) and wasted where it is fast. ``progress`` gets the steps done and
+    the last ``window`` steps' improvement over the one that stops the fit (inf before
+    ``window`` steps): the fit has converged once it is below 1.
     """
     domain = tuple(int(n) for n in domain)
     observations = [o for o in observations if np.all(o.variances > 0) and np.all(np.isfinite(o.variances))]
@@ -129,10 +132,11 @@ def estimate(domain: Sequence[int], observations: Sequence[Observation], *, tree
         improved = loss - trial_loss
         model, loss, grads = trial, trial_loss, trial_grads
         alpha *= 1.5
-        if progress is not None:
-            progress(step + 1)
         losses.append(loss)
-        if improved <= 0 or not math.isfinite(loss) or (step >= window and losses[-window - 1] - loss < tolerance):
+        ratio = (losses[-window - 1] - loss) / max(tolerance, relative * loss) if step >= window else math.inf
+        if progress is not None:
+            progress(step + 1, ratio)
+        if improved <= 0 or not math.isfinite(loss) or ratio < 1:
             break
     return model
 

@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpsql import limits
-from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.errors import ArgumentError, Error, PrivacyError, ResourceLimitError, WorkloadError
 from dpsql.hdmm.matrix import is_total
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -54,6 +54,7 @@ from dpsql.synth.accounting import (
 from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
+from dpsql.synth.coarsen import WIDE_VALUES, wide
 from dpsql.synth.compress import THRESHOLD, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.factored import MAX_GROUP_CELLS
@@ -70,12 +71,14 @@ from dpsql.synth.pgm import (
     one_way_weights,
     pgm,
     pgm_compressed,
+    planned_model,
     unit_weights,
 )
 from dpsql.synth.work import (
     CELL,
     FEM_ROUND,
     LOCAL_SEARCH,
+    MIN_FIT_STEPS,
     QUERY,
     READ,
     REFINE_ROW,
@@ -96,6 +99,11 @@ if TYPE_CHECKING:
     from dpsql.schema import Schema
 
 METHODS = ("mwem", "dualquery", "fem", "pgm", "aim")
+#: The schema on the analyst's DuckDB where each private table's latest synthetic table is a view
+#: under the private table's own name (``synth.adult``).
+SYNTH_SCHEMA = "synth"
+#: With no workload given, every marginal of this many attributes is the target (AIM's default).
+DEFAULT_WAY = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,11 +122,19 @@ class SyntheticTable:
     records: np.ndarray
     oracle: dict[str, int]
     _released: "ReleasedData"
+    private_table: str = ""
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
         """The table as a relation on the analyst's DuckDB (released data only)."""
         return self._released.table(self.name)
+
+    def sql(self, query: str) -> "duckdb.DuckDBPyRelation":
+        """``query``, SQL written for the private table, run unchanged (and free) on this synthetic
+        table: the private table's name, unqualified, is this table there (DuckDB's SQL on
+        released data only). The latest synthetic table of a private table ``t`` is also
+        ``synth.t`` on :attr:`dpsql.Connection.released` (:data:`SYNTH_SCHEMA`)."""
+        return self._released.under(self.private_table, self.name).sql(query)
 
     def __repr__(self) -> str:
         spend = f"rho={self.rho:g}" if self.rho else f"epsilon={self.epsilon:g}, delta={self.delta:g}"
@@ -237,7 +253,7 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
                 options or {})
     with released.reserve(name) as slot:  # refused if taken; claimed in the catalog until filled
         private.check(run.cost)  # the whole spend fits now; nothing read yet
-        bar = tqdm(desc=f"[dpsql] {method}", unit="round", file=sys.stderr, leave=False,
+        bar = tqdm(desc=f"[dpsql] {run.method}", unit="round", file=sys.stderr, leave=False,
                    disable=progress is False, delay=0 if progress else 2.0)
         try:
             records, report, oracle, spent = run.execute(bar, np.random.default_rng(seed))
@@ -245,8 +261,14 @@ def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema"
             bar.close()
         df = decode(records, attributes, schema)
         made = slot.fill(df, {c.name: c.sql_type for c in schema.columns})
-    table = SyntheticTable(name=made, df=df, method=method, epsilon=spent.epsilon, delta=spent.delta,
-                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released)
+    table = SyntheticTable(name=made, df=df, method=run.method, epsilon=spent.epsilon, delta=spent.delta,
+                           rho=spent.rho, report=report, records=records, oracle=oracle, _released=released,
+                           private_table=schema.table.split(".")[-1])
+    try:  # synth.<table>: SQL for the private table runs there; after the spend, never an error
+        released.alias(SYNTH_SCHEMA, table.private_table, made)
+    except Error as e:
+        warnings.warn(f"the synthetic table {made!r} is not {SYNTH_SCHEMA}.{table.private_table} ({e}); "
+                      "its .sql() runs SQL written for the private table all the same", stacklevel=2)
     if made != name:
         raise NameTakenError(name, table)
     return table
@@ -313,6 +335,9 @@ PGM_MEASURES = ("workload", "pairs")
 #: compressed domain, when every attribute has more than two values (else in proportion to the
 #: attributes that do).
 ONE_WAY_SHARE = 0.3
+#: The least share of pgm's budget for every one-way marginal, measured always (about AIM's: its
+#: ``d`` first rounds of ``16d`` take 0.9/16 of its budget).
+MIN_ONE_WAY_SHARE = 0.05
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
@@ -335,6 +360,7 @@ class _Run:
 
     cost: Cost
     execute: Callable[[tqdm, np.random.Generator], Outcome]
+    method: str = ""
 
 
 @dataclass(frozen=True)
@@ -348,6 +374,7 @@ class _Request:
     rows: int | None
     columns: int
     seed: int | None
+    wide: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def zcdp(self) -> bool:
@@ -407,15 +434,19 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     if private.has_table(name):
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
+    if workload is None:  # AIM's default: every 3-way marginal the target, selected adaptively under the model size
+        workload = min(DEFAULT_WAY, len(attributes))
+        if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]):
+            method = "aim"
     marginals = workload_marginals(workload, schema, attributes)
-    request = _Request(budget, total, marginals, rows, columns, seed)
+    request = _Request(budget, total, marginals, rows, columns, seed, wide(attributes, schema))
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
     run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
-    return run
+    return dataclasses.replace(run, method=method)
 
 
 # -- option values -------------------------------------------------------------------------------
@@ -426,26 +457,40 @@ def _advance(bar: tqdm) -> Callable[[int], None]:
 
 
 @contextlib.contextmanager
-def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int], None]]:
-    """``bar`` counting a model's fit of at most ``steps`` steps
-    (:func:`~dpsql.synth.estimate.estimate`), which mostly stops sooner, once it converges:
-    the bar says so, and is full when the fit has ended, not stopped short of its cap."""
-    bar.total, bar.unit = steps, "fit step"
+def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int, float], None]]:
+    """``bar`` showing a model's fit (:func:`~dpsql.synth.estimate.estimate`) converge: it
+    counts percent of the way, on a log scale, from the first measured improvement over 100
+    steps to the one that stops the fit, not steps toward their cap (``steps``, which the fit
+    mostly never reaches; shown beside), and is full when the fit has ended."""
+    bar.total, bar.unit = 100, "% converged"
     if not bar.disable:  # a disabled bar has no description
-        bar.set_description_str(f"{bar.desc} fit (stops once converged)")
-    yield _advance(bar)
+        bar.set_description_str(f"{bar.desc} fit")
+    first: list[float] = []
+
+    def advance(step: int, ratio: float) -> None:
+        if math.isfinite(ratio) and ratio > 0:
+            first.append(first[0] if first else max(ratio, 1.0 + 1e-9))
+            done = 100 * math.log(first[0] / max(ratio, 1.0)) / math.log(first[0])
+            bar.update(max(min(int(done), 99) - bar.n, 0))  # never back
+        if not bar.disable and step % 10 == 0:
+            bar.set_postfix_str(f"step {step:,} (at most {steps:,})", refresh=False)
+
+    yield advance
     bar.update(bar.total - bar.n)
 
 
 def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: Sequence[Attribute]) -> MarginalCells:
     """The game's cells, refused when counting them all at once would exceed
     :data:`~dpsql.limits.MAX_MEASURED_CELLS`."""
-    domain = [a.size for a in attributes]
+    domain = [a.cells for a in attributes]
     cells = sum(math.prod(domain[a] for a in m) for m in marginals)
     if cells > MAX_MEASURED_CELLS:
+        widest = max((a for m in marginals for a in m), key=lambda a: domain[a])
         raise ResourceLimitError(f"{method} counts every cell of the workload's marginals at once: {cells:,} cells, "
-                                 f"more than the limit of {MAX_MEASURED_CELLS:,}; choose fewer or smaller marginals")
-    return MarginalCells(domain, marginals)
+                                 f"more than the limit of {MAX_MEASURED_CELLS:,}; the widest column, "
+                                 f"{attributes[widest].name}, has {domain[widest]:,} values: bin it in the schema, "
+                                 "or choose fewer or smaller marginals")
+    return MarginalCells([a.size for a in attributes], marginals)
 
 
 def _refine(error: PrivacyError, what: str) -> PrivacyError:
@@ -749,6 +794,8 @@ class _ModelOptions:
     megabytes: float
     max_seconds: float
     fit: float = 0.0
+    cells: int | None = None
+    estimate: str = ""
 
     @classmethod
     def of(cls, options: dict, iterations: int) -> "_ModelOptions":
@@ -767,9 +814,39 @@ class _ModelOptions:
         Work(method, [*fit, sweeps]).check(self.max_seconds)
         return dataclasses.replace(self, fit=sum(s for _, s in fit))
 
+    def fit_plan(self, method: str, domain: Sequence[int], subsets: Sequence[tuple[int, ...]],
+                 fixed: float) -> "_ModelOptions":
+        """These options with the model and the fit that ``max_seconds`` allows after ``fixed``
+        seconds of other work, from public values alone (:func:`~dpsql.synth.pgm.planned_model`):
+        the model of ``subsets`` within ``max_model_size``, or, when its fit could not take
+        :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in time, a smaller one (the limit halved
+        until they fit: the model is then selected under it, :func:`~dpsql.synth.pgm.model_structure`),
+        and at most the steps that fit in half the time left (the rest samples the default rows,
+        whose number is a noisy count). Refused, before anything is charged, when not even a
+        model of the one-way marginals fits."""
+        least = min(MIN_FIT_STEPS, self.iterations)
+        limit = self.max_cells
+        while True:
+            cells, passes = planned_model(domain, subsets, limit)
+            each = fit_seconds(1, passes)
+            if fixed + least * each <= self.max_seconds or cells <= sum(domain):
+                break
+            limit = max(cells // 2, sum(domain))
+        if fixed + least * each > self.max_seconds:
+            raise ResourceLimitError(f"{method}'s model of {len(subsets)} marginals, even at its smallest "
+                                     f"({cells:,} cells), takes about {each:.2g} s a fit step: {least} steps and the "
+                                     "rest of the "
+                                     f"run ({fixed:,.0f} s) exceed max_seconds={self.max_seconds:g}; choose fewer "
+                                     "marginals, or raise max_seconds (estimates: dpsql.synth.work)")
+        # at most half the time left, at least the fewest steps: the rest samples the default rows
+        steps = max(least, fitting(self.max_seconds - (self.max_seconds - fixed) / 2, fixed, each, self.iterations))
+        estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most "
+                    f"{steps:,} steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
+        return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate)
+
     @property
     def max_cells(self) -> int:
-        return int(self.megabytes * 2**20 / 8)
+        return self.cells if self.cells is not None else int(self.megabytes * 2**20 / 8)
 
     @property
     def limit(self) -> str:
@@ -792,7 +869,15 @@ class _ModelOptions:
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
-        return records, _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
+        report = _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
+        joined = {a for o in learned.observations if len(o.subset) > 1 for a in o.subset}
+        alone = [a.name for i, a in enumerate(attributes) if i not in joined]
+        report.attrs["one_way_only"] = alone
+        report.attrs["estimate"] = self.estimate
+        if alone:
+            report.attrs["warnings"] = [f"fitted only through their one-way marginals (each keeps its distribution, "
+                                        f"not its relation to the other columns): {', '.join(alone)}"]
+        return records, report
 
 
 def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[float | None, float | None]:
@@ -814,45 +899,60 @@ def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[
 
 
 def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
-    """PGM within the request: one measurement of the workload's marginals (weighted by
-    :func:`~dpsql.synth.pgm.marginal_weights`),
-    spending the whole request (:mod:`dpsql.synth.pgm`), with Gaussian noise under a zCDP or an
-    ``(ε, δ)`` spend and Laplace under a pure ``ε`` one. Refused before anything is spent when
-    ``max_model_size`` cannot hold even a model of single attributes; a workload marginal larger
-    than the model is measured all the same, and the sampled records follow it
+    """PGM within the request (:mod:`dpsql.synth.pgm`). Under Gaussian noise (a zCDP or an
+    ``(ε, δ)`` spend) two measurements: every attribute's one-way marginal with ``one_way_share``
+    of the budget (:func:`_one_way_share`), which also decides the compression, then the
+    workload's marginals, weighted by :func:`~dpsql.synth.pgm.marginal_weights`. Under a pure
+    ``ε`` one Laplace measurement of the workload's marginals and the one-way marginal of every
+    attribute they leave out. Either way a column the workload never names keeps its
+    distribution. The model and its fit are sized before anything is spent, from public values
+    alone, to ``max_model_size`` and ``max_seconds`` (:meth:`_ModelOptions.fit_plan`); a run
+    that cannot fit in time is refused then. A workload marginal larger than the model is
+    measured all the same, and the sampled records follow it
     (:meth:`~dpsql.synth.pgm.PGMResult.sample`)."""
     total, budget = request.total, request.budget
     model = _ModelOptions.of(options, PGM_ITERATIONS)
     measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
+    gaussian = request.zcdp or total.delta > 0
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
         cost = Cost.gaussian(budget, rho=total.rho)
-    elif total.delta > 0:
+    elif gaussian:
         noise, cost = Gaussian(epsilon=total.epsilon, delta=total.delta), \
             Cost.gaussian(budget, epsilon=total.epsilon, delta=total.delta)
     else:
         noise, cost = Laplace(total.epsilon), Cost.laplace(total.epsilon, budget)
-    domain = [a.size for a in attributes]
+    if request.wide and not gaussian:
+        a = next(iter(request.wide))
+        raise ResourceLimitError(f"column {attributes[a].name} has {attributes[a].size:,} values, more than a model "
+                                 f"column may ({WIDE_VALUES:,}): pgm coarsens it under Gaussian noise only (give a "
+                                 "delta, or rho on a zCDP budget), or bin it in the schema")
+    model_attributes = [a.grouped(request.wide[i]) if i in request.wide else a for i, a in enumerate(attributes)]
+    domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
-    _check_cells("PGM", measured, attributes)  # before the weights, whose search takes seconds
+    given = option(options, "one_way_share", None)
+    share, threshold = _compression(options, domain, gaussian)
+    unnamed = [a for a in range(len(domain)) if not any(a in m for m in measured)]
+    if not gaussian:
+        if share is not None:
+            raise ArgumentError("one_way_share is the one-way marginals' share of a Gaussian measurement: give rho "
+                                "on a zCDP budget, or epsilon with a delta > 0")
+        measured = [*measured, *((a,) for a in unnamed)]
+    _check_cells("PGM", measured, model_attributes)  # before the weights, whose search takes seconds
     weights = marginal_weights(domain, measured, noise)
     model.check_one_ways(domain, "PGM's smallest model")
     try:
         private.plan(measurement(domain, weights), noise)
     except PrivacyError as e:
         raise _refine(e, f"PGM measures the workload's marginals with {budget.describe(total)}, too little") from None
-
-    share, threshold = _compression(options, domain, isinstance(noise, Gaussian))
-    cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in weights) + sum(domain))
-    model = model.check_time("PGM", [(f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
-                             len(weights) + (len(domain) if threshold is not None else 0), request.rows)
-    if threshold is not None:
-        return _plan_pgm_compressed(private, attributes, request, model, measured, weights, compressible(domain),
-                                    share, threshold)
-    if share is not None:
-        raise ArgumentError("one_way_share is the one-way marginals' share of a compressed domain's budget: "
-                            "it needs compress")
+    subsets = [*weights, *((a,) for a in range(len(domain)))]
+    sweeps = len(set(subsets))
+    model.check_time("PGM", [], sweeps, request.rows)
+    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
+    if gaussian:
+        share = _one_way_share(domain, unnamed, threshold) if given is None else share
+        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         with _fit_progress(bar, model.iterations) as advance:
@@ -863,29 +963,45 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     return _Run(cost, execute)
 
 
-def _plan_pgm_compressed(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
-                         model: _ModelOptions, measured: Sequence[tuple[int, ...]],
-                         weights: dict[tuple[int, ...], float], compressible: Sequence[int], share: float,
-                         threshold: float) -> _Run:
-    """PGM on a compressed domain (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ`` (or
-    the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion) reserved at
-    once, ``share`` of it for the one-way marginals of the ``compressible`` attributes and the rest
-    for the weighted marginals. Both measurements' noise is planned before the spend: the
-    second's, scaled to L2 sensitivity 1, does not depend on the compression."""
+def _one_way_share(domain: Sequence[int], unnamed: Sequence[int], threshold: float | None) -> float:
+    """The default share of PGM's budget for every one-way marginal: :data:`ONE_WAY_SHARE` times
+    the attributes' fraction that the one-way counts alone decide (those of more than two values
+    when compressing, and those no workload marginal names), and at least :data:`MIN_ONE_WAY_SHARE`.
+
+    >>> _one_way_share([2, 2, 2, 2], [], None), _one_way_share([2, 5, 2, 2], [3], 3.0)
+    (0.05, 0.15)
+    """
+    decided = set(unnamed) | (set(compressible(domain)) if threshold is not None else set())
+    return max(MIN_ONE_WAY_SHARE, ONE_WAY_SHARE * len(decided) / len(domain))
+
+
+def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                  model: _ModelOptions, measured: Sequence[tuple[int, ...]],
+                  weights: dict[tuple[int, ...], float], share: float, threshold: float | None) -> _Run:
+    """PGM's two Gaussian measurements (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ``
+    (or the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion)
+    reserved at once, ``share`` of it for every one-way marginal and the rest for the weighted
+    marginals, on a domain compressed at ``threshold`` (None: not compressed) and with the
+    request's wide columns in bins (:mod:`dpsql.synth.coarsen`). Both
+    measurements' noise is planned before the spend: the second's, scaled to L2 sensitivity 1,
+    does not depend on the compression."""
     rho, cost = request.reservation(gaussian=True)
-    domain = [a.size for a in attributes]
-    for what, weighted, part in (("one-way", one_way_weights(compressible), share), ("weighted", unit_weights(weights), 1 - share)):
+    full = [a.size for a in attributes]
+    domain = [a.cells if i not in request.wide else int(request.wide[i].max()) + 1 for i, a in enumerate(attributes)]
+    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), share, full),
+                                     ("weighted", unit_weights(weights), 1 - share, domain)):
         try:
-            private.plan(measurement(domain, weighted), Gaussian(rho=part * rho))
+            private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, f"PGM: rho={rho!r}, compressed domain", "pgm", rho=rho)
+        reservation = private.reserve(cost, f"PGM: rho={rho!r}", "pgm", rho=rho)
         try:
             with _fit_progress(bar, model.iterations) as advance:
                 learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
-                                         threshold, compressible, iterations=model.iterations, progress=advance)
+                                         threshold, compressible(full), iterations=model.iterations,
+                                         progress=advance, binned=request.wide)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)

@@ -1,0 +1,89 @@
+"""Wide columns: an ordered column of too many values is coarsened for the model, and only for it.
+
+A model's marginals multiply its attributes' sizes: an integer column declared ``0..99999``
+(ADULT's ``capital_gain``) makes every pair with it hundreds of thousands of cells, far more
+than can be measured or fitted. Such a column (:func:`wide`: a single integer column of more
+than :data:`WIDE_VALUES` values) is measured and modelled in public, data-independent bins
+(:func:`bins`): the union of logarithmic bins from the low end of the declared domain (the
+low value alone, then widths 1, 2, 4, ...: a skewed column such as a capital gain keeps its
+zero apart) and :data:`EQUAL_BINS` equal-width ones (a spread column keeps its shape). The
+model and every measurement but one count the bins; the column's one-way marginal is measured
+at full resolution, and each sampled bin becomes one of its values drawn from that noisy
+one-way distribution (:func:`coarsen`). Everything here is public or post-processing of
+released counts.
+
+>>> bins(100_000)[:10].tolist(), int(bins(100_000).max()) + 1
+([0, 1, 2, 2, 3, 3, 3, 3, 4, 4], 49)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dpsql.schema import Attribute, IntegerRange, Schema
+from dpsql.synth.compress import THRESHOLD, Compression
+from dpsql.synth.estimate import Observation
+
+__all__ = ["WIDE_VALUES", "EQUAL_BINS", "wide", "bins", "coarsen"]
+
+#: An integer column of more values than this is modelled in bins (a pair of two such columns
+#: would already be a million cells; the widest of the held-out tables' columns has 500).
+WIDE_VALUES = 1024
+#: The equal-width bins over a wide column's declared domain (besides the logarithmic ones).
+EQUAL_BINS = 32
+
+
+def wide(attributes: Sequence[Attribute], schema: Schema) -> dict[int, np.ndarray]:
+    """The attributes to coarsen, by position, each with its value's bin (:func:`bins`): those of
+    one integer column of more than :data:`WIDE_VALUES` values. NULL, when the column has it,
+    is a bin of its own."""
+    out = {}
+    for i, a in enumerate(attributes):
+        column = schema.column(a.columns[0]) if len(a.columns) == 1 and not a.split else None
+        if isinstance(column, IntegerRange) and a.size > WIDE_VALUES:
+            values = a.size - (1 if column.nullable else 0)
+            labels = bins(values)
+            out[i] = np.append(labels, labels[-1] + 1) if column.nullable else labels
+    return out
+
+
+def bins(size: int) -> np.ndarray:
+    """Each of ``size`` ordered values' bin: edges at offsets ``0, 1, 2, 4, 8, ...`` from the low
+    end and at every ``size / EQUAL_BINS``, numbered from 0 (data-independent)."""
+    edges = {0} | {2**k for k in range(size.bit_length()) if 2**k < size} | \
+        {size * k // EQUAL_BINS for k in range(EQUAL_BINS)}
+    return np.searchsorted(np.array(sorted(edges)), np.arange(size), side="right") - 1
+
+
+def coarsen(compression: Compression, binned: dict[int, np.ndarray], one_way: Sequence[Observation],
+            threshold: float = THRESHOLD) -> Compression:
+    """``compression`` with the ``binned`` attributes' values grouped in their bins, each value's
+    share of its bin from the noisy full-resolution one-way counts ``one_way``: the values counted
+    above ``threshold`` noise standard deviations in proportion to their counts, the others
+    sharing equally their noisy total when it too is above ``threshold`` standard deviations (of
+    its summed noise), else nothing; a bin of no such value draws its values uniformly.
+    Post-processing.
+
+    >>> from dpsql.synth.compress import compress
+    >>> o = Observation((0,), np.array([90.0, 1.0, -1.0, 10.0, 2.0, 2.0, 2.0]), 1.0)
+    >>> c = coarsen(compress((7,), []), {0: np.array([0, 0, 1, 1, 2, 2, 2])}, [o])
+    >>> c.labels[0].tolist(), c.shares[0].round(3).tolist()
+    ([0, 0, 1, 1, 2, 2, 2], [1.0, 0.0, 0.0, 1.0, 0.333, 0.333, 0.333])
+    """
+    labels, shares = list(compression.labels), list(compression.shares)
+    counts = {o.subset[0]: o for o in one_way if len(o.subset) == 1}
+    for a, groups in binned.items():
+        y = np.asarray(counts[a].values, dtype=float)
+        above = y >= threshold * np.sqrt(counts[a].variances)
+        share = np.zeros(y.size)
+        for g in range(int(groups.max()) + 1):
+            members = groups == g
+            below = members & ~above  # their total, unless noise could make it up
+            rest = float(y[below].sum())
+            rest = rest if rest >= threshold * np.sqrt(float(counts[a].variances[below].sum())) else 0.0
+            weight = np.where(above, y, rest / max(int((members & ~above).sum()), 1))[members]
+            share[members] = weight / weight.sum() if weight.sum() > 0 else 1.0 / members.sum()
+        labels[a], shares[a] = np.asarray(groups, dtype=np.int64), share
+    return Compression(tuple(labels), tuple(shares))

@@ -1,0 +1,46 @@
+"""Issue 42's finds 4 and the default workload: SQL written for the private table runs unchanged on
+its synthetic table, and with no workload the target is every 3-way marginal, selected as AIM does."""
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql import Budget
+
+
+@pytest.fixture()
+def people():
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"age": rng.integers(0, 5, 800), "sex": rng.integers(0, 2, 800),
+                          "smoker": rng.integers(0, 2, 800), "region": rng.integers(0, 3, 800)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE adult AS SELECT * FROM frame")
+    schema = {"table": "adult", "columns": {"age": {"type": "integer", "min": 0, "max": 4},
+                                            "sex": {"type": "integer", "min": 0, "max": 1},
+                                            "smoker": {"type": "integer", "min": 0, "max": 1},
+                                            "region": {"type": "integer", "min": 0, "max": 2}}}
+    return dpsql.connect(con, schema=schema, budget=Budget(rho=2.0), cache=False, progress=False)
+
+
+def test_sql_for_the_private_table_runs_unchanged_on_the_synthetic_one(people):
+    """Find 4: the synthetic table was adult_synth, so FROM adult failed."""
+    syn = people.synthesize("pgm", workload=2, rho=0.5, seed=0, name="adult_synth")
+    query = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY sex"
+    expected = people.released.sql("SELECT sex, COUNT(*) AS n FROM adult_synth GROUP BY sex ORDER BY sex").fetchall()
+    assert syn.sql(query).fetchall() == expected
+    assert people.released.sql(query.replace("FROM adult", "FROM synth.adult")).fetchall() == expected
+    assert people.spent().rho == 0.5  # the queries were free
+    later = people.synthesize("pgm", workload=1, rho=0.5, seed=1, name="adult_synth_2")
+    assert people.released.sql("SELECT COUNT(*) FROM synth.adult").fetchall() == [(len(later.df),)]  # the latest
+    assert syn.sql("SELECT COUNT(*) FROM adult").fetchall() == [(len(syn.df),)]  # each its own
+
+
+def test_no_workload_targets_every_three_way_marginal_selected_adaptively(people):
+    syn = people.synthesize(rho=0.5, seed=0, name="s")
+    assert syn.method == "aim"  # pgm's default under zCDP: AIM's adaptive selection toward every triple
+    assert [e.mechanism for e in people.ledger.entries()] == ["aim"]
+    measured = set(syn.report.marginal)
+    assert measured and all(m.count(",") <= 2 for m in measured)  # parts of triples only
