@@ -64,6 +64,9 @@ class DuckDBSession:
             rows = [tuple(v if f is None or v is None else f(v) for v, f in zip(row, converters)) for row in rows]
         return Rows(columns, rows, f"SELECT {len(rows)}")
 
+    def parameter_types(self, sql: str) -> dict[int, str]:
+        return {}  # every parameter of unspecified type is reported as text
+
     def describe(self, sql: str) -> list[Column] | None:
         try:
             statements = self.cursor.extract_statements(sql)

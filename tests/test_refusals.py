@@ -106,7 +106,6 @@ def test_an_option_named_like_an_internal_argument_is_unknown(option):
 
 @pytest.mark.parametrize("workload, match", [
     ([], "at least one marginal"),
-    (None, "a workload is k .*got NoneType"),
     (2.5, "a workload is k .*got float"),
     (True, "a workload is k .*got bool"),
     ([("a",), 5], "nonempty tuple of column names, got 5"),

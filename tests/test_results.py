@@ -291,3 +291,20 @@ def test_a_kept_release_reads_back_exactly():
     assert back.release == dataclasses.replace(release, repeated=True)
     dates = pd.DataFrame({"d": pd.to_datetime(["2020-01-01"])})
     assert _encode([Answer("SELECT 1", dates, release)]) is None
+
+
+def test_explain_says_whether_the_remaining_budget_affords_an_accuracy():
+    """Planning by accuracy (issue 39): explain(..., std_error=) gives the epsilon that accuracy costs and
+    whether what is left of the budget buys it, spending nothing either way."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range % 3 AS a FROM range(30)")
+    db = dpsql.connect(con, schema={"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2}}},
+                       budget=dpsql.Budget(epsilon=3.0), cache=False, progress=False)
+    sql = "SELECT a, COUNT(*) AS n FROM t GROUP BY a"
+    db.query("SELECT COUNT(*) AS n FROM t", epsilon=2.0)
+    cheap, dear = db.explain(sql, std_error=5.0, noise="laplace"), db.explain(sql, std_error=0.5, noise="laplace")
+    assert cheap.cost.epsilon == pytest.approx(math.sqrt(2) / 5.0) and cheap.affordable
+    assert dear.cost.epsilon == pytest.approx(math.sqrt(2) / 0.5) and not dear.affordable
+    assert "-- the remaining budget (epsilon=1) affords it" in repr(cheap)
+    assert "-- the remaining budget (epsilon=1) does not afford it" in repr(dear)
+    assert cheap.remaining == db.remaining() and db.spent().epsilon == 2.0

@@ -252,6 +252,8 @@ def test_end_to_end_equals_duckdb(spark, people, tmp_path):
     for db in (on_spark, on_duck):
         results = db.batch(texts, epsilon=1e9, noise="laplace")
         for st, res, g in zip(compiled.statements, results, gens):
+            if st.sets:  # a margin's NULL key meets a NULL group's: compared with DuckDB by test_compile_exact
+                continue
             exact, names = _exact(people, g.oracle, st.plan)
             for i, key in enumerate(st.groups):
                 want_row = exact.get(tuple(_py(v) for v in key))

@@ -95,7 +95,9 @@ class Explanation:
     ``rmse`` the selected strategy and its expected root mean squared error over the
     batch's answers; ``statements[i]`` has statement ``i``'s groups (all of them: HAVING,
     ORDER BY and LIMIT run on the noisy answers) with each aggregate's expected standard
-    error (NULL where it depends on the answers, as for AVG).
+    error (NULL where it depends on the answers, as for AVG). ``remaining`` is what the
+    caller's budget has left now, and ``affordable`` whether ``cost`` fits in it: what an
+    accuracy (``std_error=``) costs, and whether it can be bought, before anything is spent.
     """
 
     mechanism: str
@@ -103,6 +105,8 @@ class Explanation:
     operator: str
     rmse: float
     statements: "list[pd.DataFrame]"
+    remaining: "Cost | None" = None
+    affordable: bool = True
 
     def __repr__(self) -> str:
         c = self.cost
@@ -111,6 +115,11 @@ class Explanation:
         head = (f"-- would spend {spend} with {self.mechanism} noise; strategy {self.operator}; "
                 f"expected RMSE {self.rmse:.4g}" if self.mechanism != "none"
                 else "-- nothing to measure: answered from the public schema alone, spending nothing")
+        if self.remaining is not None and self.mechanism != "none":
+            r = self.remaining
+            left = (f"rho={budget_number(r.rho)}" if c.rho else f"epsilon={budget_number(r.epsilon)}"
+                    + (f", delta={budget_number(r.delta)}" if c.delta else ""))
+            head += f"\n-- the remaining budget ({left}) {'affords' if self.affordable else 'does not afford'} it"
         return "\n".join([head, *(df.to_string(index=False, float_format=significant) for df in self.statements)])
 
 

@@ -302,7 +302,12 @@ class Engine:
                                                    else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
-        return Explanation(model.name, cost, strategy.operator, rmse, frames)
+        try:
+            self.ledger.check(cost)
+            affordable = True
+        except BudgetExceededError:
+            affordable = False
+        return Explanation(model.name, cost, strategy.operator, rmse, frames, self.ledger.remaining(), affordable)
 
     def _answer(self, compiled: CompiledBatch, r: Request) -> list[Answer]:
         requested = noise_options(compiled, self.budget, r.epsilon, r.delta, r.rho, r.noise)

@@ -29,8 +29,7 @@ errors are not those the reported standard errors describe. Those remain the
 least-squares ones, an approximation for this estimator.
 
 >>> import numpy as np
->>> from dpsql.hdmm.hierarchy import HierarchyFactor, topdown_integer
-from dpsql.hdmm.matrix import Identity, Prefix, Total
+>>> from dpsql.hdmm.matrix import Identity, Prefix, Total
 >>> from dpsql.hdmm.strategy import KronStrategy
 >>> from dpsql.hdmm.workload import Workload
 >>> W = Workload((4, 3), [(1.0, (Prefix(4), Total(3)))])

@@ -179,19 +179,28 @@ def _count_events(exact: float, column: int) -> list[Event]:
 
 def _queries(statements: Sequence[str], epsilon: float, noise: str, trials: int, seed: int,
              budget: Budget) -> tuple[np.ndarray, np.ndarray]:
-    """Each table's released COUNT columns (all statements, concatenated) over ``trials`` runs."""
+    """Each table's released COUNT columns (all statements, concatenated) over ``trials`` runs.
+
+    Each run asks with its own confidence level: a repeated request is answered from its earlier
+    release (:mod:`dpsql.engine.repeats`), and the level changes only the intervals, not the counts
+    or their noise, so every run is a fresh measurement."""
     outs = []
     with tempfile.TemporaryDirectory() as cache:  # the strategy is selected once, not per trial
         for i, con in enumerate(_tables()[:2]):
             db = connect(con, schema=SCHEMA, budget=budget, cache=cache, progress=False,
                          source_of_noise=np.random.default_rng(seed + i))
             rows = []
-            for _ in range(trials):
-                results = db.batch(list(statements), epsilon=epsilon, noise=noise)
+            for k in range(trials):
+                results = db.batch(list(statements), epsilon=epsilon, noise=noise, confidence=_level(k))
                 rows.append(np.concatenate([r.df["n"].to_numpy(dtype=float) for r in results]))
             db.close()
             outs.append(np.array(rows))
     return outs[0], outs[1]
+
+
+def _level(k: int) -> float:
+    """A confidence level of its own for run ``k`` (see :func:`_queries`)."""
+    return 0.5 + 0.49 * k / (k + 1)
 
 
 _BY_A = "SELECT a, COUNT(*) AS n FROM t GROUP BY a"
@@ -214,8 +223,9 @@ def audit_query_gaussian(sizes: Sizes, seed: int = 0, epsilon: float = 1.0, delt
         for i, con in enumerate(_tables()[:2]):
             db = connect(con, schema=SCHEMA, budget=db_budget, cache=cache, progress=False,
                          source_of_noise=np.random.default_rng(seed + i))
-            outs.append(np.array([db.query(_BY_A, epsilon=epsilon, delta=delta, noise="gaussian").df["n"]
-                                  .to_numpy(float) for _ in range(sizes.queries)]))
+            outs.append(np.array([db.query(_BY_A, epsilon=epsilon, delta=delta, noise="gaussian",
+                                           confidence=_level(k)).df["n"].to_numpy(float)
+                                  for k in range(sizes.queries)]))
             db.close()
     c = counts["x"]
     events = [(f"answer[0] > {t:g}", lambda o, t=t: o[:, 0] > t) for t in (c + 0.5, c + 4.0, c + 8.0)]
