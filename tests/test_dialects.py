@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from sql_oracle import SCHEMA, compare, histogram, make_table
 
 import dpsql
 import dpsql.errors as E
 from dpsql.sql import compile_batch
-from tests.sql_oracle import SCHEMA, compare, histogram, make_table
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from sql_oracle import SCHEMA, _py, compare, histogram, make_table
 
 import dpsql.errors as E
 from dpsql.sql import compile_batch
 from dpsql.sql.postprocess import postprocess
-from tests.sql_oracle import SCHEMA, _py, compare, histogram, make_table
 
 
 @pytest.fixture(scope="module")
