@@ -55,7 +55,7 @@ CASES = [
     ("SELECT MAX(age) FROM t", E.UnsupportedSQLError, "QUANTILE_DISC(x, 0.99)", "MAX"),
     ("SELECT MIN(age) FROM t", E.UnsupportedSQLError, "QUANTILE_DISC(x, 0.01)", "MIN"),
     ("SELECT MEDIAN(sex) FROM t", E.DomainError, "cannot take a quantile of the categorical column 'sex'", "MEDIAN"),
-    ("SELECT MEDIAN(hours) FROM t", E.DomainError, "quantile of the binned column 'hours'", "MEDIAN"),
+    ("SELECT MEDIAN(flag) FROM t", E.DomainError, "quantile of the boolean column 'flag'", "MEDIAN"),
     ("SELECT QUANTILE_CONT(age, [0.1, 0.5]) FROM t", E.UnsupportedSQLError, "one aggregate per fraction", "0.1, 0.5]"),
     ("SELECT QUANTILE_DISC(age, 1.5) FROM t", E.UnsupportedSQLError, "from 0 to 1", "1.5"),
     ("SELECT MEDIAN(age + 1) FROM t", E.UnsupportedSQLError, "takes a column name", "age + 1"),

@@ -243,7 +243,7 @@ class Connection:
         return results[0] if request.single else results
 
     def _result(self, answer: Answer) -> Result:
-        return Result(answer.sql, answer.df, answer.release, self._released, answer.errors)
+        return Result(answer.sql, answer.df, answer.release, self._released, answer.errors, answer.notes)
 
     def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
             noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,

@@ -58,6 +58,8 @@ class Result:
     release: Release
     _released: "ReleasedData" = field(repr=False)
     errors: "dict[str, tuple[str, str, str]]" = field(default_factory=dict)
+    #: what the values do not say: a quantile of a binned column is interpolated within a bin
+    notes: tuple[str, ...] = ()
 
     @property
     def relation(self) -> "duckdb.DuckDBPyRelation":
@@ -105,7 +107,7 @@ class Result:
         return self.release.repeated
 
     def _answer(self) -> Answer:
-        return Answer(self.sql, self.df, self.release, self.errors)
+        return Answer(self.sql, self.df, self.release, self.errors, self.notes)
 
     def describe(self) -> str:
         """The header of the text form: the statement, the spend and each answer column's expected RMSE."""
@@ -113,13 +115,14 @@ class Result:
 
     def provenance(self) -> "dict[str, Any]":
         """What made these answers, as JSON-able values (what ``dpsql query --out`` writes beside them):
-        the SQL, the mechanism and spend, the ledger entry, the strategy, and per answer column its
-        error columns, the confidence level of its interval and its expected RMSE (None if unknown)."""
+        the SQL, the mechanism and spend, the ledger entry, the strategy, the confidence level of the
+        intervals, the :attr:`notes`, and per answer column its error columns and its expected RMSE (None
+        if unknown)."""
         r = self.release
         rmse = self._answer().rmse
         return {"sql": self.sql, "mechanism": r.mechanism, "epsilon": r.epsilon, "delta": r.delta, "rho": r.rho,
                 "ledger_entry": r.entry if r.entry >= 0 else None, "repeated": r.repeated, "strategy": r.operator,
-                "confidence": r.confidence,
+                "confidence": r.confidence, "notes": list(self.notes),
                 "errors": {column: {"std_error": se, "ci_low": low, "ci_high": high,
                                     "expected_rmse": rmse[column] if np.isfinite(rmse[column]) else None}
                            for column, (se, low, high) in self.errors.items()}}

@@ -129,12 +129,14 @@ class Answer:
     columns (post-processed noisy values only); ``release`` is its batch's measurement;
     ``errors`` maps each answer column the statement asked for that has a standard error
     (an aggregate, or a computed item over aggregates) to its error columns
-    ``(std_error, ci_low, ci_high)``."""
+    ``(std_error, ci_low, ci_high)``. ``notes`` say what the values do not: a quantile of a binned
+    column is interpolated within a bin (:meth:`~dpsql.sql.compile.CompiledStatement.notes`)."""
 
     sql: str
     df: "pd.DataFrame"
     release: Release
     errors: "dict[str, tuple[str, str, str]]" = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     @property
     def rmse(self) -> "dict[str, float]":
@@ -152,4 +154,5 @@ class Answer:
         lines = [f"-- {one_line(self.sql)}", f"-- {self.release.describe()}"]
         if self.errors:
             lines.append("-- expected RMSE: " + ", ".join(f"{name} {significant(v)}" for name, v in self.rmse.items()))
+        lines.extend(f"-- note: {note}" for note in self.notes)
         return "\n".join(lines)

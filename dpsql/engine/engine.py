@@ -373,7 +373,7 @@ def _answers(compiled: CompiledBatch, frames: "list[pd.DataFrame]", release: Rel
         df = ordered(st, df)
         measured = set(error_outputs(st.plan))
         errors = {o: error_names(st.plan, o) for o in st.plan.outputs if o in measured}  # in SELECT order
-        out.append(Answer(st.plan.sql, df, release, errors))
+        out.append(Answer(st.plan.sql, df, release, errors, st.notes(df)))
     return out
 
 

@@ -72,7 +72,7 @@ def _encode(answers: "list[Answer]") -> str | None:
             if not all(v is None or type(v) in (str, int, float, bool, dict) for v in values):
                 return None
             columns.append([name, str(series.dtype), values])
-        tables.append({"sql": a.sql, "columns": columns, "errors": a.errors})
+        tables.append({"sql": a.sql, "columns": columns, "errors": a.errors, "notes": list(a.notes)})
     text = json.dumps({"release": dataclasses.asdict(answers[0].release), "tables": tables}, allow_nan=False)
     try:
         for a, b in zip(answers, _decode(text)):
@@ -92,7 +92,8 @@ def _decode(text: str) -> "list[Answer]":
         frame = pd.DataFrame({name: pd.Series([float(v["float"]) if isinstance(v, dict) else v for v in values],
                                               dtype=dtype)
                               for name, dtype, values in t["columns"]})
-        out.append(Answer(t["sql"], frame, release, {k: tuple(v) for k, v in t["errors"].items()}))
+        out.append(Answer(t["sql"], frame, release, {k: tuple(v) for k, v in t["errors"].items()},
+                          tuple(t.get("notes", ()))))
     return out
 
 

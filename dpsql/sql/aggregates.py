@@ -19,7 +19,8 @@ noisy count, rounded to a whole number, is 0 or less, a sample variance or stand
 deviation where it is below 2 (a population one below 1), as DuckDB's are for too few
 rows; and AVG, variances and standard deviations are clamped to what the column's
 bounds allow (AVG within [lo, hi], a variance within [0, (hi - lo)² / 4], or / 2 for a
-sample one). Quantiles are read off the domain's values, so they are in range already.
+sample one). Quantiles are read off the domain's values, or within a binned column's bins, so
+they are in range already.
 Both rules are post-processing of released values: free, and clamping never moves an
 answer away from the truth. At a huge epsilon every answer is DuckDB's, NULLs included.
 
@@ -30,6 +31,8 @@ answer away from the truth. At a huge epsilon every answer is DuckDB's, NULLs in
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -52,7 +55,8 @@ MEASURES: dict[str, tuple[str, ...]] = {
 def measures(func: str, thresholds: int = 0) -> tuple[str, ...]:
     """The measured queries of an aggregate function: :data:`MEASURES`, or for a quantile one
     prefix count ``le{j}`` per threshold: the rows whose value is at most the column's ``j``-th
-    smallest domain value (the last one counts every non-NULL value). That is the column's
+    smallest domain value, or, for a binned column, in its first ``j + 1`` bins (the last one
+    counts every non-NULL value). That is the column's
     cumulative distribution, a set of linear queries HDMM optimizes with the rest of the batch."""
     if func in QUANTILES:
         return tuple(f"le{j}" for j in range(thresholds))
@@ -152,29 +156,60 @@ def _cdf(prefix: np.ndarray) -> np.ndarray:
     return out
 
 
-def _read(cdf: np.ndarray, values: np.ndarray, func: str, q: float, descending: bool) -> np.ndarray:
-    """The quantile per group from a CDF (thresholds × groups) over sorted ``values``, exactly
-    as DuckDB defines it on the rows the CDF counts: QUANTILE_DISC is the value at 0-based rank
-    max(0, ceil(q n) - 1) in the order asked; QUANTILE_CONT interpolates between ranks floor(h)
-    and ceil(h), h = q (n - 1). NaN (NULL) for a group with no row."""
+def _ranks(n: np.ndarray, func: str, q: float, descending: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of ``n`` rows, the 0-based ascending ranks ``(lo, hi)`` of the rows DuckDB reads a
+    quantile from and the weight ``w`` of the higher: the quantile is ``x[lo] + w (x[hi] - x[lo])``.
+    QUANTILE_DISC is the row at rank max(0, ceil(q n) - 1) in the order asked; QUANTILE_CONT
+    interpolates between ranks floor(h) and ceil(h), h = q (n - 1) (1 - q for a descending order)."""
+    if func == "quantile_disc":
+        rank = np.maximum(0.0, np.ceil(q * n) - 1.0)
+        rank = n - 1.0 - rank if descending else rank
+        return rank, rank, np.zeros_like(n)
+    h = (1.0 - q if descending else q) * (n - 1.0)
+    lo = np.floor(h)
+    return lo, np.ceil(h), h - lo
+
+
+def _level(cdf: np.ndarray, rank: float) -> int:
+    """The threshold a 0-based ascending rank falls at, on one group's CDF: the first whose
+    count exceeds the rank."""
+    return min(int(np.searchsorted(cdf, rank + 1, side="left")), len(cdf) - 1)
+
+
+def _at_value(values: np.ndarray) -> Callable[[np.ndarray, float], float]:
+    """The value at a rank of a column whose thresholds are its values: the threshold's."""
+    return lambda cdf, rank: float(values[_level(cdf, rank)])
+
+
+def _at_bin(bins: np.ndarray) -> Callable[[np.ndarray, float], float]:
+    """The value at a rank of a binned column (``bins`` its (lo, hi) rows): the rows of a bin
+    taken as spread evenly within it, the k-th of its f rows (0-based) at a fraction (k + 1/2) / f
+    of the way from its lower edge to its upper one."""
+    def at(cdf: np.ndarray, rank: float) -> float:
+        j = _level(cdf, rank)
+        below = cdf[j - 1] if j else 0.0
+        lo, hi = bins[j]
+        return float(lo + (rank - below + 0.5) / (cdf[j] - below) * (hi - lo))
+    return at
+
+
+def _read(cdf: np.ndarray, at: Callable[[np.ndarray, float], float], func: str, q: float,
+          descending: bool) -> np.ndarray:
+    """The quantile per group from a CDF (thresholds × groups), exactly as DuckDB defines it
+    (:func:`_ranks`) on rows whose value at each rank is ``at(group's CDF, rank)``. NaN (NULL)
+    for a group with no row: one whose count, a whole number, is 0."""
     n = cdf[-1]
+    lo, hi, w = _ranks(n, func, q, descending)
     out = np.full(cdf.shape[1], np.nan)
-    for g in range(cdf.shape[1]):
-        if n[g] < 1:
-            continue
-
-        def at(rank: float, g: int = g) -> float:  # the value at 0-based ascending rank
-            return float(values[min(int(np.searchsorted(cdf[:, g], rank + 1, side="left")), len(values) - 1)])
-
-        size = n[g]
-        if func == "quantile_disc":
-            rank = max(0.0, np.ceil(q * size) - 1.0)
-            out[g] = at(size - 1.0 - rank if descending else rank)
-        else:
-            h = (1.0 - q if descending else q) * (size - 1.0)
-            lo, hi = np.floor(h), np.ceil(h)
-            out[g] = at(lo) + (h - lo) * (at(hi) - at(lo))
+    for g in np.nonzero(n >= 1)[0]:
+        low = at(cdf[:, g], lo[g])
+        out[g] = low + w[g] * (at(cdf[:, g], hi[g]) - low)
     return out
+
+
+def _reader(values: np.ndarray) -> Callable[[np.ndarray, float], float]:
+    """How a column's ranks are read: off its sorted values (1-D), or within its bins (rows (lo, hi))."""
+    return _at_bin(values) if values.ndim == 2 else _at_value(values)
 
 
 def _prefix(parts: dict[str, np.ndarray], thresholds: int) -> np.ndarray:
@@ -183,31 +218,63 @@ def _prefix(parts: dict[str, np.ndarray], thresholds: int) -> np.ndarray:
 
 
 def quantile(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray]) -> np.ndarray:
-    """A quantile per group from its noisy prefix counts ``parts['le{j}']`` over the column's
-    sorted non-NULL domain ``values``: the counts are made a CDF (monotone, non-negative, whole),
-    then read as DuckDB reads the sorted rows (:func:`_read`). Post-processing only.
+    """A quantile per group from its noisy prefix counts ``parts['le{j}']``: the counts are made a
+    CDF (monotone, non-negative, whole), then read as DuckDB reads the sorted rows (:func:`_read`).
+    Post-processing only.
+
+    ``values`` are the thresholds: the column's sorted non-NULL domain values, read exactly; or,
+    for a binned column, its bins as rows ``(lo, hi)``, in order, read at the bins' resolution: a
+    bin's f rows are taken as spread evenly within it (the k-th at (k + 1/2) / f of the way), so
+    the answer is DuckDB's quantile of those rows, interpolated linearly within the bin.
 
     >>> parts = {"le0": np.array([1.2]), "le1": np.array([2.3]), "le2": np.array([3.9])}  # rows 0, 1, 2, 2
     >>> quantile("quantile_disc", 0.5, False, np.array([0, 1, 2]), parts).tolist()
     [1.0]
     >>> quantile("quantile_cont", 0.5, False, np.array([0, 1, 2]), parts).tolist()
     [1.5]
+    >>> bins = np.array([[0, 10], [10, 20], [20, 40]])  # one row in [0, 10), one in [10, 20), two in [20, 40]
+    >>> quantile("quantile_cont", 0.5, False, bins, parts).tolist()  # halfway from 15 (of [10, 20)) to 25
+    [20.0]
     """
-    return _read(_cdf(_prefix(parts, len(values))), np.asarray(values), func, q, descending)
+    values = np.asarray(values)
+    return _read(_cdf(_prefix(parts, len(values))), _reader(values), func, q, descending)
 
 
 def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray],
                       se: dict[str, np.ndarray], z: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(low, high)`` per group: the quantile read from the CDF's error band, the prefix counts
-    raised and lowered by ``z`` standard errors (a higher CDF reaches a rank at a lower value).
-    The band is pointwise, so the interval is approximate; it is exact (the value) without noise."""
+    """``(low, high)`` per group, from the CDF's error band: the prefix counts raised and lowered by
+    ``z`` standard errors (a higher CDF reaches a rank at a lower value). The band is pointwise, so
+    the interval is approximate. For a column read off its values it is the quantile read from
+    each side of the band: exact (the value) without noise. For a binned column (``values`` its
+    bins, see :func:`quantile`) it is the lower edge of the bin of the lowest rank read (on the
+    raised CDF) to the upper edge of the bin of the highest (on the lowered one): without noise,
+    the bins that hold the rows DuckDB reads, so it covers both the answer and the true quantile,
+    whatever the rows' values within their bins."""
+    values = np.asarray(values)
     prefix = _prefix(parts, len(values))
     width = _prefix(se, len(values)) * z
     total = _cdf(prefix)[-1:]
-    bands = []
-    for shift in (width, -width):
-        band = _cdf(prefix + shift)
-        band[-1] = total  # the count of rows is the estimate's: only where the ranks fall moves
-        bands.append(_read(np.minimum(band, total), np.asarray(values), func, q, descending))
+    raised, lowered = (np.minimum(_with_total(_cdf(prefix + shift), total), total) for shift in (width, -width))
+    if values.ndim == 2:
+        return _bin_edges(raised, total[0], values, func, q, descending, 0), \
+            _bin_edges(lowered, total[0], values, func, q, descending, 1)
+    bands = [_read(band, _at_value(values), func, q, descending) for band in (raised, lowered)]
     low, high = (bands[1], bands[0]) if descending else (bands[0], bands[1])
     return np.minimum(low, high), np.maximum(low, high)
+
+
+def _with_total(band: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """A band's CDF with the estimate's count of rows: only where the ranks fall moves."""
+    band[-1] = total
+    return band
+
+
+def _bin_edges(cdf: np.ndarray, n: np.ndarray, bins: np.ndarray, func: str, q: float, descending: bool,
+               side: int) -> np.ndarray:
+    """Per group, the lower edge (``side`` 0) of the bin holding the lower rank DuckDB reads, or
+    the upper edge (1) of the bin holding the higher one, on ``cdf``; NaN for a group with no row."""
+    ranks = _ranks(n, func, q, descending)[side]
+    out = np.full(cdf.shape[1], np.nan)
+    for g in np.nonzero(n >= 1)[0]:
+        out[g] = bins[_level(cdf[:, g], ranks[g]), side]
+    return out

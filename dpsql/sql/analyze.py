@@ -1112,10 +1112,9 @@ def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, fl
         ctx.fail(UnsupportedSQLError, "a quantile takes a column name", "quantile argument", arg)
     if col is None:
         _check_known(arg, schema, ctx)
-    if not col.is_numeric:
-        what = "binned" if isinstance(col, Binned) else col.kind
-        ctx.fail(DomainError, f"cannot take a quantile of the {what} column {col.name!r}: it needs a column whose "
-                 "values are numbers", f"quantile of {col.name}", body)
+    if not (col.is_numeric or isinstance(col, Binned)):  # a binned column's is read within its bins
+        ctx.fail(DomainError, f"cannot take a quantile of the {col.kind} column {col.name!r}: it needs a column "
+                 "whose values are numbers", f"quantile of {col.name}", body)
     name = alias or body.sql(dialect="duckdb")
     if alias is None and condition is not None:
         name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"

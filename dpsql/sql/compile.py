@@ -62,6 +62,8 @@ from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 from dpsql.sql.postprocess import check_postprocessing
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from dpsql.hdmm.workload import Workload
 
 __all__ = ["Block", "CompiledStatement", "CompiledBatch", "compile_batch", "compile_sql",
@@ -127,7 +129,8 @@ class CompiledStatement:
     plan: QueryPlan
     groups: tuple[tuple, ...]
     blocks: tuple[Block, ...]
-    #: a quantile's thresholds: its column's non-NULL domain values, sorted (by aggregate name)
+    #: a quantile's thresholds (by aggregate name): its column's non-NULL domain values, sorted, or a
+    #: binned column's bins ``(lo, hi)`` in order (:func:`~dpsql.sql.aggregates.quantile`)
     thresholds: dict[str, tuple] = field(default_factory=dict)
     #: with grouping sets (:attr:`QueryPlan.grouping_sets`), each group's set; else empty
     sets: tuple[int, ...] = ()
@@ -156,6 +159,28 @@ class CompiledStatement:
     def measured(self, aggregate: str) -> bool:
         """Whether an aggregate is measured: False when WHERE rules out the whole public domain."""
         return any(b.term is not None for b in self.blocks_of(aggregate))
+
+    def notes(self, df: "pd.DataFrame") -> tuple[str, ...]:
+        """What the answers in ``df`` (this statement's result) say beyond their values: each visible
+        quantile of a binned column is interpolated within a bin, named by its edges (the bin holding
+        the answer, by the schema's rule: [lo, hi), the last bin closed), row by row."""
+        out = []
+        for agg in self.plan.aggregates:
+            bins = np.asarray(self.thresholds.get(agg.name, ()), dtype=float)
+            if bins.ndim != 2 or not agg.visible or agg.name not in df.columns:
+                continue
+            answers = df[agg.name].to_numpy(dtype=float)
+            answers = answers[~np.isnan(answers)]
+            held = np.clip(np.searchsorted(bins[:, 0], answers, side="right") - 1, 0, len(bins) - 1)
+            named = [f"[{lo:.15g}, {hi:.15g}{']' if j == len(bins) - 1 else ')'}"
+                     for j, (lo, hi) in enumerate(bins)]
+            found = [(named[j], int((held == j).sum())) for j in np.unique(held)]
+            where = ", ".join(f"{b} ({k} row{'s' * (k != 1)})" if len(answers) > 1 else b for b, k in found)
+            if found:
+                out.append(f"{agg.name} is interpolated within bin{'s' * (len(found) > 1)} {where} of {agg.column}: "
+                           "the bin's rows "
+                           "taken as spread evenly between its edges; its interval covers the bin")
+        return tuple(out)
 
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
         """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
@@ -445,8 +470,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
         # answers: one per group and measured aggregate, refused before the groups are listed
         # (a statement without GROUP BY keeps its one group, answered as over no rows, unmeasured)
         n_groups = 0 if impossible else math.prod(len(rows) for rows in kept if rows is not None)
-        thresholds = {a.name: tuple(sorted(schema.column(a.column).values)) for a in plan.aggregates
-                      if a.func in QUANTILES}
+        thresholds = {a.name: _thresholds(schema.column(a.column)) for a in plan.aggregates if a.func in QUANTILES}
         queries += n_groups * sum(len(measures(a.func, len(thresholds.get(a.name, ())))) for a in plan.aggregates)
         # one measured query per group for each of these; a quantile's prefix counts are one term
         group_dims = [len(rows) if rows is not None else 1 for rows in kept]
@@ -563,6 +587,14 @@ def _split(factor: Matrix, attr: Attribute, schema: Schema,
     return Dense(M.toarray()) if M.shape[0] * M.shape[1] <= _DENSE_ENTRIES else Sparse(sp.csr_matrix(M))
 
 
+def _thresholds(col: Column) -> tuple:
+    """A quantile's thresholds, one prefix count each: the column's sorted non-NULL values, or a
+    binned column's bins as ``(lo, hi)`` pairs, in order (its quantile is read within them)."""
+    if isinstance(col, Binned):
+        return tuple(zip(col.edges[:-1], col.edges[1:]))
+    return tuple(sorted(col.values))
+
+
 def _cdf_term(col: Column, levels: tuple, attributes: tuple[Attribute, ...], grids: list[Grid],
               attr_of: dict[str, int], masks: list[np.ndarray | None], hosted: list[list[int]],
               key_domains: list[_KeyDomain], keys: Sequence[GroupKey], kept: list[np.ndarray | None],
@@ -582,7 +614,9 @@ def _cdf_term(col: Column, levels: tuple, attributes: tuple[Attribute, ...], gri
             continue
         n = attr.size
         label = grids[a].full(grids[a].axis_array(col.name, np.arange(col.size))).ravel()
-        rank = np.array([int(np.searchsorted(levels, v)) if v is not None else -1 for v in col.labels])[label]
+        # each domain value's threshold (a binned column's bins are its thresholds, in order); NULL none
+        order = np.arange(m) if isinstance(col, Binned) else np.searchsorted(levels, col.values)
+        rank = np.concatenate([order, np.full(int(col.nullable), -1)])[label]
         groups = kept[a] if kept[a] is not None else np.zeros(1, np.int64)
         row_of = np.full(math.prod(len(d.labels) for d in doms), -1)  # a group WHERE rules out has no row
         row_of[groups] = np.arange(groups.size)
