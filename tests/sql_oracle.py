@@ -18,6 +18,8 @@ import pandas as pd
 
 from dpsql.schema import load_schema
 from dpsql.sql import compile_batch
+from dpsql.sql.aggregates import quantile_interval
+from dpsql.sql.outputs import error_names
 
 SCHEMA = {
     "table": "people",
@@ -167,7 +169,10 @@ def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) ->
         for agg in plan.aggregates:
             got = table[agg.name].iloc[i]
             want = None if r is None else r[names.index(agg.name)]
-            if agg.func not in ("count", "sum"):  # AVG, variances: NULL where DuckDB has too few rows
+            bins = binned_interval(st, agg.name, y)
+            if bins is not None:  # read within the bins: DuckDB's value and ours in the bins' interval
+                assert_within(got, want, (bins[0][i], bins[1][i]), (plan.sql, key, agg.name))
+            elif agg.func not in ("count", "sum"):  # AVG, variances: NULL where DuckDB has too few rows
                 if want is None:
                     assert np.isnan(got), (plan.sql, key, agg.name, got)
                 elif agg.func.startswith("stddev"):  # the square root of a variance's rounding (1e-15 when
@@ -182,14 +187,50 @@ def compare(batch, statement_index: int, y: np.ndarray, con, oracle_sql: str) ->
                 assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (plan.sql, key, agg.name, got, want)
 
 
-def assert_released_near_exact(func: str, got: float, want, context) -> None:
+def binned_interval(st, name: str, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a quantile of a binned column, its interval per group from workload answers ``y`` taken as
+    exact (no error band): the bins of the ranks DuckDB reads. None for another aggregate."""
+    bins = np.asarray(st.thresholds.get(name, ()), dtype=float)
+    if bins.ndim != 2:
+        return None
+    agg = next(a for a in st.plan.aggregates if a.name == name)
+    parts = st.parts(name, y)
+    return quantile_interval(agg.func, agg.quantile, agg.descending, bins, parts,
+                             {k: np.zeros_like(v) for k, v in parts.items()}, 0.0)
+
+
+def released_interval(st, df: pd.DataFrame, name: str, i: int) -> tuple[float, float] | None:
+    """For a quantile of a binned column, the interval released beside it in row ``i`` of ``df``
+    (its ``ci_low`` and ``ci_high``); None for another aggregate."""
+    if np.asarray(st.thresholds.get(name, ())).ndim != 2:
+        return None
+    _, low, high = error_names(st.plan, name)
+    return float(df[low].iloc[i]), float(df[high].iloc[i])
+
+
+def assert_within(got: float, want, interval: tuple[float, float], context) -> None:
+    """A quantile of a binned column against DuckDB's ``want``: NULL where DuckDB's is (or has no
+    row), else both in ``interval``, the bins it is read within."""
+    if want is None:
+        assert math.isnan(got), (*context, got, want)
+        return
+    low, high = interval
+    assert low <= float(want) <= high and low <= got <= high, (*context, low, got, want, high)
+
+
+def assert_released_near_exact(func: str, got: float, want, context,
+                               interval: tuple[float, float] | None = None) -> None:
     """A release at a huge budget against DuckDB's exact value ``want`` (None where DuckDB has no
     row for the group, or a NULL): COUNT and SUM are 0 there, AVG and the variances undefined.
 
     Releases are rounded to 2^-24 of the strategy's sensitivity (dpsql/private/noise.py); a
     variance of a few rows amplifies that rounding in its SUM of squares, and a standard
     deviation near 0 amplifies it again, so those are compared more loosely, and by their square.
+    A quantile of a binned column is compared by its released ``interval`` (:func:`released_interval`).
     """
+    if interval is not None:
+        assert_within(got, want, interval, context)
+        return
     if func == "sum" and math.isnan(got):  # NULL: the domain proves the group has no value to sum
         assert want is None, (*context, got, want)
         return
@@ -222,6 +263,7 @@ class StatementGenerator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.sets_rng = random.Random(-1 - seed)  # its own stream: the other statements stay as they were
+        self.bins_rng = random.Random(-100_000 - seed)  # the same, for quantiles of the binned column
 
     def leaf(self) -> str:
         r = self.rng
@@ -309,6 +351,11 @@ class StatementGenerator:
             ("PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)", "PERCENTILE_DISC(0.3) WITHIN GROUP (ORDER BY score DESC)"),
             ("PROPORTION", None)]  # the share of rows where a random condition holds (:meth:`proportion`)
 
+    #: quantiles of the binned column, read within its bins (their interval holds DuckDB's value)
+    BINNED_QUANTILES = ["MEDIAN(hours)", "QUANTILE_CONT(hours, 0.25)", "QUANTILE_DISC(hours, 0.9)",
+                        "PERCENTILE_CONT(0.7) WITHIN GROUP (ORDER BY hours DESC)",
+                        "MEDIAN(hours) FILTER (WHERE age > 8)"]
+
     def proportion(self) -> str:
         """An AVG of a random condition made 1, 0 or NULL, in one of the spellings dpsql reads as a
         ratio of two counts (DuckDB answers each as written: its NULLs are skipped)."""
@@ -374,6 +421,10 @@ class StatementGenerator:
             lk = f"{self.sets_rng.choice(['SUM', 'AVG'])}(km)"
             sel.append(f"{lk} AS lk")
             osel.append(f"{lk} AS lk")
+        if self.bins_rng.random() < 0.15:  # a quantile of the binned column: compared by its interval (compare)
+            bq = self.bins_rng.choice(self.BINNED_QUANTILES)
+            sel.append(f"{bq} AS bq")
+            osel.append(f"{bq} AS bq")
         if keys and self.sets_rng.random() < 0.15:  # a window over the groups' released aggregate
             (a, oa), window = aggs[0], self.sets_rng.choice(["SUM({}) OVER ()", "rank() OVER (ORDER BY {} DESC)",
                                                               "row_number() OVER (ORDER BY {})"])

@@ -40,7 +40,8 @@ def test_generator_covers_the_constructs():
                       "LEFT JOIN zones z", ")::INT)", "AS DOUBLE))", "THEN 1 END)",
                       "WITH base AS (SELECT * FROM people WHERE", "FROM (SELECT * FROM people) AS p",
                       "SELECT * FROM (SELECT", "(km)", "GROUPING(", "ROLLUP (", "CUBE (", "GROUPING SETS (",
-                      " OVER ("]:
+                      " OVER (", "MEDIAN(hours)", "QUANTILE_CONT(hours", "QUANTILE_DISC(hours",
+                      "(ORDER BY hours DESC)"]:
         assert construct in text, construct
 
 

@@ -10,7 +10,16 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from sql_oracle import SCHEMA, StatementGenerator, _py, assert_released_near_exact, exact_rows, group_key, make_table
+from sql_oracle import (
+    SCHEMA,
+    StatementGenerator,
+    _py,
+    assert_released_near_exact,
+    exact_rows,
+    group_key,
+    make_table,
+    released_interval,
+)
 
 import dpsql
 from dpsql.engine import engine as engine_module
@@ -58,7 +67,8 @@ def test_answers_equal_duckdb_at_huge_epsilon(noise):
             for agg in st.plan.aggregates:
                 want = exact.get(key)
                 want = None if want is None else want[names.index(agg.name)]
-                assert_released_near_exact(agg.func, res.df[agg.name].iloc[i], want, (g.sql, key))
+                assert_released_near_exact(agg.func, res.df[agg.name].iloc[i], want, (g.sql, key),
+                                           released_interval(st, res.df, agg.name, i))
 
 
 def test_result_api_and_relation():

@@ -34,7 +34,7 @@ if _missing():
     pytest.skip(f"Spark backend tests skipped: {_missing()}", allow_module_level=True)
 
 from sql_oracle import SCHEMA as PEOPLE
-from sql_oracle import StatementGenerator, _py, assert_released_near_exact, make_table
+from sql_oracle import StatementGenerator, _py, assert_released_near_exact, make_table, released_interval
 from test_measure import SCHEMA as MERGED
 from test_measure import make_people, oracle_marginals
 
@@ -259,7 +259,8 @@ def test_end_to_end_equals_duckdb(spark, people, tmp_path):
                 want_row = exact.get(tuple(_py(v) for v in key))
                 for agg in st.plan.aggregates:
                     want = None if want_row is None else want_row[names.index(agg.name)]
-                    assert_released_near_exact(agg.func, res.df[agg.name].iloc[i], want, (g.sql, key))
+                    assert_released_near_exact(agg.func, res.df[agg.name].iloc[i], want, (g.sql, key),
+                                               released_interval(st, res.df, agg.name, i))
     # the same seeded noise source: identical noisy answers
     seeded = [dpsql.connect(src, table="people", schema=PEOPLE, budget=budget, cache=tmp_path,
                             source_of_noise=np.random.default_rng(42)) for src in (spark, people)]
