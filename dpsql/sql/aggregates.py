@@ -254,7 +254,7 @@ def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray,
     prefix = _prefix(parts, len(values))
     width = _prefix(se, len(values)) * z
     total = _cdf(prefix)[-1:]
-    raised, lowered = (np.minimum(_with_total(_cdf(prefix + shift), total), total) for shift in (width, -width))
+    raised, lowered = (_band(prefix + shift, total) for shift in (width, -width))
     if values.ndim == 2:
         return _bin_edges(raised, total[0], values, func, q, descending, 0), \
             _bin_edges(lowered, total[0], values, func, q, descending, 1)
@@ -263,10 +263,12 @@ def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray,
     return np.minimum(low, high), np.maximum(low, high)
 
 
-def _with_total(band: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """A band's CDF with the estimate's count of rows: only where the ranks fall moves."""
+def _band(shifted: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """One side of the CDF's error band: the shifted prefix counts made a CDF that ends at, and stays
+    within, the estimate's count of rows ``total``: only where the ranks fall moves."""
+    band = _cdf(shifted)
     band[-1] = total
-    return band
+    return np.minimum(band, total)
 
 
 def _bin_edges(cdf: np.ndarray, n: np.ndarray, bins: np.ndarray, func: str, q: float, descending: bool,

@@ -178,8 +178,7 @@ class CompiledStatement:
             where = ", ".join(f"{b} ({k} row{'s' * (k != 1)})" if len(answers) > 1 else b for b, k in found)
             if found:
                 out.append(f"{agg.name} is interpolated within bin{'s' * (len(found) > 1)} {where} of {agg.column}: "
-                           "the bin's rows "
-                           "taken as spread evenly between its edges; its interval covers the bin")
+                           "a bin's rows taken as spread evenly between its edges; its interval covers that bin")
         return tuple(out)
 
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
