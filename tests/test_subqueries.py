@@ -162,3 +162,34 @@ def test_docs_examples_run(capsys):
     assert set(scope["adults"].df["band"]) == {"older", "young"}
     assert len(scope["common"].df) <= 3 and scope["db"].spent().epsilon == 0.75
     assert list(scope["top"].df.columns[:2]) == ["smoker", "n"]
+
+
+GEO = {"table": "p", "columns": {"geo": {"type": "hierarchy", "values": ["0601", "0602", "0701"],
+                                         "levels": {"state": 2, "county": 4}},
+                                 "age": {"type": "integer", "min": 0, "max": 9}}}
+
+
+@pytest.mark.parametrize("sql", [
+    # a CTE's * holds the levels, as DuckDB binds the table (they were unknown columns there)
+    "WITH c AS (SELECT * FROM p WHERE age > 3) SELECT state, COUNT(*) AS n FROM c GROUP BY state",
+    "SELECT county, state, SUM(age) AS s FROM (SELECT * FROM p) GROUP BY county, state",
+    "WITH c AS (SELECT county, COUNT(*) AS n FROM p GROUP BY county) SELECT * FROM c WHERE n > 5",
+    "WITH c AS (SELECT state AS st, age FROM p) SELECT st, COUNT(*) AS n FROM c WHERE age < 7 GROUP BY st",
+])
+def test_a_subquery_names_a_hierarchy_level(sql):
+    import duckdb
+
+    rng = np.random.default_rng(2)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE p AS SELECT * FROM (VALUES " + ", ".join(
+        f"('{g}', {a}, '{g[:2]}', '{g}')" for g, a in zip(rng.choice(["0601", "0602", "0701"], 60),
+                                                           rng.integers(0, 10, 60))) + ") t(geo, age, state, county)")
+    batch = compile_batch(sql, GEO)
+    assert batch.domain == (3, 10)  # geo's codes, then age
+    x = np.zeros(30)
+    for geo, age in con.sql("SELECT geo, age FROM p").fetchall():
+        x[["0601", "0602", "0701"].index(geo) * 10 + age] += 1
+    assert_same_rows([tuple(_py(v) for v in r) for r in
+                      postprocess(batch, batch.workload.matvec(x))[0].itertuples(index=False)],
+                     con.sql(sql).fetchall(), False)
+    con.close()
