@@ -160,7 +160,8 @@ def test_docs_examples_run(capsys):
     for code in blocks:
         exec(compile(code, "docs/sql.md", "exec"), scope)
     assert set(scope["adults"].df["band"]) == {"older", "young"}
-    assert len(scope["common"].df) <= 3 and scope["db"].spent().epsilon == 0.75
+    assert len(scope["common"].df) <= 3 and scope["db"].spent().epsilon == 1.0
+    assert (scope["share"].df["pct_std_error"] > 0).all()
     assert list(scope["top"].df.columns[:2]) == ["smoker", "n"]
 
 
