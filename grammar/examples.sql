@@ -32,6 +32,10 @@ SELECT sex, SUM(income) / COUNT(*) AS mean_income, COUNT(*) * 100 AS scaled FROM
 -- rule: numeric_aggregate
 SELECT sex, AVG(age), VAR_SAMP(age), STDDEV(age), STDDEV_POP(income) FROM adult GROUP BY sex;
 
+-- rule: affine_aggregate, affine
+SELECT sex, SUM(age + 1) AS years_next, AVG(2 * age - 3) AS shifted FROM adult GROUP BY sex;
+WITH t AS (SELECT hours / 2 - 1 AS half FROM adult WHERE age > 30) SELECT SUM(half) AS s FROM t;
+
 -- rule: filter_clause
 SELECT sex, COUNT(*) FILTER (WHERE age >= 65) AS seniors, AVG(income) FILTER (WHERE age < 30) AS young_income
 FROM adult GROUP BY sex;

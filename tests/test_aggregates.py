@@ -80,7 +80,7 @@ def test_expression_partials_match_duckdb_values_and_finite_differences(text):
         np.testing.assert_allclose(grad.get(name, 0.0), numeric, rtol=1e-5, atol=1e-9)
 
 
-@pytest.mark.parametrize("text", ['CASE WHEN "a" > 1 THEN "a" END', '"a" // 2', 'round("a")', 'greatest("a", "b")',
+@pytest.mark.parametrize("text", ['CASE WHEN "a" > 1 THEN "a" END', '"a" // 2', 'round("a", "b")', 'greatest("a", "b")',
                                   '"a" > "b"', 'POWER("a", "b")'])
 def test_expressions_the_delta_method_cannot_follow_give_none(text):
     import sqlglot
@@ -88,6 +88,19 @@ def test_expressions_the_delta_method_cannot_follow_give_none(text):
     from dpsql.sql.delta import partials
 
     assert partials(sqlglot.parse_one(text, dialect="duckdb"), DUCKDB_VALUES, {"a", "b"}) is None
+
+
+def test_a_rounded_value_has_the_error_of_the_value():
+    """ROUND(100.0 * n / SUM(n) OVER (), 1), a share of the total as analysts write it: DuckDB's
+    rounding (half away from zero), and the gradient of the value rounded."""
+    import sqlglot
+
+    from dpsql.sql.delta import partials
+
+    columns = {"a": np.array([2.25, -2.25, 7.0]), "b": np.array([4.0, 4.0, 3.0])}
+    value, grad = partials(sqlglot.parse_one('round("a" / "b", 2)', dialect="duckdb"), columns, {"a", "b"})
+    assert value.tolist() == [0.56, -0.56, 2.33]
+    np.testing.assert_allclose(grad["a"], 1 / columns["b"])
 
 
 def test_the_noisy_cdf_is_the_least_squares_monotone_fit():

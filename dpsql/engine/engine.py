@@ -336,8 +336,8 @@ class Engine:
                           statements=len(compiled.statements), entry=m.entry, confidence=r.confidence)
         z = float(norm.ppf(0.5 + r.confidence / 2.0))
 
-        def covariance(a: int, b: int) -> np.ndarray:
-            return m.noise_std**2 * strategy.cross_variances(W, a, b)
+        def covariance(a: int, b: int, full: bool = False) -> np.ndarray:
+            return m.noise_std**2 * (strategy.cross_covariance if full else strategy.cross_variances)(W, a, b)
 
         frames = postprocess(compiled, answers, [error_columns(st, answers, se, z, covariance)
                                                  for st in compiled.statements])

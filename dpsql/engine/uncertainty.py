@@ -4,7 +4,12 @@ A result's error columns sit beside its aggregates (and beside computed select i
 that read aggregates): ``std_error``, ``ci_low``, ``ci_high`` for a statement's one
 such output, ``<name>_std_error``, ... when there are several. COUNT and SUM get the
 exact closed-form standard error of their least-squares answer; other aggregates and
-expressions over them get the delta method with the exact covariances. All of it is
+expressions over them get the delta method with the exact covariances. A SUM or AVG
+window over aggregates (``SUM(COUNT(*)) OVER (PARTITION BY sex)``, a running sum) is a
+linear function of the answers of other groups: its gradient is a matrix (row by
+group), and its variance takes the covariances between groups,
+``W_a (AᵀA)⁺ W_bᵀ`` (:meth:`dpsql.hdmm.strategy.Strategy.cross_covariance`), as does
+an expression over it (``100.0 * COUNT(*) / SUM(COUNT(*)) OVER ()``). All of it is
 public math over the strategy, the noise scale and the noisy answers.
 """
 
@@ -13,12 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+from sqlglot import exp
 
+from dpsql.errors import WorkloadError
 from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval, value_range
 from dpsql.sql.compile import Block, CompiledStatement
 from dpsql.sql.delta import partials
 from dpsql.sql.outputs import error_names, error_outputs
 from dpsql.sql.plan import Aggregate
+from dpsql.sql.postprocess import window_frames
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,8 +34,14 @@ if TYPE_CHECKING:
 __all__ = ["error_columns", "ordered"]
 
 
-#: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs.
+#: An aggregate or expression as a function of measured queries: (block, ∂value/∂block answer) pairs,
+#: per group (a vector: group ``r``'s value reads the block's answer of group ``r``) or, for a window,
+#: per group and group (a matrix: row ``r``'s value reads the block's answers of the groups ``j``).
 _Gradient = list[tuple[Block, np.ndarray]]
+#: Most groups whose window gets a standard error (the covariances are groups × groups per block pair).
+MAX_WINDOW_GROUPS = 1000
+#: A covariance callback: ``(term_a, term_b)`` row by row, or with ``full=True`` every row against every row.
+Covariance = Callable[..., np.ndarray]
 
 
 def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np.ndarray) -> _Gradient | None:
@@ -41,11 +55,12 @@ def _aggregate_gradient(st: CompiledStatement, aggregate: Aggregate, answers: np
     return [(b, grad[b.measure]) for b in blocks]
 
 
-def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, int], np.ndarray] | None,
-                  size: int) -> np.ndarray:
+def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Covariance | None, size: int) -> np.ndarray:
     """``sqrt(g' Σ g)`` per group: the standard error of a function of measured queries with
     gradient ``pairs``, ``Σ`` their exact covariance (the variances ``se²`` and the
     least-squares answers' cross covariances). Two entries on one query add up."""
+    if any(g.ndim == 2 for _, g in pairs):
+        return _across_groups(pairs, covariance, size)
     merged: dict[tuple[int | None, int, int], tuple[Block, np.ndarray]] = {}
     for block, g in pairs:
         key = (block.term, block.start, block.stop)
@@ -66,8 +81,65 @@ def _delta_method(pairs: _Gradient, se: np.ndarray, covariance: Callable[[int, i
     return np.sqrt(np.maximum(var, 0.0))
 
 
+def _across_groups(pairs: _Gradient, covariance: Covariance | None, size: int) -> np.ndarray:
+    """:func:`_delta_method` for gradients across groups: ``Σ_ab diag(M_a C_ab M_bᵀ)``, ``C_ab`` the
+    covariances of block ``a``'s answers with block ``b``'s, every group against every group
+    (two grouping sets' blocks covary too: a margin is a sum of the cells). NaN where they are
+    not known (no covariances, too many groups, a query the strategy cannot answer)."""
+    if covariance is None or size > MAX_WINDOW_GROUPS:
+        return np.full(size, np.nan)
+    merged: dict[tuple[int | None, int, int], tuple[Block, np.ndarray]] = {}
+    for block, g in pairs:
+        if block.term is None:  # measures nothing: an exact zero
+            continue
+        g = g if g.ndim == 2 else np.diag(g)
+        key = (block.term, block.start, block.stop)
+        merged[key] = (block, merged[key][1] + g if key in merged else g)
+    var = np.zeros(size)
+    try:
+        for a, ma in merged.values():
+            for b, mb in merged.values():
+                cov = np.zeros((size, size))
+                cov[a.part or slice(None), b.part or slice(None)] = (covariance(a.term, b.term, full=True)
+                                                                     * a.scale * b.scale)
+                with np.errstate(invalid="ignore"):
+                    var = var + np.einsum("ij,ij->i", ma @ cov, mb)
+    except WorkloadError:  # too many covariances to compute: no standard error rather than a wrong one
+        return np.full(size, np.nan)
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+def _windows(st: CompiledStatement, answers: np.ndarray, grads: dict[str, _Gradient | None],
+             columns: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, _Gradient]]:
+    """Per SUM or AVG window over aggregates (by hidden column): its value per group and its
+    gradient across groups. Row ``r`` is the sum (or mean) of the window's argument over the
+    groups of its frame (:func:`dpsql.sql.postprocess.window_frames`) where the argument is not
+    NULL; the argument's own gradient (:mod:`dpsql.sql.delta`) is per group. A window whose
+    argument is not differentiable, or reads a quantile, is left out (NULL)."""
+    frames = window_frames(st, st.table(answers))
+    size = len(st.groups)
+    out: dict[str, tuple[np.ndarray, _Gradient]] = {}
+    for name, window in st.plan.windows:
+        if name not in frames:
+            continue
+        dual = partials(window.this.this, columns, set(grads))
+        if dual is None or any(grads[a] is None for a in dual[1]):
+            continue
+        arg, d = np.broadcast_to(dual[0], (size,)), dual[1]
+        weights = np.zeros((size, size))
+        for r, members in enumerate(frames[name]):
+            kept = members[~np.isnan(arg[members])] if members is not None else []
+            if len(kept):
+                weights[r, kept] += 1.0 / len(kept) if isinstance(window.this, exp.Avg) else 1.0
+        value = weights @ np.nan_to_num(arg)
+        value[~weights.any(axis=1)] = np.nan  # over no group, or none with a value: NULL
+        pairs = [(b, weights * (np.broadcast_to(d[a], (size,)) * g)[None, :]) for a in d for b, g in grads[a]]
+        out[name] = (value, pairs)
+    return out
+
+
 def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z: float,
-                   covariance: Callable[[int, int], np.ndarray] | None) -> dict[str, np.ndarray]:
+                   covariance: Covariance | None) -> dict[str, np.ndarray]:
     """Standard error and confidence interval of every visible aggregate, and of every computed
     select item that reads aggregates, per group.
 
@@ -107,16 +179,22 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
             out[lo], out[hi] = np.clip(out[lo], *span), np.clip(out[hi], *span)
     computed = dict(st.plan.computed)
     columns = {**values, **{k.name: np.array([g[i] for g in st.groups]) for i, k in enumerate(st.plan.keys)}}
+    if st.plan.set_column is not None:
+        columns[st.plan.set_column] = np.asarray(st.sets, dtype=np.int64)
+    windows = _windows(st, answers, grads, columns) if covariance is not None and st.plan.windows else {}
+    columns.update({w: value for w, (value, _) in windows.items()})
     for output in error_outputs(st.plan):
         if output not in computed:
             continue
-        dual = partials(computed[output], columns, set(grads))
+        dual = partials(computed[output], columns, set(grads) | set(windows))
         name, lo, hi = error_names(st.plan, output)
-        if dual is None or any(grads[a] is None for a in dual[1]):
+        if dual is None or any(a not in windows and grads[a] is None for a in dual[1]):
             out[name] = out[lo] = out[hi] = np.full(size, np.nan)
             continue
         value, d = dual
-        pairs = [(b, g * d[a]) for a in d for b, g in grads[a]]
+        d = {a: np.broadcast_to(g, (size,)) for a, g in d.items()}
+        pairs = [(b, g * d[a]) for a in d if a not in windows for b, g in grads[a]]
+        pairs += [(b, m * d[w][:, None]) for w in d if w in windows for b, m in windows[w][1]]
         err = _delta_method(pairs, se, covariance, size)
         err[np.isnan(value)] = np.nan
         out[name], out[lo], out[hi] = err, value - z * err, value + z * err

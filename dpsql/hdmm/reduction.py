@@ -267,3 +267,6 @@ class ReducedStrategy(Strategy):
 
     def cross_variances(self, workload: Workload, a: int, b: int) -> np.ndarray:
         return self.inner.cross_variances(self.reduction.apply(workload), a, b)
+
+    def cross_covariance(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        return self.inner.cross_covariance(self.reduction.apply(workload), a, b)

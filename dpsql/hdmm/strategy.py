@@ -52,6 +52,8 @@ from dpsql.hdmm.workload import Term, Workload
 
 #: Relative residual above which a workload factor counts as unsupported.
 SUPPORT_TOL = 1e-8
+#: Most entries :meth:`Strategy.cross_covariance` computes, per term pair and per factor.
+CROSS_LIMIT = 4_000_000
 
 
 class Strategy:
@@ -77,6 +79,14 @@ class Strategy:
         the covariance of their answers row by row, per unit of noise variance
         (AVG = SUM / COUNT needs it for its standard error)."""
         raise NotImplementedError
+
+    def cross_covariance(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``W_a (AᵀA)⁺ W_bᵀ``, every row of term ``a`` against every row of term ``b``, per unit
+        of noise variance: what a linear combination of answers across groups (a window's
+        ``SUM(COUNT(*)) OVER ()``) needs. NaN where a row is not answerable. Computed factor by
+        factor, never over the full domain; refused (:class:`~dpsql.errors.WorkloadError`) past
+        :data:`CROSS_LIMIT` entries."""
+        raise WorkloadError(f"{type(self).__name__} gives no covariances between queries")
 
     def _check_domain(self, workload: Workload, domain: Sequence[int]) -> None:
         if tuple(workload.domain) != tuple(domain):
@@ -228,6 +238,19 @@ class KronStrategy(Strategy):
         parts = [self._cross(i, x, y) for i, (x, y) in enumerate(zip(fa, fb))]
         return wa * wb * reduce(np.kron, parts)
 
+    def factor_cross(self, i: int, x: Matrix, y: Matrix) -> np.ndarray:
+        """``x X_i⁺ yᵀ`` for two factors on attribute ``i``, NaN on the rows this factor cannot answer."""
+        _check_cross(x.shape[1], y.shape[0])
+        out = x._matmat(self.factor_pinvs[i]._matmat(y.rmatvec(np.eye(y.shape[0]))))
+        ok_x, ok_y = (np.isfinite(self.factor_cross_diag(i, f, f)) for f in (x, y))
+        return np.where(np.outer(ok_x, ok_y), out, np.nan)
+
+    def cross_covariance(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        self._check_domain(workload, self.domain)
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        _check_cross(math.prod(f.shape[0] for f in fa), math.prod(f.shape[0] for f in fb))
+        return wa * wb * reduce(np.kron, [self.factor_cross(i, x, y) for i, (x, y) in enumerate(zip(fa, fb))])
+
 
 @dataclass
 class UnionStrategy(Strategy):
@@ -274,6 +297,16 @@ class UnionStrategy(Strategy):
             return np.zeros(math.prod(f.shape[0] for f in workload.terms[a][1]))
         pair = Workload(workload.domain, [workload.terms[a], workload.terms[b]])
         return part_a.cross_variances(pair, 0, 1) / c**2
+
+    def cross_covariance(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        assignment = self._assignment(workload)
+        (_, part_a, c), (_, part_b, _) = assignment[a], assignment[b]
+        rows = [math.prod(f.shape[0] for f in workload.terms[k][1]) for k in (a, b)]
+        _check_cross(*rows)
+        if part_a is not part_b:
+            return np.zeros(rows)
+        pair = Workload(workload.domain, [workload.terms[a], workload.terms[b]])
+        return part_a.cross_covariance(pair, 0, 1) / c**2
 
 
 @dataclass
@@ -416,6 +449,33 @@ class MarginalStrategy(Strategy):
                     var = var + contrib / lam[t]
         # 0 · inf: an all-zero query row (answered exactly) times an unsupported fixed-factor row
         return wa * wb * np.where(np.isnan(var), 0.0, var)
+
+    def cross_covariance(self, workload: Workload, a: int, b: int) -> np.ndarray:
+        """``W_a X⁺ W_bᵀ = Σ_t (1/λ_t) ⊗_i (W_ai Π_t,i W_biᵀ)``, as :meth:`cross_variances` with
+        every row against every row."""
+        self._check_domain(workload, self.domain)
+        lam = self.eigenvalues
+        (wa, fa), (wb, fb) = workload.terms[a], workload.terms[b]
+        _check_cross(math.prod(f.shape[0] for f in fa), math.prod(f.shape[0] for f in fb))
+        R = self.marginal_attributes
+        S, kron = self.fixed_part
+        pinned = [kron.factor_cross(j, fa[i], fb[i]) for j, i in enumerate(S)]
+        ones = [np.outer(fa[i].row_sums(), fb[i].row_sums()) / n for i, n in zip(R, self.strategy.domain)]
+        rest = [fa[i]._matmat(fb[i].rmatvec(np.eye(fb[i].shape[0]))) - o for i, o in zip(R, ones)]
+        active = [j for j in range(len(R)) if np.abs(rest[j]).max() > SUPPORT_TOL * max(1.0, np.abs(ones[j]).max())]
+        cov = np.zeros((math.prod(f.shape[0] for f in fa), math.prod(f.shape[0] for f in fb)))
+        for r in range(len(active) + 1):
+            for sub in itertools.combinations(active, r):
+                t = sum(1 << j for j in sub)
+                contrib = reduce(np.kron, self.interleave(pinned, [rest[j] if j in sub else ones[j]
+                                                                   for j in range(len(R))]))
+                cov = cov + (np.where(contrib != 0, np.nan, 0.0) if lam[t] <= 0 else contrib / lam[t])
+        return wa * wb * cov
+
+
+def _check_cross(*sizes: int) -> None:
+    if math.prod(sizes) > CROSS_LIMIT:
+        raise WorkloadError(f"the covariances of {' × '.join(f'{n:,}' for n in sizes)} queries would take too long")
 
 
 def _cross_diag(A: Matrix, B: Matrix, M: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError, did_you_mean
 from dpsql.schema import Binned, Schema
 from dpsql.sql import sandbox
+from dpsql.sql.affine import affine_aggregates
 from dpsql.sql.bind import output_names
 from dpsql.sql.constants import check_constants
 from dpsql.sql.grid import (
@@ -224,7 +225,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
         ctx.fail(UnsupportedSQLError, f"privacy_unit_column = {unit} is not the privacy unit the data owner declared "
                  f"in the schema ({declared}); a statement cannot choose whom the noise protects",
                  "privacy_unit_column", None)
-    tree = _check_statement(with_levels(stmt.tree, schema), schema, ctx)
+    tree = affine_aggregates(_check_statement(with_levels(stmt.tree, schema), schema, ctx), schema)
     table, alias = _check_from(tree, schema, ctx)
     _resolve_columns(tree, schema, table, alias, ctx)
     items, select_aliases = _read_select_list(tree, ctx)
@@ -980,7 +981,9 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
                 ctx.fail(UnsupportedSQLError, "COUNT of a constant is not supported; use COUNT(*)",
                          "COUNT(constant)", body)
             then = {"count": "column or a constant", "sum": "column or 1"}.get(func, "column")
-            ctx.fail(UnsupportedSQLError, f"{func.upper()} takes a column name{', *' if func == 'count' else ''} "
+            affine = ", an affine function of one numeric column (2 * age + 1)" if func in ("sum", "avg") else ""
+            written = f"{func.upper()}({arg.sql(dialect='duckdb')[:80] if arg is not None else ''})"
+            ctx.fail(UnsupportedSQLError, f"{written} is not supported: {func.upper()} takes a column name{', *' if func == 'count' else ''}{affine} "
                      f"or CASE WHEN condition THEN {then} END", f"{func.upper()} argument", arg)
         col = schema.column(arg.name)
         if col is None:

@@ -156,6 +156,24 @@ class CompiledStatement:
                 else b.take(y, len(self.groups))
         return out
 
+    def table(self, y: np.ndarray) -> pd.DataFrame:
+        """A pandas DataFrame with one row per group: every key and aggregate (hidden ones too),
+        from workload answers ``y``, and the grouping-set column (see :meth:`CompiledBatch.tables`)."""
+        import pandas as pd
+
+        y = np.asarray(y, dtype=float)
+        data: dict[str, Any] = {}
+        for i, key in enumerate(self.plan.keys):
+            # object dtype keeps None as SQL NULL (pandas would turn it into NaN)
+            data[key.name] = pd.Series([g[i] for g in self.groups], dtype=object)
+        for agg in self.plan.aggregates:
+            data[agg.name] = self.values(agg.name, y)
+        if self.plan.set_column is not None:
+            data[self.plan.set_column] = np.asarray(self.sets, dtype=np.int64)
+        if not self.plan.keys:
+            data = {k: np.atleast_1d(v) for k, v in data.items()}
+        return pd.DataFrame(data)
+
     def measured(self, aggregate: str) -> bool:
         """Whether an aggregate is measured: False when WHERE rules out the whole public domain."""
         return any(b.term is not None for b in self.blocks_of(aggregate))
@@ -230,23 +248,7 @@ class CompiledBatch:
         """Per statement, a pandas DataFrame with one row per group: every key
         and aggregate (hidden ones too), from workload answers ``y`` (noisy
         ones, normally). AVG is SUM / COUNT."""
-        import pandas as pd
-
-        y = np.asarray(y, dtype=float)
-        out = []
-        for st in self.statements:
-            data: dict[str, Any] = {}
-            for i, key in enumerate(st.plan.keys):
-                # object dtype keeps None as SQL NULL (pandas would turn it into NaN)
-                data[key.name] = pd.Series([g[i] for g in st.groups], dtype=object)
-            for agg in st.plan.aggregates:
-                data[agg.name] = st.values(agg.name, y)
-            if st.plan.set_column is not None:
-                data[st.plan.set_column] = np.asarray(st.sets, dtype=np.int64)
-            if not st.plan.keys:
-                data = {k: np.atleast_1d(v) for k, v in data.items()}
-            out.append(pd.DataFrame(data))
-        return out
+        return [st.table(y) for st in self.statements]
 
 
 def compile_sql(sql: str, schema: "Schema | dict | str", **kwargs) -> CompiledBatch:

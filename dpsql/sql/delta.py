@@ -8,7 +8,7 @@ derivatives with respect to the aggregates, at their released values, and
 ``Σ`` their covariance. This module computes ``g`` by forward-mode
 differentiation over the expression's tree: numbers, output columns,
 ``+ - * /``, unary minus, ``POWER``/``^`` with a constant exponent, ``sqrt``,
-``ln``, ``exp``, ``abs`` and parentheses. Anything else (a CASE, a comparison,
+``ln``, ``exp``, ``abs``, ``ROUND`` (whose error is taken as the value's) and parentheses. Anything else (a CASE, a comparison,
 a function of two aggregates other than those) gives None: no standard error
 rather than a wrong one.
 
@@ -85,6 +85,13 @@ def _dual(node: exp.Expression, columns: Mapping[str, np.ndarray], variables: se
         k = float(k)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.power(a, k), {n: g * k * np.power(a, k - 1.0) for n, g in da.items()}
+    if isinstance(node, exp.Round):  # the rounded value's error is the value's, to within half a unit
+        ok, k = literal_value(node.args["decimals"]) if node.args.get("decimals") is not None else (True, 0)
+        if not ok or not isinstance(k, int) or isinstance(k, bool):
+            raise _Unsupported
+        a, da = _dual(node.this, columns, variables)
+        with np.errstate(invalid="ignore"):
+            return np.sign(a) * np.floor(np.abs(a) * 10.0**k + 0.5) / 10.0**k, da
     unary = {exp.Sqrt: (np.sqrt, lambda a: 0.5 / np.sqrt(a)), exp.Ln: (np.log, lambda a: 1.0 / a),
              exp.Exp: (np.exp, np.exp), exp.Abs: (np.abs, np.sign)}.get(type(node))
     if unary is not None and not node.expressions:

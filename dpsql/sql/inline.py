@@ -325,7 +325,8 @@ class _Inliner:
         return select
 
     def expand(self, inner: exp.Select) -> None:
-        """Spell out a ``*`` (or ``table.*``) of a query over the private table: its columns."""
+        """Spell out a ``*`` (or ``table.*``) of a query over the private table: its columns, then
+        the levels of its hierarchy columns (:mod:`dpsql.sql.levels`), as DuckDB reads the table."""
         items = []
         for item in inner.expressions:
             body = item.this if isinstance(item, exp.Alias) else item
@@ -333,7 +334,10 @@ class _Inliner:
                 if set(_set_args(body)) - {"this", "table"} or set(_set_args(body.this) if isinstance(
                         body, exp.Column) else []) - {"this"}:
                     self.fail("this * is not supported in a subquery: name its columns", "*", body)
+                # the table's columns, then its hierarchy levels: the columns DuckDB binds it with (dpsql.sql.bind)
                 items.extend(exp.column(c.name) for c in self.schema.columns)
+                items.extend(exp.column(level) for c in self.schema.columns for level, _ in getattr(c, "levels", ())
+                             if self.schema.column(level) is None)
                 continue
             items.append(item)
         inner.set("expressions", items)

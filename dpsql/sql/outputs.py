@@ -32,8 +32,10 @@ __all__ = ["error_outputs", "error_names", "clash"]
 
 def error_outputs(plan: QueryPlan) -> list[str]:
     """The output columns that get a standard error: visible aggregates, and computed select
-    items that read an aggregate."""
+    items that read an aggregate, or a SUM or AVG window over them (``SUM(COUNT(*)) OVER ()``)."""
     aggregates = {a.name for a in plan.aggregates}
+    aggregates |= {name for name, w in plan.windows if isinstance(w.this, (exp.Sum, exp.Avg))
+                   and any(c.name in aggregates for c in w.this.find_all(exp.Column))}
     computed = {name for name, e in plan.computed if any(c.name in aggregates for c in e.find_all(exp.Column))}
     return [a.name for a in plan.aggregates if a.visible] + [n for n in plan.outputs if n in computed]
 

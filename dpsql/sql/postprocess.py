@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import duckdb
 import numpy as np
+from sqlglot import exp
 
 from dpsql.errors import UnsupportedSQLError
 from dpsql.sql import sandbox
@@ -43,9 +44,9 @@ from dpsql.sql import sandbox
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpsql.sql.compile import CompiledBatch
+    from dpsql.sql.compile import CompiledBatch, CompiledStatement
 
-__all__ = ["postprocess", "check_postprocessing"]
+__all__ = ["postprocess", "check_postprocessing", "window_frames"]
 
 _WHAT = "HAVING, ORDER BY and computed select items on the answers"
 
@@ -103,3 +104,41 @@ def check_postprocessing(batch: CompiledBatch) -> None:
             raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item cannot be evaluated "
                                       f"({reason[:300]})",
                                       "post-processing", st.plan.line, 1) from None
+
+
+#: The group index column :func:`window_frames` adds to the answers.
+_GROUP = "__dpsql_group"
+
+
+def window_frames(st: CompiledStatement, table: pd.DataFrame) -> dict[str, list[np.ndarray | None]]:
+    """Per SUM or AVG window of the statement (by hidden column name), per group: the indices of
+    the groups in that group's frame, as DuckDB forms it on ``table`` (the statement's answers,
+    :meth:`~dpsql.sql.compile.CompiledStatement.table`) after HAVING; None for a group HAVING
+    drops. The same window, with ``list`` of the group index in place of its function, so
+    partitions, orderings, peers and frames are DuckDB's own. A window's standard error is a
+    sum over its frame (:mod:`dpsql.engine.uncertainty`). Public: a function of released values.
+    Empty when DuckDB cannot evaluate it (the standard errors are then NULL)."""
+    linear = [(name, w) for name, w in st.plan.windows if isinstance(w.this, (exp.Sum, exp.Avg))]
+    if not linear:
+        return {}
+    df = table.copy()
+    df[_GROUP] = np.arange(len(df), dtype=np.int64)
+    items = []
+    for name, window in linear:
+        window = window.copy()
+        window.set("this", exp.ArrayAgg(this=exp.column(_GROUP, quoted=True)))
+        items.append(exp.alias_(window, name, quoted=True))
+    select = exp.select(exp.column(_GROUP, quoted=True), *items).from_(exp.to_identifier("answers", quoted=True))
+    if st.plan.having is not None:
+        select = select.where(st.plan.having.copy())
+    try:
+        with sandbox.limited(_WHAT, "post-processing", st.plan.line, 1) as con:
+            con.register("answers", df)
+            rows = con.sql(select.sql(dialect="duckdb")).fetchall()
+    except duckdb.Error:
+        return {}
+    out: dict[str, list[np.ndarray | None]] = {name: [None] * len(df) for name, _ in linear}
+    for row in rows:
+        for (name, _), members in zip(linear, row[1:]):
+            out[name][row[0]] = np.asarray(members or [], dtype=np.int64)
+    return out
