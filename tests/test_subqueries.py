@@ -95,6 +95,13 @@ OVER_AGGREGATES = [
      "ON x.sex = y.sex AND x.white = y.white", False),
     ("SELECT * FROM (SELECT sex x, COUNT(*) n FROM people GROUP BY x HAVING n > 2) a JOIN (SELECT sex x, SUM(age) m "
      "FROM people WHERE white GROUP BY 1 HAVING SUM(age) > 1) b USING (x)", False),
+    # an outer WHERE over windows applies after them, to all the groups (a QUALIFY); top-N per group
+    ("WITH r AS (SELECT region, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*) DESC) AS k FROM people "
+     "GROUP BY region) SELECT region, n FROM r WHERE k <= 2 AND n > 1 ORDER BY k", True),
+    ("SELECT * FROM (SELECT sex, region, COUNT(*) AS n, row_number() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC, "
+     "region) AS rn FROM people GROUP BY sex, region) WHERE rn = 1", False),
+    ("SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region "
+     "QUALIFY row_number() OVER (PARTITION BY sex ORDER BY COUNT(*), region) <= 2", False),
     ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
      "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
 ]

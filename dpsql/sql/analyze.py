@@ -68,7 +68,7 @@ from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
 __all__ = ["plan_statement", "analyze", "SUPPORTED", "set_args"]
 
-_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "qualify", "order", "limit", "offset"}
 _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "WITH (common table expression)",
                      "qualify": "QUALIFY", "windows": "WINDOW clause", "laterals": "LATERAL",
                      "sample": "TABLESAMPLE", "pivots": "PIVOT", "into": "SELECT INTO",
@@ -111,7 +111,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.CumeDist: frozenset(), exp.Ntile: frozenset({"this"}), exp.Lag: frozenset({"this", "offset", "default"}),
     exp.Lead: frozenset({"this", "offset", "default"}), exp.FirstValue: frozenset({"this"}),
     exp.LastValue: frozenset({"this"}), exp.NthValue: frozenset({"this", "offset"}),
-    exp.Having: frozenset({"this"}),
+    exp.Having: frozenset({"this"}), exp.Qualify: frozenset({"this"}),
     exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
     exp.Limit: frozenset({"expression"}),
@@ -240,6 +240,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     # an expression over aggregates reads them (hidden if not selected) by output name
     computed = [(name, rewrite(body, "SELECT") if _after_noise(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
+    qualify = _rewrite_qualify(tree, rewrite, computed)
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
     offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
@@ -250,7 +251,8 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
                      options=dict(stmt.options), line=line, computed=tuple(computed),
-                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows))
+                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows),
+                     qualify=qualify)
     _check_clash(plan, tree, ctx)
     return plan
 
@@ -336,6 +338,9 @@ def _check_windows(tree: exp.Select, ctx: _Context) -> None:
     COUNT(*) DESC)``), in SELECT and ORDER BY only, as SQL evaluates windows after HAVING."""
     windows = list(tree.find_all(exp.Window))
     if not windows:
+        if tree.args.get("qualify") is not None:
+            ctx.fail(UnsupportedSQLError, "QUALIFY filters on window functions over the aggregates (rank() OVER "
+                     "(ORDER BY COUNT(*) DESC) <= 3); without one, write HAVING", "QUALIFY", tree.args["qualify"])
         return
     aggregated = tree.args.get("group") is not None or any(_is_agg_node(n) for n in tree.find_all(exp.AggFunc))
     for w in windows:
@@ -539,6 +544,18 @@ def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | No
     if having_node is None:
         return None
     return rewrite(having_node.this, "HAVING")
+
+
+def _rewrite_qualify(tree: exp.Select, rewrite: _Rewriter,
+                     computed: list[tuple[str, exp.Expression]]) -> exp.Expression | None:
+    """Rewrite QUALIFY over output names and the windows' hidden columns: it runs after the windows,
+    before the select items, so a select item it names is spelled out."""
+    node = tree.args.get("qualify")
+    if node is None:
+        return None
+    items = {name: body for name, body in computed}
+    return rewrite(node.this, "QUALIFY").transform(
+        lambda n: items[n.name].copy() if isinstance(n, exp.Column) and not n.table and n.name in items else n)
 
 
 def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],

@@ -15,16 +15,16 @@ way, so the analyzer and the compiler see a statement of the grammar they know:
 * an **aggregate** subquery (GROUP BY, or an aggregate in its select list)
   under an outer query without aggregates is post-processing of its released
   answers: the outer select items become expressions over its keys and
-  aggregates, the outer WHERE joins its HAVING, the outer ORDER BY, LIMIT and
-  OFFSET replace its own. They run on the noisy answers
+  aggregates, the outer WHERE joins its HAVING (its QUALIFY, applied after the
+  windows, if it has windows), the outer ORDER BY, LIMIT and OFFSET replace its own. They run on the noisy answers
   (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
 
 What would change whom a row weighs on is refused, naming the construct:
 DISTINCT, LIMIT or OFFSET, a window function, a join or a set operation inside
 a row-by-row subquery, an aggregate of an aggregate subquery's result (its
 rows are released answers, not rows of people), a join of two subqueries, a
-recursive CTE, and an outer WHERE or ORDER BY over a subquery whose own LIMIT
-or window would then see other rows. Every error is a :class:`dpsql.errors.SQLError`
+recursive CTE, an outer WHERE or ORDER BY over a subquery whose own LIMIT
+would then see other rows, and an outer window over one whose LIMIT or QUALIFY would. Every error is a :class:`dpsql.errors.SQLError`
 with the position of the construct in the text as written (merged nodes keep
 their positions).
 
@@ -58,7 +58,8 @@ __all__ = ["inline"]
 #: Select clauses a row-by-row subquery may have (ORDER BY without LIMIT does not change its rows).
 _ROW_ARGS = frozenset({"expressions", "from_", "where", "order", "with_"})
 #: Select clauses an aggregate subquery may have.
-_AGGREGATE_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "with_"})
+_AGGREGATE_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "qualify", "order", "limit", "offset",
+                             "with_"})
 #: Clauses of an outer query over an aggregate subquery (run on its released answers).
 _OUTER_ARGS = frozenset({"expressions", "from_", "where", "order", "limit", "offset", "with_"})
 _CLAUSE_NAMES = {"distinct": "SELECT DISTINCT", "limit": "LIMIT", "offset": "OFFSET", "joins": "JOIN",
@@ -452,32 +453,32 @@ class _Inliner:
                 self.fail(f"{name} over the result of an aggregate subquery or CTE is not supported", name, node,
                           keyword=_KEYWORDS.get(key))
         limited = inner.args.get("limit") or inner.args.get("offset")
-        windowed = next(iter(inner.find_all(exp.Window)), None)
         for clause in ("where", "order", "limit", "offset"):
             part = outer.args.get(clause)
-            if part is None:
-                continue
-            if limited is not None or (windowed is not None and clause == "where"):
-                what = "LIMIT or OFFSET" if limited is not None else "window function"
-                self.fail(f"an outer {clause.upper()} over an aggregate subquery with its own {what} is not "
+            if part is not None and limited is not None:
+                self.fail(f"an outer {clause.upper()} over an aggregate subquery with its own LIMIT or OFFSET is not "
                           "supported: it would apply to the rows the subquery keeps, not to all its groups",
                           clause.upper(), part, keyword=_KEYWORDS.get(clause))
-        if limited is not None and any(outer.find_all(exp.Window)):
-            self.fail("a window function over an aggregate subquery with its own LIMIT or OFFSET is not supported",
-                      "window function", next(outer.find_all(exp.Window)))
+        kept = "LIMIT or OFFSET" if limited is not None else "QUALIFY" if inner.args.get("qualify") else None
+        if kept is not None and any(outer.find_all(exp.Window)):
+            self.fail(f"a window function over an aggregate subquery with its own {kept} is not supported: it would "
+                      "see all its groups, not the ones the subquery keeps", "window function",
+                      next(outer.find_all(exp.Window)))
 
     def merge_aggregate(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
         """An outer query over an aggregate subquery: post-processing of its answers."""
         where = outer.args.get("where")
         if where is not None:
             sandbox_check(self, where.this)
-            having = inner.args.get("having")
-            conditions = [having.this, where.this] if having is not None else [where.this]
-            inner.set("having", exp.Having(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+            # over a subquery with windows, the outer WHERE applies after them (to all its groups): a QUALIFY
+            clause, cls = ("qualify", exp.Qualify) if any(inner.find_all(exp.Window)) else ("having", exp.Having)
+            before = inner.args.get(clause)
+            conditions = [before.this, where.this] if before is not None else [where.this]
+            inner.set(clause, cls(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
         if inner.args.get("having") is not None:
             sandbox_check(self, inner.args["having"].this)
         own = {e.alias.lower(): e.this for e in inner.expressions if isinstance(e, exp.Alias)}
-        for part in (inner.args.get("having"), inner.args.get("order")):
+        for part in (inner.args.get("having"), inner.args.get("qualify"), inner.args.get("order")):
             if part is not None:
                 self.own_aliases(part, own, inner)
         if outer.args.get("order") is not None:
