@@ -270,7 +270,7 @@ CASES = [
     OK("dialect", "SELECT [region], AVG(CAST(age AS FLOAT)) AS [avg age] FROM patients "
                   "WHERE ISNULL(educ, 'none') <> 'none' GROUP BY [region]", dialect="tsql",
        duck='SELECT region, AVG(CAST(age AS DOUBLE)) AS "avg age" FROM patients WHERE COALESCE(educ, \'none\') '
-            "<> 'none' GROUP BY region"),
+            "<> 'none' GROUP BY region", mark=W40),  # AVG of a derived column (a cast): helper w40
     OK("dialect", "SELECT IIF(age >= 65, 'senior', 'adult') AS grp, COUNT(*) AS n FROM patients "
                   "GROUP BY IIF(age >= 65, 'senior', 'adult')", dialect="tsql",
        duck="SELECT CASE WHEN age >= 65 THEN 'senior' ELSE 'adult' END AS grp, COUNT(*) AS n FROM patients "

@@ -117,7 +117,7 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
     # aggregates (big_int is sqlglot's note that COUNT returns BIGINT)
-    exp.Count: frozenset({"this", "big_int"}),
+    exp.Count: frozenset({"this", "big_int"}), exp.CountIf: frozenset({"this"}),
     exp.Filter: frozenset({"this", "expression"}),
     exp.Distinct: frozenset(),  # SELECT DISTINCT only (in an aggregate, or DISTINCT ON, it is refused)
     exp.Sum: frozenset({"this"}),
@@ -956,6 +956,10 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     quantile = _quantile_call(body, ctx)
     if quantile is not None:
         return _make_quantile(body, quantile, alias, condition, schema, ctx, used, visible)
+    if isinstance(body, exp.CountIf):  # COUNT_IF(c) (BigQuery's COUNTIF): the rows where c is true
+        _check_condition(body.this, "COUNT_IF", schema, ctx)
+        condition = body.this if condition is None else exp.and_(condition.copy(), body.this.copy())
+        body = exp.Count(this=exp.Star())
     func = _AGGREGATES.get(type(body))
     if func is None:
         name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
@@ -973,6 +977,8 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         condition = case_condition if condition is None else exp.and_(condition.copy(), case_condition.copy())
         if arg is None:  # SUM(CASE WHEN c THEN 1 ...) and COUNT(CASE WHEN c THEN 'x' END) count the rows where c holds
             func, arg = "count", exp.Star()
+    if func == "count" and not isinstance(arg, exp.Star) and literal_value(arg)[0] and literal_value(arg)[1] is not None:
+        arg = exp.Star()  # COUNT(1): a constant that is not NULL counts every row
     name = alias
     proportion = _proportion(arg, schema, ctx) if func == "avg" else None
     if proportion is not None:  # AVG(CASE WHEN c THEN 1 ELSE 0 END): rows where it is 1 over rows where it is not NULL
