@@ -15,7 +15,13 @@ Three suites of statements, each run through ``db.query`` on a made-up table
   dialect (``SELECT TOP 5 ...``, ``[name]``, ``ISNULL``, ``IIF``, ``STDEV``),
   read with ``dialect="tsql"``;
 * ``tabulations``: GROUPING SETS, ROLLUP, CUBE, windows over aggregates, and
-  answers that must stay in range.
+  answers that must stay in range;
+* ``windows``: windows over aggregates as analysts use them: ranks, top-N per
+  group (``QUALIFY``, or an outer ``WHERE rn <= 2``), running and partitioned
+  sums, shares of the total, ``LAG``, and SUM/AVG of a public lookup column;
+* ``dialects``: statements in PostgreSQL, BigQuery's plain SQL and Spark SQL
+  (``COUNTIF``, ``SAFE_DIVIDE``, ``count(1)``, ``::``, integer division,
+  Spark's ``GROUP BY ... GROUPING SETS``), each read with its ``dialect=``.
 
 Each statement is ``answered``, ``refused`` (a ``dpsql.Error``, whose class
 and reason are printed: a refusal names the construct it cannot answer) or a
@@ -62,7 +68,9 @@ PUMS_SCHEMA = {
     },
     "public_tables": {"regions": {"columns": ["state", "region"],
                                   "rows": [["CA", "West"], ["WA", "West"], ["NY", "East"], ["MA", "East"],
-                                           ["TX", "South"]]}},
+                                           ["TX", "South"]]},
+                      "populations": {"columns": ["state", "millions"],  # a public numeric lookup column
+                                      "rows": [["CA", 39], ["WA", 8], ["NY", 20], ["MA", 7], ["TX", 30]]}},
 }
 
 SMARTNOISE = [
@@ -156,6 +164,39 @@ SUBQUERIES = [
     "SELECT a.state, m.n * 100.0 / a.n AS pct_married FROM a JOIN m ON a.state = m.state ORDER BY pct_married DESC",
     "SELECT AVG(n) AS mean FROM (SELECT race, COUNT(*) AS n FROM pums GROUP BY race)",
     "SELECT COUNT(*) AS n FROM (SELECT DISTINCT state FROM pums)",
+    "WITH j AS (SELECT p.sex, r.region FROM pums p JOIN regions r ON p.state = r.state) "
+    "SELECT region, COUNT(*) AS n FROM j GROUP BY region",
+    "SELECT band, COUNT(*) AS n FROM (SELECT CASE WHEN income < 100 THEN 'low' ELSE 'high' END AS band, "
+    "COALESCE(name, 'none') AS nm FROM pums WHERE upper(name) LIKE 'B%') GROUP BY band",
+]
+
+WINDOWS = [
+    "SELECT state, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*) DESC) AS r FROM pums GROUP BY state QUALIFY r <= 3",
+    "WITH r AS (SELECT sex, race, COUNT(*) AS n, row_number() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC) AS rn "
+    "FROM pums GROUP BY sex, race) SELECT sex, race, n FROM r WHERE rn <= 2 ORDER BY sex, n DESC",
+    "SELECT race, COUNT(*) AS n, SUM(COUNT(*)) OVER (ORDER BY race) AS running FROM pums GROUP BY race",
+    "SELECT state, sex, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER (PARTITION BY state) AS share FROM pums "
+    "GROUP BY state, sex",
+    "SELECT educ, n, n - LAG(n) OVER (ORDER BY educ) AS change FROM (SELECT educ, COUNT(*) AS n FROM pums "
+    "GROUP BY educ) ORDER BY educ",
+    "WITH t AS (SELECT state, COUNT(*) AS n FROM pums GROUP BY state), tot AS (SELECT COUNT(*) AS total FROM pums) "
+    "SELECT state, n * 1.0 / total AS share FROM t CROSS JOIN tot",
+    "SELECT p.sex, SUM(m.millions) AS weighted, AVG(m.millions) AS mean_millions FROM pums p "
+    "JOIN populations m ON p.state = m.state GROUP BY p.sex",
+    "SELECT state, AVG(income) AS a, AVG(income) - AVG(AVG(income)) OVER () AS diff FROM pums GROUP BY state",
+]
+
+#: Statements in other dialects: (dialect, statement).
+DIALECTS = [
+    ("postgres", "SELECT age / 10 AS decade, COUNT(*) AS n FROM pums GROUP BY 1 ORDER BY 1"),
+    ("postgres", "SELECT sex, percentile_cont(0.5) WITHIN GROUP (ORDER BY income) AS med FROM pums GROUP BY sex"),
+    ("postgres", "SELECT state, COUNT(*) FILTER (WHERE married) AS m, COUNT(*)::float AS n FROM pums GROUP BY state"),
+    ("bigquery", "SELECT state, COUNTIF(married) AS m, SAFE_DIVIDE(SUM(income), COUNT(*)) AS mean FROM pums "
+     "GROUP BY state"),
+    ("bigquery", "SELECT IF(age >= 65, 'senior', 'adult') AS band, COUNT(*) AS n FROM `pums` GROUP BY band"),
+    ("spark", "SELECT race, count(1) AS n FROM pums GROUP BY race"),
+    ("spark", "SELECT sex, race, count(*) AS n FROM pums GROUP BY sex, race GROUPING SETS ((sex, race), (sex))"),
+    ("spark", "SELECT sex, avg(income) AS a FROM pums WHERE nvl(married, false) GROUP BY sex"),
 ]
 
 TSQL = [
@@ -173,6 +214,10 @@ TSQL = [
     "SELECT COUNT(*) AS n FROM pums WHERE CAST(age AS VARCHAR(3)) LIKE '1%'",
     "SELECT educ / 4 AS q, COUNT(*) AS n FROM pums GROUP BY educ / 4",
     "SELECT TOP 5 * FROM pums",
+    "SELECT sex, married, COUNT_BIG(*) AS n FROM pums GROUP BY sex, married WITH ROLLUP",
+    "SELECT TOP 3 state, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM pums GROUP BY state "
+    "ORDER BY r",
+    "SELECT SUM(income) / COUNT(*) AS mean FROM pums",
 ]
 
 
@@ -195,7 +240,9 @@ def pums(rows: int, seed: int) -> pd.DataFrame:
         "name": rng.choice(["Bach", "Bachelor", "Mozart", "Brahms"], rows), "id": np.arange(rows)})
 
 
-def run(db: dpsql.Connection, sql: str, dialect: str | None = None) -> tuple[str, str]:
+def run(db: dpsql.Connection, sql: str | tuple[str, str], dialect: str | None = None) -> tuple[str, str]:
+    if isinstance(sql, tuple):  # (dialect, statement)
+        dialect, sql = sql
     try:
         db.query(sql, epsilon=None if "DIFFERENTIAL_PRIVACY" in sql else 1.0, dialect=dialect)
         return "answered", ""
@@ -208,7 +255,8 @@ def run(db: dpsql.Connection, sql: str, dialect: str | None = None) -> tuple[str
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--verbose", action="store_true", help="print every refusal's reason")
-    ap.add_argument("--suite", action="append", choices=("smartnoise", "bigquery", "census", "subqueries", "tsql"),
+    ap.add_argument("--suite", action="append", choices=("smartnoise", "bigquery", "census", "subqueries", "tsql",
+                                                        "tabulations", "windows", "dialects"),
                     help="run this suite only (repeatable; default: all)")
     args = ap.parse_args(argv)
     con = duckdb.connect()
@@ -221,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                                     budget=budget, cache=False, progress=False)}
     suites = [("smartnoise", "pums", SMARTNOISE, None), ("bigquery", "pums", BIGQUERY, None),
               ("census", "persons", census(), None), ("subqueries", "pums", SUBQUERIES, None),
-              ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None)]
+              ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None),
+              ("windows", "pums", WINDOWS, None), ("dialects", "pums", DIALECTS, None)]
     suites = [s for s in suites if not args.suite or s[0] in args.suite]
     print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
     answerable: list[tuple[str, str]] = []
@@ -237,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nNot answered:" if details else "")
     for name, sql, outcome, why in details:
         if args.verbose or outcome == "crash":
-            print(f"  [{name}] {outcome}: {sql[:90]}\n      {why}")
+            print(f"  [{name}] {outcome}: {str(sql)[:90]}\n      {why}")
         else:
             print(f"  [{name}] {why[:110]}")
     census_batch = [sql for table, sql in answerable if table == "persons"][:50]
