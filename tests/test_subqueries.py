@@ -42,6 +42,11 @@ ROW_BY_ROW = [
     "SELECT k, COUNT(k) AS c, COUNT(*) FILTER (WHERE k > 1) AS big, COUNT(j) FILTER (WHERE sex = 'F') AS f "
     "FROM (SELECT NULLIF(age % 4, 3) AS k, age + score AS j, sex FROM people) GROUP BY k",
     "WITH c(s) AS (SELECT * FROM people) SELECT s, COUNT(*) AS n FROM c GROUP BY s",  # renames the first of *
+    # a lookup join inside: the public table's columns as keys and summed
+    "WITH j AS (SELECT p.sex, z.zone FROM people p JOIN zones z ON p.region = z.region) "
+    "SELECT zone, COUNT(*) AS n FROM j GROUP BY zone",
+    "SELECT s, AVG(km) AS k, COUNT(*) AS n FROM (SELECT p.sex AS s, z.km FROM people p LEFT JOIN zones z USING (region) "
+    "WHERE p.age > 3) q WHERE q.s IS NOT NULL GROUP BY s",
 ]
 
 

@@ -20,8 +20,9 @@ way, so the analyzer and the compiler see a statement of the grammar they know:
   (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
 
 What would change whom a row weighs on is refused, naming the construct:
-DISTINCT, LIMIT or OFFSET, a window function, a join or a set operation inside
-a row-by-row subquery, an aggregate of an aggregate subquery's result (its
+DISTINCT, LIMIT or OFFSET, a window function, a join (other than a lookup of a
+table, which the merged statement keeps for the analyzer to check) or a set
+operation inside a row-by-row subquery, an aggregate of an aggregate subquery's result (its
 rows are released answers, not rows of people), a join of two subqueries, a
 recursive CTE, an outer WHERE or ORDER BY over a subquery whose own LIMIT
 would then see other rows, and an outer window over one whose LIMIT or QUALIFY would. Every error is a :class:`dpsql.errors.SQLError`
@@ -197,6 +198,9 @@ class _Inliner:
             if not scope.aggregate:
                 self.fail("a JOIN of a row-by-row subquery is not supported: only aggregate results can be joined, "
                           "on their keys", "JOIN", node, keyword=_KEYWORDS["joins"])
+            if scope.select.args.get("joins"):
+                self.fail("a joined aggregate subquery with a JOIN of its own is not supported", "JOIN",
+                          scope.select.args["joins"][0], keyword=_KEYWORDS["joins"])
             if name is None:
                 self.fail("a joined subquery needs a name (AS name)", "subquery", node)
             for clause in ("limit", "offset"):
@@ -345,6 +349,9 @@ class _Inliner:
         aggregate = bool(inner.args.get("group")) or any(_aggregates(e) for e in inner.expressions) \
             or bool(inner.args.get("having"))
         allowed = _AGGREGATE_ARGS if aggregate else _ROW_ARGS
+        lookups = inner.args.get("joins") or []
+        if lookups and all(isinstance(j.this, exp.Table) for j in lookups):
+            allowed = allowed | {"joins"}  # a join with a lookup table: the analyzer checks it is one
         for key, value in inner.args.items():
             if key in allowed or not value:
                 continue
@@ -366,8 +373,9 @@ class _Inliner:
         if inner.args.get("from_") is None:
             self.fail("a subquery or CTE must read the table: FROM it", "subquery without FROM",
                       inner.expressions[0] if inner.expressions else inner)
-        if aggregate and any(isinstance(e, exp.Star) for e in inner.expressions):
-            self.fail("SELECT * is not supported in an aggregate subquery: name its keys and aggregates", "*",
+        if (aggregate or lookups) and any(isinstance(e, exp.Star) for e in inner.expressions):
+            what = "an aggregate subquery" if aggregate else "a subquery with a JOIN"
+            self.fail(f"SELECT * is not supported in {what}: name its columns", "*",
                       next(e for e in inner.expressions if isinstance(e, exp.Star)))
         self.expand(inner)
         columns: dict[str, exp.Expression | None] = {}
@@ -384,7 +392,7 @@ class _Inliner:
         table's alias: once merged, its columns are read through the outer query's names."""
         frm = inner.args.get("from_")
         table = frm.this if frm is not None else None
-        if not isinstance(table, exp.Table):
+        if not isinstance(table, exp.Table) or inner.args.get("joins"):  # with a lookup: qualified as written
             return
         names = {(table.alias or table.name).lower()}
         for col in list(inner.find_all(exp.Column)):
@@ -435,8 +443,10 @@ class _Inliner:
         return self.merge_aggregate(outer, inner) if scope.aggregate else self.merge_rows(outer, inner)
 
     def merge_rows(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
-        """A row-by-row subquery: the outer query, FROM the inner table, WHERE both conditions."""
+        """A row-by-row subquery: the outer query, FROM the inner table (and its lookup joins), WHERE both
+        conditions."""
         outer.set("from_", inner.args["from_"])
+        outer.set("joins", inner.args.get("joins"))
         conditions = [w.this for w in (inner.args.get("where"), outer.args.get("where")) if w is not None]
         if conditions:
             outer.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
