@@ -31,12 +31,14 @@ first 50 answerable statements as one batch (target: under 1 s).
     python benchmarks/sql_coverage.py
     python benchmarks/sql_coverage.py --verbose   # every refusal's reason
     python benchmarks/sql_coverage.py --suite tsql --suite subqueries   # some suites only
+    python benchmarks/sql_coverage.py --verbose --jobs 4   # the statements in 4 processes
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import multiprocessing
 import os
 import sys
 import time
@@ -51,6 +53,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from census import load_persons  # noqa: E402
 
 import dpsql  # noqa: E402
+from dpsql.schema import load_schema  # noqa: E402
 from dpsql.sql.parse import parse_statements  # noqa: E402
 
 PUMS_SCHEMA = {
@@ -252,32 +255,57 @@ def run(db: dpsql.Connection, sql: str | tuple[str, str], dialect: str | None = 
         return "crash", f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
 
 
+def connections() -> dict[str, dpsql.Connection]:
+    """The made-up tables, each behind a connection with a large budget."""
+    con = duckdb.connect()
+    con.register("pums_df", pums(20_000, seed=0))
+    con.execute("CREATE TABLE pums AS SELECT * FROM pums_df")
+    load_persons(con, rows=50_000, seed=0)
+    budget = dpsql.Budget(epsilon=1e6, delta=1e-3)
+    return {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
+            "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
+                                     budget=budget, cache=False, progress=False)}
+
+
+_DBS: dict[str, dpsql.Connection] = {}
+
+
+def run_one(item: tuple[str, str | tuple[str, str], str | None]) -> tuple[str, str]:
+    """One statement's outcome, on the connections of this process (made once per process)."""
+    table, sql, dialect = item
+    if not _DBS:
+        _DBS.update(connections())
+    return run(_DBS[table], sql, dialect)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--verbose", action="store_true", help="print every refusal's reason")
     ap.add_argument("--suite", action="append", choices=("smartnoise", "bigquery", "census", "subqueries", "tsql",
                                                         "tabulations", "windows", "dialects"),
                     help="run this suite only (repeatable; default: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="run the statements in this many processes")
     args = ap.parse_args(argv)
-    con = duckdb.connect()
-    con.register("pums_df", pums(20_000, seed=0))
-    con.execute("CREATE TABLE pums AS SELECT * FROM pums_df")
-    load_persons(con, rows=50_000, seed=0)
-    budget = dpsql.Budget(epsilon=1e6, delta=1e-3)
-    dbs = {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
-           "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
-                                    budget=budget, cache=False, progress=False)}
     suites = [("smartnoise", "pums", SMARTNOISE, None), ("bigquery", "pums", BIGQUERY, None),
               ("census", "persons", census(), None), ("subqueries", "pums", SUBQUERIES, None),
               ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None),
               ("windows", "pums", WINDOWS, None), ("dialects", "pums", DIALECTS, None)]
     suites = [s for s in suites if not args.suite or s[0] in args.suite]
+    items = [(table, sql, dialect) for _, table, statements, dialect in suites for sql in statements]
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            flat = pool.map(run_one, items, chunksize=1)
+    else:
+        flat = [run_one(item) for item in items]
+    results, start = [], 0
+    for _, _, statements, _ in suites:
+        results.append(flat[start:start + len(statements)])
+        start += len(statements)
     print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
     answerable: list[tuple[str, str]] = []
     crashes = 0
     details = []
-    for name, table, statements, dialect in suites:
-        outcomes = [run(dbs[table], sql, dialect) for sql in statements]
+    for (name, table, statements, _), outcomes in zip(suites, results):
         counts = {k: sum(o == k for o, _ in outcomes) for k in ("answered", "refused", "crash")}
         crashes += counts["crash"]
         print(f"{name:12} {len(statements):10} {counts['answered']:9} {counts['refused']:8} {counts['crash']:6}")
@@ -292,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     census_batch = [sql for table, sql in answerable if table == "persons"][:50]
     if not census_batch:
         return 1 if crashes else 0
+    schema = load_schema(os.path.join(ROOT, "examples", "sf1", "persons.yaml"))
     start = time.perf_counter()
-    dpsql.compile_batch(census_batch, dbs["persons"].schema).workload
+    dpsql.compile_batch(census_batch, schema).workload
     seconds = time.perf_counter() - start
     print(f"\ncompiling {len(census_batch)} answerable Census statements as one batch: {seconds:.3f} s "
           f"(target 1 s: {seconds / 1.0:.2f}x)")

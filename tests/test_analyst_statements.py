@@ -98,8 +98,9 @@ class Case:
     mark: object = None         # an xfail for what another helper builds
 
     def param(self):
-        marks = [self.mark] if self.mark else []
-        return pytest.param(self, id=f"{self.family}-{CASES.index(self)}", marks=marks)
+        name = f"{self.family}-{CASES.index(self)}"
+        marks = ([self.mark] if self.mark else []) + ([pytest.mark.slow] if name in SLOW else [])
+        return pytest.param(self, id=name, marks=marks)
 
 
 def OK(family, sql, **kw):
@@ -369,6 +370,15 @@ CASES = [
 ]
 
 
+#: Statements over wide domains (age with visits or another key), each over 1.9 s on a loaded machine: `-m slow`.
+SLOW = frozenset({
+    "rows-1", "rows-3", "rows-4", "rows-7", "rows-9", "rows-15", "rows-18", "outer-20", "outer-22", "outer-23",
+    "outer-24", "outer-28", "outer-31", "sets-41", "sets-42", "sets-43", "sets-44", "sets-45", "sets-46", "sets-47",
+    "window-51", "window-55", "dialect-70", "dialect-76", "dialect-77", "dialect-78", "dialect-80", "dialect-83",
+    "range-86", "range-87", "range-88", "range-89", "range-90", "range-91",
+})
+
+
 @pytest.fixture(scope="module")
 def db():
     con = make_patients()
@@ -403,8 +413,9 @@ def _same(a, b) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-4):
             return True
-        # a standard deviation near 0 is the square root of a variance's rounding
-        return math.isclose(a * a, b * b, rel_tol=1e-6, abs_tol=1e-4)
+        # a standard deviation near 0 is the square root of a variance's rounding: releases are rounded
+        # to 2^-24 of the sensitivity, which for a SUM of squares of ages is 4.8e-4 (sql_oracle allows 1e-3)
+        return math.isclose(a * a, b * b, rel_tol=1e-6, abs_tol=1e-3)
     return a == b
 
 
