@@ -15,7 +15,13 @@ Three suites of statements, each run through ``db.query`` on a made-up table
   dialect (``SELECT TOP 5 ...``, ``[name]``, ``ISNULL``, ``IIF``, ``STDEV``),
   read with ``dialect="tsql"``;
 * ``tabulations``: GROUPING SETS, ROLLUP, CUBE, windows over aggregates, and
-  answers that must stay in range.
+  answers that must stay in range;
+* ``windows``: windows over aggregates as analysts use them: ranks, top-N per
+  group (``QUALIFY``, or an outer ``WHERE rn <= 2``), running and partitioned
+  sums, shares of the total, ``LAG``, and SUM/AVG of a public lookup column;
+* ``dialects``: statements in PostgreSQL, BigQuery's plain SQL and Spark SQL
+  (``COUNTIF``, ``SAFE_DIVIDE``, ``count(1)``, ``::``, integer division,
+  Spark's ``GROUP BY ... GROUPING SETS``), each read with its ``dialect=``.
 
 Each statement is ``answered``, ``refused`` (a ``dpsql.Error``, whose class
 and reason are printed: a refusal names the construct it cannot answer) or a
@@ -25,12 +31,14 @@ first 50 answerable statements as one batch (target: under 1 s).
     python benchmarks/sql_coverage.py
     python benchmarks/sql_coverage.py --verbose   # every refusal's reason
     python benchmarks/sql_coverage.py --suite tsql --suite subqueries   # some suites only
+    python benchmarks/sql_coverage.py --verbose --jobs 4   # the statements in 4 processes
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import multiprocessing
 import os
 import sys
 import time
@@ -45,6 +53,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from census import load_persons  # noqa: E402
 
 import dpsql  # noqa: E402
+from dpsql.schema import load_schema  # noqa: E402
 from dpsql.sql.parse import parse_statements  # noqa: E402
 
 PUMS_SCHEMA = {
@@ -62,7 +71,9 @@ PUMS_SCHEMA = {
     },
     "public_tables": {"regions": {"columns": ["state", "region"],
                                   "rows": [["CA", "West"], ["WA", "West"], ["NY", "East"], ["MA", "East"],
-                                           ["TX", "South"]]}},
+                                           ["TX", "South"]]},
+                      "populations": {"columns": ["state", "millions"],  # a public numeric lookup column
+                                      "rows": [["CA", 39], ["WA", 8], ["NY", 20], ["MA", 7], ["TX", 30]]}},
 }
 
 SMARTNOISE = [
@@ -156,6 +167,39 @@ SUBQUERIES = [
     "SELECT a.state, m.n * 100.0 / a.n AS pct_married FROM a JOIN m ON a.state = m.state ORDER BY pct_married DESC",
     "SELECT AVG(n) AS mean FROM (SELECT race, COUNT(*) AS n FROM pums GROUP BY race)",
     "SELECT COUNT(*) AS n FROM (SELECT DISTINCT state FROM pums)",
+    "WITH j AS (SELECT p.sex, r.region FROM pums p JOIN regions r ON p.state = r.state) "
+    "SELECT region, COUNT(*) AS n FROM j GROUP BY region",
+    "SELECT band, COUNT(*) AS n FROM (SELECT CASE WHEN income < 100 THEN 'low' ELSE 'high' END AS band, "
+    "COALESCE(name, 'none') AS nm FROM pums WHERE upper(name) LIKE 'B%') GROUP BY band",
+]
+
+WINDOWS = [
+    "SELECT state, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*) DESC) AS r FROM pums GROUP BY state QUALIFY r <= 3",
+    "WITH r AS (SELECT sex, race, COUNT(*) AS n, row_number() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC) AS rn "
+    "FROM pums GROUP BY sex, race) SELECT sex, race, n FROM r WHERE rn <= 2 ORDER BY sex, n DESC",
+    "SELECT race, COUNT(*) AS n, SUM(COUNT(*)) OVER (ORDER BY race) AS running FROM pums GROUP BY race",
+    "SELECT state, sex, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER (PARTITION BY state) AS share FROM pums "
+    "GROUP BY state, sex",
+    "SELECT educ, n, n - LAG(n) OVER (ORDER BY educ) AS change FROM (SELECT educ, COUNT(*) AS n FROM pums "
+    "GROUP BY educ) ORDER BY educ",
+    "WITH t AS (SELECT state, COUNT(*) AS n FROM pums GROUP BY state), tot AS (SELECT COUNT(*) AS total FROM pums) "
+    "SELECT state, n * 1.0 / total AS share FROM t CROSS JOIN tot",
+    "SELECT p.sex, SUM(m.millions) AS weighted, AVG(m.millions) AS mean_millions FROM pums p "
+    "JOIN populations m ON p.state = m.state GROUP BY p.sex",
+    "SELECT state, AVG(income) AS a, AVG(income) - AVG(AVG(income)) OVER () AS diff FROM pums GROUP BY state",
+]
+
+#: Statements in other dialects: (dialect, statement).
+DIALECTS = [
+    ("postgres", "SELECT age / 10 AS decade, COUNT(*) AS n FROM pums GROUP BY 1 ORDER BY 1"),
+    ("postgres", "SELECT sex, percentile_cont(0.5) WITHIN GROUP (ORDER BY income) AS med FROM pums GROUP BY sex"),
+    ("postgres", "SELECT state, COUNT(*) FILTER (WHERE married) AS m, COUNT(*)::float AS n FROM pums GROUP BY state"),
+    ("bigquery", "SELECT state, COUNTIF(married) AS m, SAFE_DIVIDE(SUM(income), COUNT(*)) AS mean FROM pums "
+     "GROUP BY state"),
+    ("bigquery", "SELECT IF(age >= 65, 'senior', 'adult') AS band, COUNT(*) AS n FROM `pums` GROUP BY band"),
+    ("spark", "SELECT race, count(1) AS n FROM pums GROUP BY race"),
+    ("spark", "SELECT sex, race, count(*) AS n FROM pums GROUP BY sex, race GROUPING SETS ((sex, race), (sex))"),
+    ("spark", "SELECT sex, avg(income) AS a FROM pums WHERE nvl(married, false) GROUP BY sex"),
 ]
 
 TSQL = [
@@ -173,6 +217,10 @@ TSQL = [
     "SELECT COUNT(*) AS n FROM pums WHERE CAST(age AS VARCHAR(3)) LIKE '1%'",
     "SELECT educ / 4 AS q, COUNT(*) AS n FROM pums GROUP BY educ / 4",
     "SELECT TOP 5 * FROM pums",
+    "SELECT sex, married, COUNT_BIG(*) AS n FROM pums GROUP BY sex, married WITH ROLLUP",
+    "SELECT TOP 3 state, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM pums GROUP BY state "
+    "ORDER BY r",
+    "SELECT SUM(income) / COUNT(*) AS mean FROM pums",
 ]
 
 
@@ -195,7 +243,9 @@ def pums(rows: int, seed: int) -> pd.DataFrame:
         "name": rng.choice(["Bach", "Bachelor", "Mozart", "Brahms"], rows), "id": np.arange(rows)})
 
 
-def run(db: dpsql.Connection, sql: str, dialect: str | None = None) -> tuple[str, str]:
+def run(db: dpsql.Connection, sql: str | tuple[str, str], dialect: str | None = None) -> tuple[str, str]:
+    if isinstance(sql, tuple):  # (dialect, statement)
+        dialect, sql = sql
     try:
         db.query(sql, epsilon=None if "DIFFERENTIAL_PRIVACY" in sql else 1.0, dialect=dialect)
         return "answered", ""
@@ -205,30 +255,57 @@ def run(db: dpsql.Connection, sql: str, dialect: str | None = None) -> tuple[str
         return "crash", f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--verbose", action="store_true", help="print every refusal's reason")
-    ap.add_argument("--suite", action="append", choices=("smartnoise", "bigquery", "census", "subqueries", "tsql"),
-                    help="run this suite only (repeatable; default: all)")
-    args = ap.parse_args(argv)
+def connections() -> dict[str, dpsql.Connection]:
+    """The made-up tables, each behind a connection with a large budget."""
     con = duckdb.connect()
     con.register("pums_df", pums(20_000, seed=0))
     con.execute("CREATE TABLE pums AS SELECT * FROM pums_df")
     load_persons(con, rows=50_000, seed=0)
     budget = dpsql.Budget(epsilon=1e6, delta=1e-3)
-    dbs = {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
-           "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
-                                    budget=budget, cache=False, progress=False)}
+    return {"pums": dpsql.connect(con, table="pums", schema=PUMS_SCHEMA, budget=budget, cache=False, progress=False),
+            "persons": dpsql.connect(con, table="persons", schema=os.path.join(ROOT, "examples", "sf1", "persons.yaml"),
+                                     budget=budget, cache=False, progress=False)}
+
+
+_DBS: dict[str, dpsql.Connection] = {}
+
+
+def run_one(item: tuple[str, str | tuple[str, str], str | None]) -> tuple[str, str]:
+    """One statement's outcome, on the connections of this process (made once per process)."""
+    table, sql, dialect = item
+    if not _DBS:
+        _DBS.update(connections())
+    return run(_DBS[table], sql, dialect)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--verbose", action="store_true", help="print every refusal's reason")
+    ap.add_argument("--suite", action="append", choices=("smartnoise", "bigquery", "census", "subqueries", "tsql",
+                                                        "tabulations", "windows", "dialects"),
+                    help="run this suite only (repeatable; default: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="run the statements in this many processes")
+    args = ap.parse_args(argv)
     suites = [("smartnoise", "pums", SMARTNOISE, None), ("bigquery", "pums", BIGQUERY, None),
               ("census", "persons", census(), None), ("subqueries", "pums", SUBQUERIES, None),
-              ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None)]
+              ("tsql", "pums", TSQL, "tsql"), ("tabulations", "pums", TABULATIONS, None),
+              ("windows", "pums", WINDOWS, None), ("dialects", "pums", DIALECTS, None)]
     suites = [s for s in suites if not args.suite or s[0] in args.suite]
+    items = [(table, sql, dialect) for _, table, statements, dialect in suites for sql in statements]
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            flat = pool.map(run_one, items, chunksize=1)
+    else:
+        flat = [run_one(item) for item in items]
+    results, start = [], 0
+    for _, _, statements, _ in suites:
+        results.append(flat[start:start + len(statements)])
+        start += len(statements)
     print(f"{'suite':12} {'statements':>10} {'answered':>9} {'refused':>8} {'crash':>6}")
     answerable: list[tuple[str, str]] = []
     crashes = 0
     details = []
-    for name, table, statements, dialect in suites:
-        outcomes = [run(dbs[table], sql, dialect) for sql in statements]
+    for (name, table, statements, _), outcomes in zip(suites, results):
         counts = {k: sum(o == k for o, _ in outcomes) for k in ("answered", "refused", "crash")}
         crashes += counts["crash"]
         print(f"{name:12} {len(statements):10} {counts['answered']:9} {counts['refused']:8} {counts['crash']:6}")
@@ -237,14 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\nNot answered:" if details else "")
     for name, sql, outcome, why in details:
         if args.verbose or outcome == "crash":
-            print(f"  [{name}] {outcome}: {sql[:90]}\n      {why}")
+            print(f"  [{name}] {outcome}: {str(sql)[:90]}\n      {why}")
         else:
             print(f"  [{name}] {why[:110]}")
     census_batch = [sql for table, sql in answerable if table == "persons"][:50]
     if not census_batch:
         return 1 if crashes else 0
+    schema = load_schema(os.path.join(ROOT, "examples", "sf1", "persons.yaml"))
     start = time.perf_counter()
-    dpsql.compile_batch(census_batch, dbs["persons"].schema).workload
+    dpsql.compile_batch(census_batch, schema).workload
     seconds = time.perf_counter() - start
     print(f"\ncompiling {len(census_batch)} answerable Census statements as one batch: {seconds:.3f} s "
           f"(target 1 s: {seconds / 1.0:.2f}x)")

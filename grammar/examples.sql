@@ -174,6 +174,10 @@ SELECT education, COUNT(*) AS n, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (),
        rank() OVER (ORDER BY COUNT(*) DESC) AS place
 FROM adult GROUP BY education ORDER BY place;
 
+-- rule: qualify_clause
+SELECT sex, education, COUNT(*) AS n FROM adult GROUP BY sex, education
+QUALIFY row_number() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC) <= 2;
+
 -- rule: window_call, window_function, frame, frame_bound
 SELECT sex, education, AVG(age) AS mean_age, SUM(COUNT(*)) OVER (PARTITION BY sex) AS sex_total,
        SUM(COUNT(*)) OVER (PARTITION BY sex ORDER BY education ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running

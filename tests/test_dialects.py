@@ -36,6 +36,20 @@ SAME = [
      "GROUP BY region"),
     ("spark", "SELECT region, AVG(age) AS m FROM people WHERE NOT white GROUP BY region",
      "SELECT region, AVG(age) AS m FROM people WHERE NOT white GROUP BY region"),
+    # Spark's GROUP BY list before GROUPING SETS only names the columns (DuckDB's would cross them)
+    ("spark", "SELECT region, sex, COUNT(*) AS n, GROUPING(region, sex) AS gid FROM people GROUP BY region, sex "
+     "GROUPING SETS ((region, sex), (region))",
+     "SELECT region, sex, COUNT(*) AS n, GROUPING(region, sex) AS gid FROM people GROUP BY GROUPING SETS "
+     "((region, sex), (region))"),
+    # PostgreSQL and T-SQL divide integers truncating; a BIT compared with 1; COUNTIF; count(1)
+    ("postgres", "SELECT age / 5 AS a5, COUNT(*) AS n FROM people WHERE age::int / 2 <> 3 GROUP BY 1",
+     "SELECT age // 5 AS a5, COUNT(*) AS n FROM people WHERE age // 2 <> 3 GROUP BY 1"),
+    ("tsql", "SELECT region, SUM(IIF(white = 1, 1, 0)) AS w FROM people WHERE 0 <> black GROUP BY region",
+     "SELECT region, SUM(CASE WHEN white THEN 1 ELSE 0 END) AS w FROM people WHERE black GROUP BY region"),
+    ("bigquery", "SELECT sex, COUNTIF(age > 10) AS old FROM people GROUP BY sex",
+     "SELECT sex, COUNT(*) FILTER (WHERE age > 10) AS old FROM people GROUP BY sex"),
+    ("spark", "SELECT region, count(1) AS n FROM people GROUP BY region",
+     "SELECT region, COUNT(*) AS n FROM people GROUP BY region"),
 ]
 
 

@@ -94,7 +94,7 @@ REJECTED = {
     "non-deterministic functions (random, now, current_date)":
         "SELECT COUNT(*) FROM adult WHERE random() < 0.5",
     "WITH TOTALS": "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH TOTALS",
-    "QUALIFY": "SELECT sex, COUNT(*) FROM adult GROUP BY sex QUALIFY COUNT(*) > 1",
+    "QUALIFY without a window": "SELECT sex, COUNT(*) FROM adult GROUP BY sex QUALIFY COUNT(*) > 1",
     "SELECT *": "SELECT * FROM adult",
     "parameters": "SELECT COUNT(*) FROM adult WHERE age > $1",
     "non-SELECT statements": "DROP TABLE adult",

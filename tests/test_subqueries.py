@@ -42,6 +42,11 @@ ROW_BY_ROW = [
     "SELECT k, COUNT(k) AS c, COUNT(*) FILTER (WHERE k > 1) AS big, COUNT(j) FILTER (WHERE sex = 'F') AS f "
     "FROM (SELECT NULLIF(age % 4, 3) AS k, age + score AS j, sex FROM people) GROUP BY k",
     "WITH c(s) AS (SELECT * FROM people) SELECT s, COUNT(*) AS n FROM c GROUP BY s",  # renames the first of *
+    # a lookup join inside: the public table's columns as keys and summed
+    "WITH j AS (SELECT p.sex, z.zone FROM people p JOIN zones z ON p.region = z.region) "
+    "SELECT zone, COUNT(*) AS n FROM j GROUP BY zone",
+    "SELECT s, AVG(km) AS k, COUNT(*) AS n FROM (SELECT p.sex AS s, z.km FROM people p LEFT JOIN zones z USING (region) "
+    "WHERE p.age > 3) q WHERE q.s IS NOT NULL GROUP BY s",
 ]
 
 
@@ -95,6 +100,13 @@ OVER_AGGREGATES = [
      "ON x.sex = y.sex AND x.white = y.white", False),
     ("SELECT * FROM (SELECT sex x, COUNT(*) n FROM people GROUP BY x HAVING n > 2) a JOIN (SELECT sex x, SUM(age) m "
      "FROM people WHERE white GROUP BY 1 HAVING SUM(age) > 1) b USING (x)", False),
+    # an outer WHERE over windows applies after them, to all the groups (a QUALIFY); top-N per group
+    ("WITH r AS (SELECT region, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*) DESC) AS k FROM people "
+     "GROUP BY region) SELECT region, n FROM r WHERE k <= 2 AND n > 1 ORDER BY k", True),
+    ("SELECT * FROM (SELECT sex, region, COUNT(*) AS n, row_number() OVER (PARTITION BY sex ORDER BY COUNT(*) DESC, "
+     "region) AS rn FROM people GROUP BY sex, region) WHERE rn = 1", False),
+    ("SELECT sex, region, COUNT(*) AS n FROM people GROUP BY sex, region "
+     "QUALIFY row_number() OVER (PARTITION BY sex ORDER BY COUNT(*), region) <= 2", False),
     ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
      "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
 ]

@@ -69,7 +69,7 @@ from dpsql.sql.plan import Aggregate, GroupKey, QueryPlan
 
 __all__ = ["plan_statement", "analyze", "SUPPORTED", "set_args"]
 
-_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+_ALLOWED_SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "qualify", "order", "limit", "offset"}
 _SELECT_ARG_NAMES = {"distinct": "SELECT DISTINCT", "joins": "JOIN", "with_": "WITH (common table expression)",
                      "qualify": "QUALIFY", "windows": "WINDOW clause", "laterals": "LATERAL",
                      "sample": "TABLESAMPLE", "pivots": "PIVOT", "into": "SELECT INTO",
@@ -112,13 +112,13 @@ SUPPORTED: dict[type, frozenset[str]] = {
     exp.CumeDist: frozenset(), exp.Ntile: frozenset({"this"}), exp.Lag: frozenset({"this", "offset", "default"}),
     exp.Lead: frozenset({"this", "offset", "default"}), exp.FirstValue: frozenset({"this"}),
     exp.LastValue: frozenset({"this"}), exp.NthValue: frozenset({"this", "offset"}),
-    exp.Having: frozenset({"this"}),
+    exp.Having: frozenset({"this"}), exp.Qualify: frozenset({"this"}),
     exp.Order: frozenset({"expressions", "this"}),  # this: the fraction of QUANTILE_CONT(x, q ORDER BY x)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),  # nulls_first only False: DuckDB's default
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
     # aggregates (big_int is sqlglot's note that COUNT returns BIGINT)
-    exp.Count: frozenset({"this", "big_int"}),
+    exp.Count: frozenset({"this", "big_int"}), exp.CountIf: frozenset({"this"}),
     exp.Filter: frozenset({"this", "expression"}),
     exp.Distinct: frozenset(),  # SELECT DISTINCT only (in an aggregate, or DISTINCT ON, it is refused)
     exp.Sum: frozenset({"this"}),
@@ -241,6 +241,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     # an expression over aggregates reads them (hidden if not selected) by output name
     computed = [(name, rewrite(body, "SELECT") if _after_noise(body) else body) for name, body in computed]
     having = _rewrite_having(tree, rewrite)
+    qualify = _rewrite_qualify(tree, rewrite, computed)
     order = _read_order_by(tree, rewrite, outputs, ctx)
     limit = _count_clause(tree.args.get("limit"), "LIMIT", ctx)
     offset = _count_clause(tree.args.get("offset"), "OFFSET", ctx)
@@ -251,7 +252,8 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
                      where=_strip(where) if where is not None else None, outputs=tuple(outputs),
                      having=having, order_by=tuple(order), limit=limit, offset=offset,
                      options=dict(stmt.options), line=line, computed=tuple(computed),
-                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows))
+                     grouping_sets=sets, set_column=set_column, windows=tuple(rewrite.windows),
+                     qualify=qualify)
     _check_clash(plan, tree, ctx)
     return plan
 
@@ -337,6 +339,9 @@ def _check_windows(tree: exp.Select, ctx: _Context) -> None:
     COUNT(*) DESC)``), in SELECT and ORDER BY only, as SQL evaluates windows after HAVING."""
     windows = list(tree.find_all(exp.Window))
     if not windows:
+        if tree.args.get("qualify") is not None:
+            ctx.fail(UnsupportedSQLError, "QUALIFY filters on window functions over the aggregates (rank() OVER "
+                     "(ORDER BY COUNT(*) DESC) <= 3); without one, write HAVING", "QUALIFY", tree.args["qualify"])
         return
     aggregated = tree.args.get("group") is not None or any(_is_agg_node(n) for n in tree.find_all(exp.AggFunc))
     for w in windows:
@@ -540,6 +545,18 @@ def _rewrite_having(tree: exp.Select, rewrite: _Rewriter) -> exp.Expression | No
     if having_node is None:
         return None
     return rewrite(having_node.this, "HAVING")
+
+
+def _rewrite_qualify(tree: exp.Select, rewrite: _Rewriter,
+                     computed: list[tuple[str, exp.Expression]]) -> exp.Expression | None:
+    """Rewrite QUALIFY over output names and the windows' hidden columns: it runs after the windows,
+    before the select items, so a select item it names is spelled out."""
+    node = tree.args.get("qualify")
+    if node is None:
+        return None
+    items = {name: body for name, body in computed}
+    return rewrite(node.this, "QUALIFY").transform(
+        lambda n: items[n.name].copy() if isinstance(n, exp.Column) and not n.table and n.name in items else n)
 
 
 def _read_order_by(tree: exp.Select, rewrite: _Rewriter, outputs: list[str],
@@ -940,6 +957,10 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
     quantile = _quantile_call(body, ctx)
     if quantile is not None:
         return _make_quantile(body, quantile, alias, condition, schema, ctx, used, visible)
+    if isinstance(body, exp.CountIf):  # COUNT_IF(c) (BigQuery's COUNTIF): the rows where c is true
+        _check_condition(body.this, "COUNT_IF", schema, ctx)
+        condition = body.this if condition is None else exp.and_(condition.copy(), body.this.copy())
+        body = exp.Count(this=exp.Star())
     func = _AGGREGATES.get(type(body))
     if func is None:
         name = body.sql_name() if isinstance(body, exp.Func) else body.key.upper()
@@ -957,6 +978,8 @@ def _make_aggregate(body: exp.Expression, alias: str | None, schema: Schema, ctx
         condition = case_condition if condition is None else exp.and_(condition.copy(), case_condition.copy())
         if arg is None:  # SUM(CASE WHEN c THEN 1 ...) and COUNT(CASE WHEN c THEN 'x' END) count the rows where c holds
             func, arg = "count", exp.Star()
+    if func == "count" and not isinstance(arg, exp.Star) and literal_value(arg)[0] and literal_value(arg)[1] is not None:
+        arg = exp.Star()  # COUNT(1): a constant that is not NULL counts every row
     name = alias
     proportion = _proportion(arg, schema, ctx) if func == "avg" else None
     if proportion is not None:  # AVG(CASE WHEN c THEN 1 ELSE 0 END): rows where it is 1 over rows where it is not NULL

@@ -278,9 +278,10 @@ def compile_batch(sql: "str | Sequence[str]", schema: "Schema | dict | str",
             raise ArgumentError(f"SQL must be text: item {i + 1} of the batch is of type {type(text).__name__}")
     _check_size(texts)
     items: list[int] = []  # each statement's text, for the errors of a list of several
+    types = {c.name.lower(): c.sql_type for c in schema.columns}  # for another dialect's typed semantics
     for i, text in enumerate(texts):
         with _placed(i, len(texts)):
-            found = parse_statements(text, dialect)
+            found = parse_statements(text, dialect, types)
         statements.extend(found)
         items.extend([i] * len(found))
     if not statements:

@@ -15,16 +15,17 @@ way, so the analyzer and the compiler see a statement of the grammar they know:
 * an **aggregate** subquery (GROUP BY, or an aggregate in its select list)
   under an outer query without aggregates is post-processing of its released
   answers: the outer select items become expressions over its keys and
-  aggregates, the outer WHERE joins its HAVING, the outer ORDER BY, LIMIT and
-  OFFSET replace its own. They run on the noisy answers
+  aggregates, the outer WHERE joins its HAVING (its QUALIFY, applied after the
+  windows, if it has windows), the outer ORDER BY, LIMIT and OFFSET replace its own. They run on the noisy answers
   (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
 
 What would change whom a row weighs on is refused, naming the construct:
-DISTINCT, LIMIT or OFFSET, a window function, a join or a set operation inside
-a row-by-row subquery, an aggregate of an aggregate subquery's result (its
+DISTINCT, LIMIT or OFFSET, a window function, a join (other than a lookup of a
+table, which the merged statement keeps for the analyzer to check) or a set
+operation inside a row-by-row subquery, an aggregate of an aggregate subquery's result (its
 rows are released answers, not rows of people), a join of two subqueries, a
-recursive CTE, and an outer WHERE or ORDER BY over a subquery whose own LIMIT
-or window would then see other rows. Every error is a :class:`dpsql.errors.SQLError`
+recursive CTE, an outer WHERE or ORDER BY over a subquery whose own LIMIT
+would then see other rows, and an outer window over one whose LIMIT or QUALIFY would. Every error is a :class:`dpsql.errors.SQLError`
 with the position of the construct in the text as written (merged nodes keep
 their positions).
 
@@ -58,7 +59,8 @@ __all__ = ["inline"]
 #: Select clauses a row-by-row subquery may have (ORDER BY without LIMIT does not change its rows).
 _ROW_ARGS = frozenset({"expressions", "from_", "where", "order", "with_"})
 #: Select clauses an aggregate subquery may have.
-_AGGREGATE_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "with_"})
+_AGGREGATE_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "qualify", "order", "limit", "offset",
+                             "with_"})
 #: Clauses of an outer query over an aggregate subquery (run on its released answers).
 _OUTER_ARGS = frozenset({"expressions", "from_", "where", "order", "limit", "offset", "with_"})
 _CLAUSE_NAMES = {"distinct": "SELECT DISTINCT", "limit": "LIMIT", "offset": "OFFSET", "joins": "JOIN",
@@ -196,6 +198,9 @@ class _Inliner:
             if not scope.aggregate:
                 self.fail("a JOIN of a row-by-row subquery is not supported: only aggregate results can be joined, "
                           "on their keys", "JOIN", node, keyword=_KEYWORDS["joins"])
+            if scope.select.args.get("joins"):
+                self.fail("a joined aggregate subquery with a JOIN of its own is not supported", "JOIN",
+                          scope.select.args["joins"][0], keyword=_KEYWORDS["joins"])
             if name is None:
                 self.fail("a joined subquery needs a name (AS name)", "subquery", node)
             for clause in ("limit", "offset"):
@@ -348,6 +353,9 @@ class _Inliner:
         aggregate = bool(inner.args.get("group")) or any(_aggregates(e) for e in inner.expressions) \
             or bool(inner.args.get("having"))
         allowed = _AGGREGATE_ARGS if aggregate else _ROW_ARGS
+        lookups = inner.args.get("joins") or []
+        if lookups and all(isinstance(j.this, exp.Table) for j in lookups):
+            allowed = allowed | {"joins"}  # a join with a lookup table: the analyzer checks it is one
         for key, value in inner.args.items():
             if key in allowed or not value:
                 continue
@@ -369,8 +377,9 @@ class _Inliner:
         if inner.args.get("from_") is None:
             self.fail("a subquery or CTE must read the table: FROM it", "subquery without FROM",
                       inner.expressions[0] if inner.expressions else inner)
-        if aggregate and any(isinstance(e, exp.Star) for e in inner.expressions):
-            self.fail("SELECT * is not supported in an aggregate subquery: name its keys and aggregates", "*",
+        if (aggregate or lookups) and any(isinstance(e, exp.Star) for e in inner.expressions):
+            what = "an aggregate subquery" if aggregate else "a subquery with a JOIN"
+            self.fail(f"SELECT * is not supported in {what}: name its columns", "*",
                       next(e for e in inner.expressions if isinstance(e, exp.Star)))
         self.expand(inner)
         columns: dict[str, exp.Expression | None] = {}
@@ -387,7 +396,7 @@ class _Inliner:
         table's alias: once merged, its columns are read through the outer query's names."""
         frm = inner.args.get("from_")
         table = frm.this if frm is not None else None
-        if not isinstance(table, exp.Table):
+        if not isinstance(table, exp.Table) or inner.args.get("joins"):  # with a lookup: qualified as written
             return
         names = {(table.alias or table.name).lower()}
         for col in list(inner.find_all(exp.Column)):
@@ -438,8 +447,10 @@ class _Inliner:
         return self.merge_aggregate(outer, inner) if scope.aggregate else self.merge_rows(outer, inner)
 
     def merge_rows(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
-        """A row-by-row subquery: the outer query, FROM the inner table, WHERE both conditions."""
+        """A row-by-row subquery: the outer query, FROM the inner table (and its lookup joins), WHERE both
+        conditions."""
         outer.set("from_", inner.args["from_"])
+        outer.set("joins", inner.args.get("joins"))
         conditions = [w.this for w in (inner.args.get("where"), outer.args.get("where")) if w is not None]
         if conditions:
             outer.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
@@ -456,32 +467,32 @@ class _Inliner:
                 self.fail(f"{name} over the result of an aggregate subquery or CTE is not supported", name, node,
                           keyword=_KEYWORDS.get(key))
         limited = inner.args.get("limit") or inner.args.get("offset")
-        windowed = next(iter(inner.find_all(exp.Window)), None)
         for clause in ("where", "order", "limit", "offset"):
             part = outer.args.get(clause)
-            if part is None:
-                continue
-            if limited is not None or (windowed is not None and clause == "where"):
-                what = "LIMIT or OFFSET" if limited is not None else "window function"
-                self.fail(f"an outer {clause.upper()} over an aggregate subquery with its own {what} is not "
+            if part is not None and limited is not None:
+                self.fail(f"an outer {clause.upper()} over an aggregate subquery with its own LIMIT or OFFSET is not "
                           "supported: it would apply to the rows the subquery keeps, not to all its groups",
                           clause.upper(), part, keyword=_KEYWORDS.get(clause))
-        if limited is not None and any(outer.find_all(exp.Window)):
-            self.fail("a window function over an aggregate subquery with its own LIMIT or OFFSET is not supported",
-                      "window function", next(outer.find_all(exp.Window)))
+        kept = "LIMIT or OFFSET" if limited is not None else "QUALIFY" if inner.args.get("qualify") else None
+        if kept is not None and any(outer.find_all(exp.Window)):
+            self.fail(f"a window function over an aggregate subquery with its own {kept} is not supported: it would "
+                      "see all its groups, not the ones the subquery keeps", "window function",
+                      next(outer.find_all(exp.Window)))
 
     def merge_aggregate(self, outer: exp.Select, inner: exp.Select) -> exp.Select:
         """An outer query over an aggregate subquery: post-processing of its answers."""
         where = outer.args.get("where")
         if where is not None:
             sandbox_check(self, where.this)
-            having = inner.args.get("having")
-            conditions = [having.this, where.this] if having is not None else [where.this]
-            inner.set("having", exp.Having(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
+            # over a subquery with windows, the outer WHERE applies after them (to all its groups): a QUALIFY
+            clause, cls = ("qualify", exp.Qualify) if any(inner.find_all(exp.Window)) else ("having", exp.Having)
+            before = inner.args.get(clause)
+            conditions = [before.this, where.this] if before is not None else [where.this]
+            inner.set(clause, cls(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
         if inner.args.get("having") is not None:
             sandbox_check(self, inner.args["having"].this)
         own = {e.alias.lower(): e.this for e in inner.expressions if isinstance(e, exp.Alias)}
-        for part in (inner.args.get("having"), inner.args.get("order")):
+        for part in (inner.args.get("having"), inner.args.get("qualify"), inner.args.get("order")):
             if part is not None:
                 self.own_aliases(part, own, inner)
         if outer.args.get("order") is not None:

@@ -32,7 +32,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -460,13 +460,16 @@ def lone_surrogate(text: str) -> int | None:
     return found.start() if found else None
 
 
-def parse_statements(text: str, dialect: str | None = None) -> list[Statement]:
+def parse_statements(text: str, dialect: str | None = None, types: Mapping[str, str] | None = None
+                     ) -> list[Statement]:
     """Split ``text`` into statements and parse each with sqlglot (DuckDB dialect).
 
     With ``dialect`` (a sqlglot dialect: ``"postgres"``, ``"bigquery"``, ``"tsql"``,
     ``"spark"``...), each statement is read in that dialect and transpiled to DuckDB's
     (:func:`transpiled`): its tree is DuckDB's reading of the transpiled text, its nodes placed
     where the user wrote them when sqlglot's two readings match, and ``text`` stays as written.
+    ``types`` maps the table's columns (lower case) to their DuckDB types, so that a dialect's
+    division of two integers truncates and its ``bit_column = 1`` reads a boolean, as they do there.
 
     Empty statements (stray ``;``) and comments are skipped. Raises
     :class:`~dpsql.errors.ParseError` with the line and column of the first
@@ -545,7 +548,7 @@ def parse_statements(text: str, dialect: str | None = None) -> list[Statement]:
         try:
             sql = tree.sql(dialect=DIALECT)
             if read != DIALECT:
-                tree, sql = transpiled(tree, original, begin, read)
+                tree, sql = transpiled(tree, original, begin, read, types or {})
         except RecursionError:
             raise _too_deep(original, begin) from None
         opts = dict(options_of.get(chunk_tokens[0], {}))
@@ -574,7 +577,13 @@ _AGGREGATE_NAMES: dict[str, dict[str, type[exp.Expression]]] = {
     "tsql": {"VAR": exp.Variance, "VARP": exp.VariancePop, "STDEVP": exp.StddevPop}}
 
 
-def transpiled(tree: exp.Expression, source: Source, begin: int, read: str) -> tuple[exp.Expression, str]:
+#: Dialects whose ``GROUP BY a, b GROUPING SETS (...)`` groups by the sets alone (the list before
+#: them only names the columns), where DuckDB's ``GROUP BY a, b, GROUPING SETS (...)`` crosses them.
+_HIVE_GROUPING_SETS = frozenset({"spark", "spark2", "hive", "databricks"})
+
+
+def transpiled(tree: exp.Expression, source: Source, begin: int, read: str,
+               types: Mapping[str, str] | None = None) -> tuple[exp.Expression, str]:
     """A statement read in dialect ``read``, as DuckDB's: sqlglot writes ``tree`` in DuckDB's
     dialect and reads that back, so what is analyzed is what DuckDB would run. The positions of
     the nodes (offsets into the text as written) are carried over from ``tree``, node by node
@@ -589,6 +598,13 @@ def transpiled(tree: exp.Expression, source: Source, begin: int, read: str) -> t
         known = _AGGREGATE_NAMES.get(read, {}).get(str(node.this).upper())
         if known is not None and len(node.expressions) == 1:
             node.replace(known(this=node.expressions[0]))
+    if read in _HIVE_GROUPING_SETS:
+        for group in tree.find_all(exp.Group):
+            if group.args.get("grouping_sets") and group.expressions:
+                group.set("expressions", [])
+    types = _table_columns(tree, types or {})
+    _integer_division(tree, frozenset(c for c, t in types.items() if "INT" in t))
+    _bit_comparisons(tree, frozenset(c for c, t in types.items() if t == "BOOLEAN"))
     sql = tree.sql(dialect=DIALECT)
     try:
         with _no_command_fallback_warning():
@@ -614,6 +630,62 @@ def transpiled(tree: exp.Expression, source: Source, begin: int, read: str) -> t
                 b._meta = dict(seen[b.name.lower()].pop(0))
     _nulls_first(duck)
     return duck, sql
+
+
+def _table_columns(tree: exp.Expression, types: Mapping[str, str]) -> dict[str, str]:
+    """``types`` less the names a subquery or CTE of ``tree`` gives to a select item of its own."""
+    renamed = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.find_ancestor(exp.Select) is not tree}
+    return {c: t for c, t in types.items() if c not in renamed}
+
+
+def _bit_comparisons(tree: exp.Expression, booleans: frozenset[str]) -> None:
+    """A boolean column compared with 1 or 0 (T-SQL's BIT idiom, ``smoker = 1``) as compared with TRUE
+    or FALSE, which is what DuckDB's cast of the column to an integer does for these two values.
+
+    >>> parse_statements("SELECT COUNT(*) FROM t WHERE b = 1 OR 0 <> b", "tsql", {"b": "BOOLEAN"})[0].sql
+    'SELECT COUNT(*) FROM t WHERE b = TRUE OR FALSE <> b'
+    """
+    for cmp in list(tree.find_all(exp.EQ, exp.NEQ)):
+        for side, other in (("this", "expression"), ("expression", "this")):
+            col, lit = cmp.args.get(side), cmp.args.get(other)
+            if isinstance(col, exp.Column) and col.name.lower() in booleans and isinstance(lit, exp.Literal) \
+                    and not lit.is_string and lit.this in ("0", "1"):
+                lit.replace(exp.Boolean(this=lit.this == "1"))
+
+
+def _integer_division(tree: exp.Expression, integers: frozenset[str]) -> None:
+    """Spell out a division of two integers as the dialect read defines it (sqlglot marks it
+    ``typed``: T-SQL, PostgreSQL, Trino, SQLite...): it truncates, where DuckDB's ``/`` does not, so
+    it is written ``CAST(TRUNC(a / b) AS BIGINT)``. An operand is an integer if it is an integer
+    literal, a cast to an integer type, a COUNT, a SUM of integers, arithmetic of integers, or one
+    of the table's ``integers`` columns. Innermost divisions first.
+
+    >>> parse_statements("SELECT age / 10 AS d, COUNT(*) FROM t GROUP BY 1", "postgres", {"age": "INTEGER"})[0].sql
+    'SELECT CAST(TRUNC(age / 10) AS BIGINT) AS d, COUNT(*) FROM t GROUP BY 1'
+    """
+    divisions = [d for d in tree.find_all(exp.Div) if d.args.get("typed")]
+
+    def integral(node: exp.Expression) -> bool:
+        if isinstance(node, (exp.Paren, exp.Neg)):
+            return integral(node.this)
+        if isinstance(node, exp.Literal):
+            return not node.is_string and node.this.isdigit()
+        if isinstance(node, (exp.Cast, exp.TryCast)):
+            return node.to.this in exp.DataType.INTEGER_TYPES
+        if isinstance(node, exp.Column):
+            return node.name.lower() in integers
+        if isinstance(node, exp.Count):
+            return True
+        if isinstance(node, exp.Sum):
+            return integral(node.this)
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+            return integral(node.this) and integral(node.expression)
+        return False
+
+    for div in reversed(divisions):  # a child before its parent, which then copies it rewritten
+        if integral(div.this) and integral(div.expression):
+            whole = exp.Div(this=div.this.copy(), expression=div.expression.copy())
+            div.replace(exp.Cast(this=exp.func("TRUNC", whole), to=exp.DataType.build("BIGINT")))
 
 
 def _nulls_first(tree: exp.Expression) -> None:

@@ -101,6 +101,9 @@ class QueryPlan:
     #: window functions over the answers, (hidden column, window over output columns): computed
     #: after HAVING, before the select items and ORDER BY that read them, as SQL orders them
     windows: tuple[tuple[str, exp.Expression], ...] = ()
+    #: QUALIFY: a condition over output names and :attr:`windows`, applied after the windows (an
+    #: outer WHERE over an aggregate subquery that has windows is one too)
+    qualify: exp.Expression | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -119,7 +122,7 @@ class QueryPlan:
 
     @property
     def has_postprocessing(self) -> bool:
-        return (self.having is not None or bool(self.order_by) or self.limit is not None
+        return (self.having is not None or self.qualify is not None or bool(self.order_by) or self.limit is not None
                 or self.offset is not None or any(not k.visible for k in self.keys)
                 or any(not a.visible for a in self.aggregates) or bool(self.computed))
 
@@ -140,8 +143,12 @@ class QueryPlan:
         having = self.having.copy() if self.having is not None else None
         if self.windows:  # windows see the groups HAVING keeps, and the select items see the windows
             inner = exp.select(exp.Star(), *[exp.alias_(w.copy(), name, quoted=True) for name, w in self.windows])
-            source, having = (inner.from_(source).where(having) if having is not None else inner.from_(source)
-                              ).subquery(relation, copy=False), None
+            inner = inner.from_(source).where(having) if having is not None else inner.from_(source)
+            if self.qualify is not None:  # after the windows, before the select items
+                inner = exp.select(exp.Star()).from_(inner.subquery(relation, copy=False)).where(self.qualify.copy())
+            source, having = inner.subquery(relation, copy=False), None
+        elif self.qualify is not None:
+            having = self.qualify.copy() if having is None else exp.and_(having, self.qualify.copy())
         select = exp.select(*[exp.alias_(computed[name].copy(), name, quoted=True) if name in computed
                               else exp.column(name, quoted=True) for name in (*self.outputs, *extra)]).from_(source)
         if having is not None:

@@ -92,7 +92,7 @@ def check_postprocessing(batch: CompiledBatch) -> None:
         if not st.plan.has_postprocessing:
             continue
         sql = st.plan.postprocess_sql("answers")
-        every_row = dataclasses.replace(st.plan, having=None, limit=None, offset=None).postprocess_sql("answers")
+        every_row = dataclasses.replace(st.plan, having=None, qualify=None, limit=None, offset=None).postprocess_sql("answers")
         try:
             sandbox.check_bounded(sql)
             with sandbox.limited(_WHAT, "post-processing", st.plan.line, 1) as con:
