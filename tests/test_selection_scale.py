@@ -23,11 +23,13 @@ COUNTIES = 3142
 
 
 def _no_dense(monkeypatch):
-    """Make forming an identity's or a total's dense matrix (or Gram) fail."""
-    def refuse(self):
-        raise AssertionError(f"{self!r} was made dense")
-    monkeypatch.setattr(Identity, "dense", refuse)
-    monkeypatch.setattr(Ones, "dense", refuse)
+    """Make forming a large identity's or total's dense matrix (or Gram) fail."""
+    for cls in (Identity, Ones):
+        def refuse(self, _dense=cls.dense):
+            if self.shape[1] > 1000:
+                raise AssertionError(f"{self!r} was made dense")
+            return _dense(self)
+        monkeypatch.setattr(cls, "dense", refuse)
 
 
 def _county_terms(weight: float = 2.0, entry: float = 1.0, sparse_entry: float = 3.0):
@@ -149,3 +151,100 @@ def test_a_compiled_batch_lists_its_groups_in_key_order():
     # attributes in schema order (a slowest), each key's labels in its place
     assert st.groups == tuple((c, a) for a in (1, 2) for c in (False, True))
 
+
+
+def _strategy_factors(n: int) -> list:
+    """Strategy factors whose Gram is sI + tJ, read from their type."""
+    return [Identity(n), Weighted(Identity(n), 0.6), VStack([Weighted(Identity(n), 0.7), Weighted(Ones(1, n), 0.3)]),
+            Weighted(Ones(1, n), 2.0), Ones(2, n)]
+
+
+def _workload_factors(n: int, rng: np.random.Generator) -> list:
+    rows = rng.integers(-1, 3, size=(3, n)).astype(float)
+    rows[1] = 1.0  # a constant row: answerable from a total
+    return [Identity(n), Total(n), IdentityTotal(n), Prefix(n), Dense(rows), Sparse(sp.csr_matrix(rows[:2])),
+            Weighted(Ones(3, n), 2.0)]
+
+
+def _dense_oracle(W: Workload, A: np.ndarray, a: int, b: int):
+    """Trace error, query variances and the cross variances of terms a and b, from dense matrices."""
+    X = np.linalg.pinv(A.T @ A, rcond=1e-12)
+    P = X @ (A.T @ A)
+    out = []
+    for w, fs in W.terms:
+        Q = w * Kron(fs)
+        norms = (Q**2).sum(axis=1)
+        unsupported = ((Q - Q @ P) ** 2).sum(axis=1) > 1e-8 * np.maximum(norms, 1.0)
+        out.append(np.where(unsupported, np.inf, np.einsum("ij,ij->i", Q @ X, Q)))
+    total = sum(float(v.sum()) for v in out)
+    (wa, fa), (wb, fb) = W.terms[a], W.terms[b]
+    cross = np.einsum("ij,ij->i", wa * Kron(fa) @ X, wb * Kron(fb))
+    return total, out, cross
+
+
+def Kron(factors):
+    out = np.ones((1, 1))
+    for f in factors:
+        out = np.kron(out, f.dense())
+    return out
+
+
+def test_symmetric_factors_error_analysis_equals_the_dense_one():
+    """Every trace, variance and cross variance through an sI + tJ strategy factor (identity,
+    weighted identity, identity plus a total row, a total) equals the dense computation, the
+    rows a total cannot answer included (infinite)."""
+    from dpsql.hdmm.strategy import KronStrategy
+
+    rng = np.random.default_rng(11)
+    n, m = 6, 3
+    other = Dense(rng.normal(size=(4, m)))
+    for S in _strategy_factors(n):
+        strategy = KronStrategy((S, other))
+        A = np.kron(S.dense(), other.dense())
+        fs = _workload_factors(n, rng)
+        for f in fs:
+            for g in (Identity(m), Dense(rng.normal(size=(2, m)))):
+                W = Workload((n, m), [(1.5, (f, g)), (0.5, (Dense(rng.normal(size=f.shape)), g))])
+                total, variances, cross = _dense_oracle(W, A, 0, 1)
+                assert strategy.trace_error(W) == pytest.approx(total, rel=1e-9)
+                for ours, theirs in zip(strategy.query_variances(W), variances):
+                    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+                if np.isfinite(cross).all():
+                    np.testing.assert_allclose(strategy.cross_variances(W, 0, 1), cross, rtol=1e-9, atol=1e-12)
+
+
+def test_a_tract_key_error_analysis_forms_nothing_dense(monkeypatch):
+    """85,000 tracts: the dense pseudo-inverse of the identity factor would take 58 GB (it was
+    refused, so OPT_⊗ and OPT_+ were skipped above 5,181 values)."""
+    from dpsql.hdmm.strategy import KronStrategy
+
+    n = 85_000
+    W = Workload((n, 2), [(1.0, (Identity(n), Identity(2))), (1.0, (Identity(n), Total(2))),
+                          (1.0, (Total(n), Identity(2)))])
+    _no_dense(monkeypatch)
+    strategy = KronStrategy((Identity(n), Dense(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))))
+    G = np.linalg.inv(np.array([[2.0, 1.0], [1.0, 2.0]]))  # the 2-value factor's Gram inverse
+    expected = n * np.trace(G) + n * G.sum() + n * np.trace(G)
+    assert strategy.trace_error(W) == pytest.approx(expected, rel=1e-12)
+    assert strategy.query_variances(W)[2] == pytest.approx(n * np.diag(G), rel=1e-12)
+
+
+def test_a_closed_form_factor_is_cached_implicitly(tmp_path):
+    """OPT_⊗'s factor on a tract key, identity plus a total row: stored as its two blocks (it could
+    not be stored: its dense form, 85,001 x 85,000, exceeds the limit), and read back equal."""
+    from dpsql.hdmm.cache import unit_error
+    from dpsql.hdmm.strategy import KronStrategy
+
+    n = 85_000
+    factor = VStack([Weighted(Identity(n), 0.8), Weighted(Ones(1, n), 0.2)])
+    S = KronStrategy((factor, Identity(2)))
+    W = Workload((n, 2), [(1.0, (Identity(n), Identity(2))), (1.0, (Total(n), Total(2)))])
+    cache = StrategyCache(tmp_path)
+    error = unit_error(W, S, 1)
+    path = cache.put("k", S, error)
+    assert path.stat().st_size < 10_000
+    entry = cache.get("k")
+    assert entry is not None and unit_error(W, entry.strategy, 1) == error
+    back = entry.strategy.factors[0].blocks
+    assert [(type(b.base), b.base.shape, b.weight) for b in back] == [(type(b.base), b.base.shape, b.weight)
+                                                                      for b in factor.blocks]
