@@ -65,7 +65,13 @@ class Strategy:
         raise NotImplementedError
 
     def sensitivity(self, p: int) -> float:
-        return self.matrix.sensitivity(p)
+        """:attr:`matrix`'s L``p`` sensitivity, computed once per norm (like :attr:`matrix`, the
+        strategy is not changed after it is built): a union over 85,000 tracts sorts its columns'
+        norms for it, 0.2 s a time, and every error figure of a request asks for it."""
+        known = self.__dict__.setdefault("_sensitivities", {})
+        if p not in known:
+            known[p] = self.matrix.sensitivity(p)
+        return known[p]
 
     def trace_error(self, workload: Workload) -> float:
         raise NotImplementedError
