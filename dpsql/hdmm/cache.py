@@ -63,9 +63,10 @@ import numpy as np
 from dpsql.errors import CacheError, WorkloadError
 from dpsql.hdmm.hierarchy import HierarchyFactor, Tree
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
-from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones
+from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones, VStack, Weighted
 from dpsql.hdmm.pidentity import PIdentity
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
+from dpsql.hdmm.symmetric_gram import coefficients
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import NoiseModel
 
@@ -114,6 +115,10 @@ class _Encoder:
         if isinstance(m, HierarchyFactor):
             return {"type": "HierarchyFactor", "n": m.tree.n, "labels": [self.array(a) for a in m.tree.labels],
                     "parent": self.array(m.tree.parent), "weights": list(m.weights)}
+        if coefficients(m, dense_max=0) is not None:  # identities and totals, weighted and stacked (OPT_⊗'s
+            if isinstance(m, Weighted):               # closed-form factors on a group key), kept implicit
+                return {"type": "Weighted", "base": self.matrix(m.base), "weight": m.weight}
+            return {"type": "VStack", "blocks": [self.matrix(b) for b in m.blocks]}
         if m.shape[0] * m.shape[1] <= DENSE_LIMIT:  # a workload's own factor (the direct candidate)
             return {"type": "Dense", "array": self.array(m.dense())}
         raise CacheError(f"cannot cache a strategy factor of type {type(m).__name__}")
@@ -152,6 +157,10 @@ def _decode_matrix(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Matri
     if t == "HierarchyFactor":
         tree = Tree(spec["n"], [arrays[a] for a in spec["labels"]], arrays[spec["parent"]])
         return HierarchyFactor(tree, spec["weights"])
+    if t == "Weighted":
+        return Weighted(_decode_matrix(spec["base"], arrays), spec["weight"])
+    if t == "VStack":
+        return VStack([_decode_matrix(b, arrays) for b in spec["blocks"]])
     raise CacheError(f"unknown cached matrix type {t!r}")
 
 

@@ -20,9 +20,11 @@ import math
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import DENSE_LIMIT, Identity, Kronecker, Matrix, Ones, Sparse, Total, VStack, Weighted
+from dpsql.hdmm.symmetric_gram import coefficients
 from dpsql.limits import check_measured_cells
 
 Term = tuple[float, tuple[Matrix, ...]]
@@ -80,38 +82,44 @@ class Workload(VStack):
         check_measured_cells(self.largest_marginal(), "answering this workload means counting a marginal of")
 
     def fingerprint(self) -> str:
-        """A stable hash of what strategy selection depends on.
-
-        Selection sees each term's weight, its factors' Gram matrices and its
-        row count, so two workloads that agree on those share a fingerprint
-        however they were built.
-        """
+        """A stable hash of what strategy selection depends on: the domain, and each term's weight
+        and factors (:func:`factor_key`). Two workloads with equal fingerprints have equal weights,
+        row counts and factor Gram matrices (to 9 decimals), so one's strategy serves the other."""
         h = hashlib.sha256()
         h.update(repr(self.domain).encode())
         for w, factors in self.terms:
             h.update(repr(round(w, 12)).encode())
             for f in factors:
-                h.update(factor_key(f))
+                key = factor_key(f)
+                h.update(len(key).to_bytes(8, "little") + key)
         return h.hexdigest()
 
 
 def factor_key(f: Matrix) -> bytes:
-    """Bytes identifying a factor up to what strategies see: its shape and Gram matrix, or the
-    factor itself where the ``n × n`` Gram would be too large to hold and the factor is not (a
-    predicate or a SUM's values on a column of 500,000 values: one row, where the Gram has
-    250 billion entries; a bucketing of that column, held sparse)."""
+    """Bytes identifying a factor up to what strategies see (its shape and Gram matrix), read from
+    its structure: ``aI + bJ`` by its two coefficients where the factor's type tells them (a GROUP
+    BY on 3,142 counties or a total: no ``n × n`` Gram formed, which took seconds a request), a
+    sparse factor by its entries, any other by its dense entries when it has fewer rows than
+    columns (a bucketing, a predicate, a SUM's values) and else by its dense Gram; above
+    :data:`~dpsql.hdmm.matrix.DENSE_LIMIT`, whichever of the two fits. Equal keys mean equal
+    shapes and Grams (to 9 decimals); equal Grams may have different keys when their factors
+    are built differently, which costs only a cache miss."""
     rows, n = f.shape
-    if n * n > DENSE_LIMIT and isinstance(f, Identity):  # a GROUP BY on a column of many values
-        return repr(f.shape).encode() + b"I"
-    if n * n > DENSE_LIMIT and isinstance(f, Sparse):
-        m = f.matrix.copy()
+    head = repr(f.shape).encode()
+    c = coefficients(f)
+    if c is not None:
+        return head + b"C" + repr((round(c[0], 9) + 0.0, round(c[1], 9) + 0.0)).encode()
+    if isinstance(f, Sparse):
+        m = sp.csr_matrix(f.matrix, copy=True)
         m.sum_duplicates()
         m.eliminate_zeros()
-        return repr(f.shape).encode() + b"S" + b"".join(
+        m.sort_indices()
+        return head + b"S" + b"".join(
             np.ascontiguousarray(a).tobytes() for a in (m.indptr.astype(np.int64), m.indices.astype(np.int64),
-                                                        np.round(m.data, 9)))
-    G = f.dense() if n * n > DENSE_LIMIT and rows * n <= DENSE_LIMIT else f.gram().dense()
-    return repr(f.shape).encode() + np.ascontiguousarray(np.round(G, 9)).tobytes()
+                                                        np.round(m.data, 9) + 0.0))
+    if rows < n and rows * n <= DENSE_LIMIT or n * n > DENSE_LIMIT:
+        return head + b"D" + np.ascontiguousarray(np.round(f.dense(), 9) + 0.0).tobytes()
+    return head + b"G" + np.ascontiguousarray(np.round(f.gram().dense(), 9) + 0.0).tobytes()
 
 
 def kway_subsets(d: int, k: int, lower: bool = False) -> list[tuple[int, ...]]:

@@ -40,7 +40,7 @@ slice(1, 11, None)
 from __future__ import annotations
 
 import contextlib
-import itertools
+import gc
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -440,6 +440,30 @@ def _label_index(values: np.ndarray, labels: list) -> np.ndarray:
     return out
 
 
+def _group_labels(n_keys: int, parts: Sequence[tuple[Sequence[int], Sequence[_KeyDomain], np.ndarray]]) -> tuple:
+    """Every group's labels in key order: the product, over the attributes hosting keys (the first
+    slowest), of each one's kept key combinations (``parts``: its keys' positions, their domains and
+    ``kept``, flat indices into the keys' labels). Built a column per key in numpy, then zipped with
+    the cyclic garbage collector paused: its passes over millions of new tuples, which hold no
+    cycles, took 3 of the 3.5 s the 2.3 million groups of a tract-level batch took to list."""
+    sizes = [len(kept) for _, _, kept in parts]
+    columns: list[list] = [[] for _ in range(n_keys)]
+    for a, (keys, doms, kept) in enumerate(parts):
+        combos = np.unravel_index(kept, [len(d.labels) for d in doms])
+        for k, d, index in zip(keys, doms, combos):
+            labels = np.fromiter(d.labels, dtype=object, count=len(d.labels))
+            columns[k] = np.tile(np.repeat(labels[index], math.prod(sizes[a + 1:])), math.prod(sizes[:a])).tolist()
+    if not n_keys:
+        return ((),)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return tuple(zip(*columns))
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Attribute, ...]) -> CompiledBatch:
     # terms are built on each attribute's value cells, then put on its endpoint cells (_split)
     attributes = tuple(replace(a, sizes=tuple(schema.column(c).size for c in a.columns), split=())
@@ -478,21 +502,8 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
         group_dims = [len(rows) if rows is not None else 1 for rows in kept]
         limits.check_queries(queries, f"statement {s_index + 1} ({n_groups:,} groups) and those before it need"
                              if len(plans) > 1 else f"this statement has {n_groups:,} groups and needs")
-        # group labels: product over attributes (attribute order), reordered to key order
-        per_attr_labels = []
-        for a in range(len(attributes)):
-            if hosted[a]:
-                doms = [key_domains[k] for k in hosted[a]]
-                combos = np.unravel_index(kept[a], [len(d.labels) for d in doms])
-                per_attr_labels.append([tuple((k, d.labels[i]) for k, d, i in zip(hosted[a], doms, combo))
-                                        for combo in zip(*(c.tolist() for c in combos))])
-        groups = []
-        for combo in itertools.product(*per_attr_labels):
-            labels = [None] * len(plan.keys)
-            for part in combo:
-                for k, lab in part:
-                    labels[k] = lab
-            groups.append(tuple(labels))
+        groups = _group_labels(len(plan.keys), [(hosted[a], [key_domains[k] for k in hosted[a]], kept[a])
+                                                for a in range(len(attributes)) if hosted[a]])
 
         blocks: list[Block] = []
         made: dict[tuple, Any] = {}  # a block (or a quantile's blocks) already measured, by what it counts
@@ -563,7 +574,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                 row += nrows
                 made[sig] = blk
                 blocks.append(blk)
-        compiled.append(CompiledStatement(index=s_index, plan=plan, groups=tuple(groups), blocks=tuple(blocks),
+        compiled.append(CompiledStatement(index=s_index, plan=plan, groups=groups, blocks=tuple(blocks),
                                           thresholds=thresholds))
     return CompiledBatch(schema=schema, attributes=split_attributes, statements=tuple(compiled), terms=tuple(terms))
 

@@ -10,7 +10,11 @@ workload's domain only, never on data.
   every attribute and work on several copies of it: measured peaks
   (tracemalloc, Laplace and Gaussian, ranges and marginals) were 6 to 9 such
   matrices for one attribute, and up to 9 times the sum of the squares over
-  three, so :data:`GRAM_COPIES` of each are counted.
+  three, so :data:`GRAM_COPIES` of each are counted. An attribute of more than
+  :data:`~dpsql.hdmm.optimize.kron.SYMMETRIC_MIN` values that every term only
+  groups by or totals is the exception: its factor is found in closed form and
+  its error analysis is on vectors (:mod:`~dpsql.hdmm.optimize.symmetric`; OPT_0 still
+  searches its dense Gram).
 * ``direct`` measures the workload's own factors: it holds the Gram of each,
   or for a thin factor (few rows, or a Gram too large to hold: a SUM over a
   column of 500,000 values) its ``rows × n`` pseudo-inverse instead
@@ -29,6 +33,7 @@ from __future__ import annotations
 import math
 
 from dpsql.hdmm.matrix import DENSE_LIMIT, Matrix
+from dpsql.hdmm.optimize.kron import symmetric_attribute
 from dpsql.hdmm.workload import Workload
 
 #: Dense ``n × n`` matrices an operator that works on Grams holds per attribute at its peak.
@@ -41,8 +46,10 @@ GRAM_OPERATORS = frozenset({"OPT_0", "OPT_kron", "OPT_plus"})
 
 def estimate_bytes(name: str, workload: Workload) -> int:
     """Bytes operator ``name`` needs at its peak on ``workload`` (float64 arrays)."""
-    if name in GRAM_OPERATORS:
-        return 8 * GRAM_COPIES * sum(n * n for n in workload.domain)
+    if name in GRAM_OPERATORS:  # OPT_⊗ and OPT_+ find the factor of an attribute only grouped by or totalled in closed form
+        return 8 * sum(VECTOR_COPIES * n if name != "OPT_0" and
+                       symmetric_attribute(n, [fs[i] for _, fs in workload.terms]) is not None
+                       else GRAM_COPIES * n * n for i, n in enumerate(workload.domain))
     if name == "OPT_H":  # a tree's vectors for a hierarchy, Grams for the other attributes
         return sum(8 * GRAM_COPIES * n * n if n * n <= DENSE_LIMIT else 8 * VECTOR_COPIES * 4 * n for n in workload.domain)
     if name == "direct":

@@ -62,7 +62,7 @@ def kron_search(
     d = len(domain)
     # attributes every term groups by or totals (Gram aI + bJ): a closed-form factor, no n × n matrix
     # (dpsql.hdmm.optimize.symmetric); the others keep their dense Grams
-    sym = [_symmetric(domain[i], [fs[i] for _, fs in terms]) for i in range(d)]
+    sym = [symmetric_attribute(domain[i], [fs[i] for _, fs in terms]) for i in range(d)]
     grams = [[f.gram().dense() if sym[i] is None else None for i, f in enumerate(fs)] for _, fs in terms]
     w2 = np.array([w * w for w, _ in terms])
     p = [None] * d if p is None else list(p)
@@ -117,7 +117,7 @@ def kron_search(
     return tuple(factors), error
 
 
-def _symmetric(n: int, fs: Sequence[Matrix]) -> np.ndarray | None:
+def symmetric_attribute(n: int, fs: Sequence[Matrix]) -> np.ndarray | None:
     """Per term, ``(a_k, b_k)`` with ``G_k = a_k I + b_k J`` on an attribute of more than
     :data:`SYMMETRIC_MIN` values when every term's factor is of that form, else None."""
     if n <= SYMMETRIC_MIN:

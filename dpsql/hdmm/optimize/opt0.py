@@ -25,12 +25,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 import scipy.optimize
-from threadpoolctl import threadpool_limits
 
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Dense, Matrix, StructuredGram, Total
 from dpsql.hdmm.optimize.gaussian import optimize_l2
 from dpsql.hdmm.optimize.lbfgs import minimize_bounded
+from dpsql.hdmm.optimize.threads import blas_threads
 from dpsql.hdmm.pidentity import PIdentity, pidentity_objective
 from dpsql.hdmm.strategy import KronStrategy
 from dpsql.hdmm.workload import Workload
@@ -119,7 +119,7 @@ def optimize_pidentity(
     budget = budget if cap is None else min(budget, cap)
     # One BLAS thread: the p × n products are too small for two threads to pay on 2 cores.
     x0 = np.clip(theta, 0.0, THETA_MAX).ravel()
-    with threadpool_limits(limits=1, user_api="blas"):
+    with blas_threads(1):
         if n > MULTISTART_MAX:  # L-BFGS-B's breakpoint search would cost more than the objective
             best = minimize_bounded(fun, x0, 0.0, THETA_MAX, budget, memory=memory).x
         else:

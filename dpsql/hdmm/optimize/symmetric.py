@@ -35,37 +35,7 @@ import numpy as np
 import scipy.optimize
 
 from dpsql.hdmm.matrix import Identity, Matrix, Ones, VStack, Weighted
-
-#: Largest attribute whose factor of an unrecognized type is densified to test its Gram.
-DENSE_TEST_MAX = 1024
-
-
-def coefficients(f: Matrix) -> tuple[float, float] | None:
-    """``(a, b)`` with ``fᵀf = aI + bJ``, or None when ``f``'s Gram is not of that form (or
-    cannot be told cheaply). Structured factors are read from their type, never densified."""
-    if isinstance(f, Identity):
-        return (1.0, 0.0)
-    if isinstance(f, Ones):
-        return (0.0, float(f.shape[0]))
-    if isinstance(f, Weighted):
-        inner = coefficients(f.base)
-        return None if inner is None else (inner[0] * f.weight**2, inner[1] * f.weight**2)
-    if isinstance(f, VStack):
-        parts = [coefficients(b) for b in f.blocks]
-        return None if any(p is None for p in parts) else (sum(p[0] for p in parts), sum(p[1] for p in parts))
-    n = f.shape[1]
-    if n > DENSE_TEST_MAX:
-        return None
-    G = f.gram().dense()
-    if n == 1:
-        return (0.0, float(G[0, 0]))
-    off = G[~np.eye(n, dtype=bool)]
-    diag = np.diag(G)
-    tol = 1e-10 * max(1.0, float(np.abs(G).max()))
-    if np.ptp(off) > tol or np.ptp(diag) > tol:
-        return None
-    b = float(off.mean())
-    return (float(diag.mean()) - b, b)
+from dpsql.hdmm.symmetric_gram import coefficients
 
 
 def traces(coeffs: np.ndarray, n: int, s: float, t: float) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.hdmm.marginals import in_algebra
-from dpsql.hdmm.matrix import Matrix, is_total
+from dpsql.hdmm.matrix import DENSE_LIMIT, Matrix, is_total
 from dpsql.hdmm.optimize import symmetric
 from dpsql.hdmm.optimize.kron import kron_search
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
@@ -63,11 +63,14 @@ def gram_key(f: Matrix) -> bytes:
     """Bytes equal for two factors exactly when their shapes and Gram matrices are (to 9 decimals):
     ``aI + bJ`` by its two coefficients, read from the factor's type
     (:func:`~dpsql.hdmm.optimize.symmetric.coefficients`: a GROUP BY on 3,142 counties is not
-    densified, rounded and hashed, which took seconds per term), any other by :func:`factor_key`."""
+    densified, rounded and hashed, which took seconds per term), any other by its dense Gram, or
+    where that is too large to hold by :func:`~dpsql.hdmm.workload.factor_key`."""
     c = symmetric.coefficients(f)
-    if c is None:
+    if c is not None:
+        return repr((f.shape, round(c[0], 9) + 0.0, round(c[1], 9) + 0.0)).encode()
+    if f.shape[1] ** 2 > DENSE_LIMIT:
         return factor_key(f)
-    return repr((f.shape, round(c[0], 9) + 0.0, round(c[1], 9) + 0.0)).encode()
+    return repr(f.shape).encode() + np.ascontiguousarray(np.round(f.gram().dense(), 9)).tobytes()
 
 
 def _in_algebra(f: Matrix) -> bool:
