@@ -495,10 +495,46 @@ def test_edits_while_open_are_refused_and_spend_nothing(tmp_path):
     assert ledger.spent() == Cost(epsilon=0.5)
     _sql(path, "UPDATE entries SET epsilon = 0.0 WHERE id = 2")  # hand back 0.125 of budget
     for attempt in (lambda: ledger.spend(Cost(epsilon=0.125)), lambda: ledger.check(Cost(epsilon=0.125)),
-                    ledger.spent, ledger.remaining, ledger.entries):
+                    ledger.spent, ledger.remaining, ledger.entries, lambda: ledger.entry(1),
+                    lambda: ledger.afford(Cost(epsilon=0.125))):
         with pytest.raises(LedgerError, match="entry 2 does not chain to entry 1"):
             attempt()
     assert _count(path) == 4
+    ledger.close()
+
+
+def test_one_entry_is_read_alone_while_no_one_else_writes_the_file(tmp_path):
+    """entry(i) (a repeated request's check of its release) reads entry i alone while the file holds what this
+    Ledger verified and recorded; once another connection writes, it verifies every entry, as entries() does."""
+    path = tmp_path / "ledger.db"
+    _ledger_with(path, spends=3)
+    ledger = Ledger(path)
+    alice = ledger.account("alice")
+    statements = []
+    ledger._conn.set_trace_callback(statements.append)
+    full = "ORDER BY id"  # the read of every entry
+
+    def reads(call):
+        statements.clear()
+        result = call()
+        return result, sum(full in s for s in statements)
+
+    assert reads(lambda: ledger.entry(2)) == (ledger.entries()[1], 1)  # nothing verified since it opened
+    mine = alice.record(Cost(epsilon=0.125), "by alice", "laplace")
+    assert (mine.id, mine.analyst, mine.description) == (4, "alice", "by alice")
+    assert reads(lambda: ledger.entry(4)) == (mine, 0)  # its own spend, verified as recorded
+    assert reads(lambda: alice.entry(4)) == (mine, 0) and reads(lambda: alice.entry(2)) == (None, 0)
+    assert reads(lambda: ledger.entry(9)) == (None, 1)
+    assert reads(lambda: ledger.afford(Cost(epsilon=0.25))) == ((True, Cost(epsilon=0.5)), 1)
+    assert alice.afford(Cost(epsilon=0.625)) == (False, Cost(epsilon=0.5))
+    other = Ledger(path)  # another process's spend: legitimate, verified anew
+    other.spend(Cost(epsilon=0.125))
+    assert reads(lambda: ledger.entry(1)) == (ledger.entries()[0], 1)
+    _sql(path, "UPDATE entries SET time = '2000-01-01T00:00:00.000000+00:00' WHERE id = 2")
+    for i in (1, 2, 4):  # an edit anywhere: refused, as by every other read
+        with pytest.raises(LedgerError, match="entry 2 does not chain to entry 1"):
+            ledger.entry(i)
+    other.close()
     ledger.close()
 
 
