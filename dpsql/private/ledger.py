@@ -64,10 +64,13 @@ against the dataset's :class:`~dpsql.private.budget.Budget` in a SQLite file (st
   :meth:`~Ledger.entries`, which read every entry anyway. Hashing costs a few
   microseconds per entry, so a :class:`Ledger` rehashes only entries that are
   new or differ from the ones it verified before (compared exactly, content
-  and hash); an unchanged prefix is compared, not rehashed. :meth:`~Ledger.entry`
-  (one entry, as a repeated request checks its release's) reads that entry alone
-  while SQLite's ``data_version`` shows that no other connection has written the
-  file since this object last verified all of it, and verifies everything otherwise.
+  and hash); an unchanged prefix is compared, not rehashed. And while SQLite's
+  ``data_version`` shows that no other connection has committed to the file
+  since a :class:`Ledger` last verified it, nothing has changed there but what
+  this object recorded itself: it uses what it verified (and recorded) then,
+  reading no entry. So a ledger with one writer, a server's or a script's, costs
+  the same to check and spend on at its ten-thousandth entry as at its first;
+  any other writer's commit, a spend or an edit, is verified as above.
 
 Threat model: the hashes are unkeyed, so they detect, but cannot prevent, a
 rewrite. Someone who can write the ledger file and recomputes the whole file
@@ -112,6 +115,7 @@ dpsql.errors.BudgetExceededError: privacy budget exceeded: the request costs eps
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -285,9 +289,9 @@ class Ledger:
         self._seen: Tuple[int, str] = (0, "")
         # (fingerprint, rows) of the last verified read: rows identical to these need no rehashing
         self._verified: "Tuple[str, list]" = ("", [])
-        # SQLite's data_version when all of the file was last verified as this ledger, grown from what this
-        # object saw (None: not yet): while it holds, no other connection has changed the file since
-        self._version: Optional[int] = None
+        # (SQLite's data_version, the ledger) when this object last verified all of it, grown from what it had
+        # seen, plus what it recorded since: while data_version holds, no other connection has committed
+        self._trusted: "Optional[Tuple[int, _Snapshot]]" = None
         if self._path is not None:
             if not self._path:  # SQLite would open a temporary database, deleted on close: a budget anew each time
                 raise LedgerError("the ledger's path is empty: give a file's path, or None for a ledger kept in "
@@ -597,18 +601,24 @@ class Ledger:
             self._connection()
             self._check_file()
 
-            def read() -> Tuple[_Snapshot, int]:
-                snapshot = self._verify()
-                self._check_continues(snapshot)
-                return snapshot, self._data_version()
-
             try:
-                snapshot, version = self._transaction(read)
+                snapshot = self._transaction(self._current)
             except sqlite3.Error as e:
                 raise LedgerError(f"{self._where}: cannot read the ledger: {e}") from e
             self._seen = (len(snapshot.rows), snapshot.head)
-            self._version = version
             return snapshot
+
+    def _current(self) -> _Snapshot:
+        """The ledger, verified (:meth:`_verify`) inside the caller's transaction and extending what this object
+        has seen (:meth:`_check_continues`); or, when SQLite's data_version shows that no other connection has
+        committed to the file since this object last did so, that snapshot, with what it recorded since."""
+        version = self._data_version()  # first: rows read after it are at least as new
+        if self._trusted is not None and self._trusted[0] == version:
+            return self._trusted[1]
+        snapshot = self._verify()
+        self._check_continues(snapshot)
+        self._trusted = (version, snapshot)
+        return snapshot
 
     # -- public API --------------------------------------------------------
 
@@ -671,10 +681,8 @@ class Ledger:
         conn = self._connection()
         self._check_file()
 
-        def record() -> Tuple[tuple, str, int]:
-            snapshot = self._verify()
-            self._check_continues(snapshot)
-            version = self._data_version()
+        def record() -> Tuple[_Snapshot, tuple, str]:
+            snapshot = self._current()
             rows = snapshot.rows
             self._require_room(rows, cost, analyst, part)
             entry_id = len(rows) + 1  # ids are 1..n (verified), and so is the sequence
@@ -688,17 +696,19 @@ class Ledger:
             if cursor.lastrowid != entry_id:  # cannot happen after _verify; refuse rather than guess
                 raise LedgerError(f"{self._where}: the new entry got id {cursor.lastrowid}, not {entry_id}")
             conn.execute("UPDATE meta SET value = ? WHERE key = 'head'", (_head(entry_id, chain),))
-            return row, chain, version
+            return snapshot, row, chain
 
         try:
-            row, chain, version = self._transaction(record, "BEGIN IMMEDIATE")
+            snapshot, row, chain = self._transaction(record, "BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise LedgerError(f"{self._where}: the spend was not recorded: {e}") from e
         entry_id = row[0]
         self._seen = (entry_id, chain)
-        # the ledger verified, then this entry, hashed here: all of the file (its own commits leave data_version)
-        self._verified = (self._fingerprint, [*self._verified[1], (*row, chain)])
-        self._version = version
+        # what was verified, and this entry, hashed here: the file now (its own commit leaves data_version)
+        rows = [*snapshot.rows, (*row, chain)]
+        self._verified = (snapshot.fingerprint, rows)
+        assert self._trusted is not None  # set by _current
+        self._trusted = (self._trusted[0], dataclasses.replace(snapshot, rows=rows))
         try:
             self._check_file()
         except LedgerError as e:
@@ -730,31 +740,10 @@ class Ledger:
         return self._entries(self._snapshot().rows)
 
     def entry(self, entry_id: int) -> "Entry | None":
-        """The recorded spend ``entry_id`` (of any analyst or the owner), or None when the ledger has none.
-
-        As :meth:`entries`, it refuses (LedgerError) a ledger that fails verification, but it reads the
-        whole ledger only when needed: when no other connection has committed to the file since this Ledger
-        last verified all of it (SQLite's ``data_version``; its own spends it verifies as it records them),
-        in the file it opened, it reads that entry alone and checks it is exactly (content and hash) the
-        entry verified then."""
-        with self._lock:
-            conn = self._connection()
-            self._check_file()
-
-            def read() -> "Tuple[Optional[tuple], int]":
-                row = conn.execute(f"SELECT {_COLUMNS}, chain FROM entries WHERE id = ?", (entry_id,)).fetchone()
-                return row, self._data_version()
-
-            try:
-                row, version = self._transaction(read)
-            except sqlite3.Error as e:
-                raise LedgerError(f"{self._where}: cannot read the ledger: {e}") from e
-            fingerprint, known = self._verified
-            if not (version == self._version and fingerprint == self._fingerprint and row is not None
-                    and 0 < entry_id <= len(known) and known[entry_id - 1] == row):
-                rows = self._snapshot().rows
-                row = rows[entry_id - 1] if type(entry_id) is int and 0 < entry_id <= len(rows) else None
-        return None if row is None else self._entries([row])[0]
+        """The recorded spend ``entry_id`` (of any analyst or the owner), or None when the ledger has none; read
+        and verified as :meth:`entries` (with one writer, reading no entry: see "Tamper evidence")."""
+        rows = self._snapshot().rows
+        return self._entries([rows[entry_id - 1]])[0] if type(entry_id) is int and 0 < entry_id <= len(rows) else None
 
     def afford(self, cost: Cost) -> "Tuple[bool, Cost]":
         """Whether ``cost`` fits in the remaining budget now (as :meth:`check`), and what remains (as
