@@ -128,6 +128,40 @@ def test_query_out_parquet_covers_declared_domain(data, tmp_path, capsys):
     assert os.stat(out).st_mode & 0o777 == default_mode()
 
 
+def test_a_headerless_space_padded_file_is_read_with_names_and_trim(tmp_path, capsys):
+    """UCI's adult.data style: no header line, ', ' between values, a name that is not .csv. --names and --trim
+    read it as dpsql.CSV(path, names=, trim=) does; the errors without them name these flags."""
+    rows = [(39, "State-gov", "Male"), (50, "Private", "Female"), (38, "Private", "Male"), (28, "Private", "Female"),
+            (53, "Private", "Male")] * 20
+    path = tmp_path / "adult.data"
+    path.write_text("".join(f"{age}, {work}, {sex}\n" for age, work, sex in rows))
+    schema = tmp_path / "adult.yaml"
+    schema.write_text(yaml.safe_dump({"table": "adult", "columns": {
+        "age": {"type": "integer", "min": 17, "max": 90},
+        "workclass": {"type": "categorical", "values": ["Private", "State-gov"]},
+        "sex": {"type": "categorical", "values": ["Female", "Male"]}}}))
+    ledger = tmp_path / "l.ledger"
+    common = ["--data", str(path), "--schema", str(schema), "--ledger", str(ledger), *HUGE]
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+
+    rc, _, err = run(capsys, "query", sql, *common)
+    assert rc == 2 and "--names (a file without a header line) or --trim" in err and "dpsql.CSV" not in err
+    rc, _, err = run(capsys, "query", sql, *common, "--trim")  # its first line read as a header
+    assert rc == 2 and "name the file's columns in order: --names col1,col2,..." in err
+    rc, _, err = run(capsys, "query", sql, *common, "--names", "age, workclass, sex")  # ' Male' is no value
+    assert rc == 2 and "with --trim," in err and "dpsql.CSV" not in err
+    assert not ledger.exists()  # every refusal before the ledger
+
+    rc, out, err = run(capsys, "query", sql, *common, "--names", "age,workclass,sex", "--trim", "--out",
+                       str(tmp_path / "n.csv"))
+    assert rc == 0, err
+    got = dict(pd.read_csv(tmp_path / "n.csv")[["sex", "n"]].itertuples(index=False))
+    assert got == pytest.approx({"Female": 40.0, "Male": 60.0}, abs=1e-6)
+    rc, out, err = run(capsys, "validate", "--data", str(path), "--schema", str(schema), "--names",
+                       "age,workclass,sex", "--trim")
+    assert rc == 0, err
+
+
 def test_query_csv_data_prints_to_stdout(data, tmp_path, capsys):
     # CSV input, no --out: the answer table goes to stdout, NULL is a group of a nullable column
     rc, stdout, err = run(capsys, "query", SEX_SQL, "--data", data["csv"], "--schema", data["yaml"],

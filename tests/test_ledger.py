@@ -495,10 +495,49 @@ def test_edits_while_open_are_refused_and_spend_nothing(tmp_path):
     assert ledger.spent() == Cost(epsilon=0.5)
     _sql(path, "UPDATE entries SET epsilon = 0.0 WHERE id = 2")  # hand back 0.125 of budget
     for attempt in (lambda: ledger.spend(Cost(epsilon=0.125)), lambda: ledger.check(Cost(epsilon=0.125)),
-                    ledger.spent, ledger.remaining, ledger.entries):
+                    ledger.spent, ledger.remaining, ledger.entries, lambda: ledger.entry(1),
+                    lambda: ledger.afford(Cost(epsilon=0.125))):
         with pytest.raises(LedgerError, match="entry 2 does not chain to entry 1"):
             attempt()
     assert _count(path) == 4
+    ledger.close()
+
+
+def test_with_one_writer_the_ledger_is_verified_once_and_then_read_no_more(tmp_path):
+    """While no other connection commits to the file (SQLite's data_version), a Ledger uses what it verified and
+    recorded itself, reading no entry: a spend or a check costs the same at any length. Another writer's spend is
+    verified anew; an edit is refused by every read, as before."""
+    path = tmp_path / "ledger.db"
+    _ledger_with(path, spends=3)
+    ledger = Ledger(path)
+    alice = ledger.account("alice")
+    statements = []
+    ledger._conn.set_trace_callback(statements.append)
+
+    def reads(call):  # the result, and how many times every entry was read
+        statements.clear()
+        result = call()
+        return result, sum("ORDER BY id" in s for s in statements)
+
+    assert reads(lambda: ledger.entry(2)) == (ledger.entries()[1], 1)  # nothing verified since it opened
+    mine, full = reads(lambda: alice.record(Cost(epsilon=0.125), "by alice", "laplace"))
+    assert (mine.id, mine.analyst, mine.description, full) == (4, "alice", "by alice", 0)
+    assert reads(lambda: ledger.entry(4)) == (mine, 0)  # its own spend, recorded as verified
+    assert reads(lambda: alice.entry(4)) == (mine, 0) and reads(lambda: alice.entry(2)) == (None, 0)
+    assert reads(lambda: ledger.entry(9)) == (None, 0)
+    assert reads(lambda: ledger.afford(Cost(epsilon=0.25))) == ((True, Cost(epsilon=0.5)), 0)
+    assert reads(lambda: alice.afford(Cost(epsilon=0.625))) == ((False, Cost(epsilon=0.5)), 0)
+    assert reads(lambda: ledger.spend(Cost(epsilon=0.125))) == (5, 0)
+    other = Ledger(path)  # another process's spend: legitimate, verified anew
+    other.spend(Cost(epsilon=0.125))
+    assert reads(lambda: ledger.entry(6)) == (other.entries()[5], 1)
+    assert reads(ledger.spent) == (Cost(epsilon=0.75), 0)
+    _sql(path, "UPDATE entries SET time = '2000-01-01T00:00:00.000000+00:00' WHERE id = 2")
+    for attempt in (lambda: ledger.entry(1), lambda: ledger.spend(Cost(epsilon=0.125)), ledger.spent):
+        with pytest.raises(LedgerError, match="entry 2 does not chain to entry 1"):
+            attempt()
+    assert _count(path) == 6
+    other.close()
     ledger.close()
 
 

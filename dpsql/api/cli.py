@@ -10,12 +10,16 @@
         --epsilon 1 --workload 2 --out persons_synthetic.parquet
     dpsql budget --ledger persons.ledger [--analyst alice]
     dpsql schema draft persons.csv --out persons.yaml     # the owner's starting schema: review it
+    dpsql query "SELECT sex, COUNT(*) FROM adult GROUP BY sex" --data adult.data \
+        --names age,workclass,sex --trim --schema adult.yaml --ledger adult.ledger --epsilon 0.5
 
 A new ledger needs its total budget: ``--budget-epsilon`` (and
 ``--budget-delta``) or ``--budget-rho``, never both kinds. ``--out`` writes CSV
 or Parquet, chosen by the file extension; a batch of several statements writes
 one file per statement into the ``--out`` directory (``--format`` picks the
-type), so a .csv or .parquet file name is refused for it. Each result file carries
+type), so a .csv or .parquet file name is refused for it. ``--names`` (the columns of a
+CSV file without a header line) and ``--trim`` (spaces around values) read ``--data`` as
+:class:`dpsql.CSV` does. Each result file carries
 its provenance (the SQL, the mechanism, epsilon, delta or rho, the ledger entry, the
 error columns and their confidence level): as Parquet key-value metadata under the
 key ``dpsql``, or as JSON in a file beside a CSV (``q01.csv``, ``q01.json``).
@@ -86,6 +90,21 @@ def _add_table(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="a .duckdb database, or a CSV or Parquet file")
     p.add_argument("--schema", required=True, help="the table's public schema (YAML or JSON)")
     p.add_argument("--table", help="table name in --data (default: the schema's)")
+    _add_csv(p)
+
+
+def _add_csv(p: argparse.ArgumentParser) -> None:
+    """How to read a delimited text file: :class:`dpsql.CSV`'s ``names`` and ``trim``."""
+    p.add_argument("--names", help="the comma-separated column names of a CSV file without a header line "
+                   "(its first line is a row, as in UCI's adult.data)")
+    p.add_argument("--trim", action="store_true", help="remove the spaces around each CSV value ('39, Female')")
+
+
+def _data(args: argparse.Namespace) -> Any:
+    """``args.data``, read as :class:`dpsql.CSV` with ``--names`` and ``--trim`` when either is given (a
+    comma-separated file whatever its name, as ``adult.data``)."""
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    return CSV(args.data, names=names, trim=args.trim) if names or args.trim else args.data
 
 
 def _add_source(p: argparse.ArgumentParser) -> None:
@@ -155,8 +174,7 @@ def parser() -> argparse.ArgumentParser:
     draft.add_argument("data", help="a .csv, .tsv, .parquet or .duckdb file")
     draft.add_argument("--table", help="the table (default: the file's name, or a database's only table)")
     draft.add_argument("--out", help="write the YAML to this new file (default: standard output)")
-    draft.add_argument("--names", help="the comma-separated column names of a CSV file without a header line")
-    draft.add_argument("--trim", action="store_true", help="remove the spaces around each CSV value")
+    _add_csv(draft)
     draft.add_argument("--max-values", type=int, default=MAX_VALUES,
                        help=f"most text values a categorical column lists (default {MAX_VALUES})")
     s = sub.add_parser("serve", help="data owner: serve datasets to analysts over the PostgreSQL protocol")
@@ -322,7 +340,7 @@ def _check_writable(directory: Path, out: Path) -> None:
 
 def _connect(args: argparse.Namespace, **options: Any) -> Connection:
     """:func:`connect` to the request's --data, --schema, --table, --ledger, budget and public tables."""
-    return connect(args.data, table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
+    return connect(_data(args), table=args.table, schema=args.schema, budget=_budget(args), ledger=args.ledger,
                    public_tables=args.public_table, dialect=getattr(args, "dialect", None), **options)
 
 
@@ -458,16 +476,14 @@ def _analyst(name: str) -> str:
 def _run_validate(args: argparse.Namespace) -> int:
     """The data owner's report (exact counts and data values: never for analysts). Exit status 3
     when some row would be dropped or a column is missing, 0 when the table is clean."""
-    report = validate(args.data, args.schema, table=args.table)
+    report = validate(_data(args), args.schema, table=args.table)
     print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else report)
     return 3 if report.problems() else 0
 
 
 def _run_schema(args: argparse.Namespace) -> int:
     """``dpsql schema draft``: the owner's starting schema (it quotes the data: never for analysts)."""
-    names = [n.strip() for n in args.names.split(",")] if args.names else None
-    source = CSV(args.data, names=names, trim=args.trim) if names or args.trim else args.data
-    text = draft_schema(source, args.table, max_values=args.max_values)
+    text = draft_schema(_data(args), args.table, max_values=args.max_values)
     if args.out is None:
         print(text, end="")
         return 0

@@ -11,6 +11,8 @@ budget ``epsilon=1.0, delta=0.0 (pure DP)``) are left as they are.
 'say how much to spend: --epsilon ... (the budget is epsilon=1.0, delta=0.0 (pure DP))'
 >>> in_flags("std_error with Gaussian noise under an (epsilon, delta) budget needs delta=")
 '--std-error with Gaussian noise under an (epsilon, delta) budget needs --delta'
+>>> in_flags("name the file's columns in order: dpsql.CSV(path, names=[...])")
+"name the file's columns in order: --names col1,col2,..."
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) fo
     # dpsql.synth: AIM's budget
     (r"\bgive rho on a zCDP budget, or epsilon with a delta > 0 \(method='pgm'",
      "give --rho on a zCDP budget, or --epsilon with a --delta > 0 (--method pgm"),
+    # dpsql.private.backend and dpsql.owner.validate: how to read a delimited text file
+    (r"\bdpsql\.CSV\(path, names=\[\.\.\.\]\)", "--names col1,col2,..."),
+    (r"\bdpsql\.CSV\(path, trim=True\)", "--trim"),
+    (r"\bdpsql\.CSV\(path\) for a delimited text file of another name",
+     "--names (a file without a header line) or --trim for a comma-separated file of another name"),
     # any other argument to give: name=... is --name ...
     (r"\b([a-z]+(?:_[a-z]+)*)=\.\.\.", "--{0} ..."),
 ))

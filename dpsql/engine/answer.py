@@ -54,7 +54,7 @@ class Release:
     """What one measurement spent and how accurate it is (shared by a batch).
 
     ``epsilon``/``delta`` (approximate DP) or ``rho`` (zCDP) is the spend
-    recorded in the ledger (entry ``entry``); ``rmse`` is the expected root mean squared
+    recorded in the ledger (entry ``entry``, at ``time``); ``rmse`` is the expected root mean squared
     error over every measured query of the batch (internal COUNTs and SUMs included:
     each answer's own error is :attr:`Answer.rmse`); ``operator`` is the HDMM strategy
     operator; ``confidence`` the level of the answers' confidence intervals. ``repeated``:
@@ -73,6 +73,7 @@ class Release:
     entry: int
     repeated: bool = False
     confidence: float = 0.95
+    time: str = ""
 
     def describe(self) -> str:
         if not self.queries:

@@ -302,12 +302,8 @@ class Engine:
                                                    else np.full(len(df), np.nan))
             frames.append(out)
         rmse = self._private.rows_per_unit * expected_rmse(W, strategy, model)
-        try:
-            self.ledger.check(cost)
-            affordable = True
-        except BudgetExceededError:
-            affordable = False
-        return Explanation(model.name, cost, strategy.operator, rmse, frames, self.ledger.remaining(), affordable)
+        affordable, remaining = self.ledger.afford(cost)
+        return Explanation(model.name, cost, strategy.operator, rmse, frames, remaining, affordable)
 
     def _answer(self, compiled: CompiledBatch, r: Request) -> list[Answer]:
         requested = noise_options(compiled, self.budget, r.epsilon, r.delta, r.rho, r.noise)
@@ -333,7 +329,8 @@ class Engine:
         se = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
         release = Release(mechanism=model.name, epsilon=cost.epsilon, delta=cost.delta, rho=cost.rho,
                           rmse=rmse, operator=strategy.operator, queries=W.num_queries,
-                          statements=len(compiled.statements), entry=m.entry, confidence=r.confidence)
+                          statements=len(compiled.statements), entry=m.entry, confidence=r.confidence,
+                          time=m.time)
         z = float(norm.ppf(0.5 + r.confidence / 2.0))
 
         def covariance(a: int, b: int, full: bool = False) -> np.ndarray:

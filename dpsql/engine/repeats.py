@@ -128,17 +128,18 @@ class Repeats:
         if row is None:
             return None
         entry, time, text = row
-        if not any(e.id == entry and e.time == time and e.analyst == _analyst(ledger) for e in ledger.entries()):
+        recorded = ledger.entry(entry)  # that entry only, unless it changed since this ledger verified it
+        if recorded is None or recorded.time != time or recorded.analyst != _analyst(ledger):
             return None
         return _decode(text)
 
     def put(self, ledger: "Ledger | Account", key: str, answers: "list[Answer]") -> None:
         """Keep ``answers`` (one request's, released under one ledger entry) for ``key``. Best effort: the
-        answers are released whether or not they can be kept (a repeat is then measured anew)."""
+        answers are released whether or not they can be kept (a repeat is then measured anew). Their
+        release names its ledger entry (id and time, from the kernel's spend): nothing is read from the ledger."""
         release = answers[0].release
         text = _encode(answers)
-        entry = next((e for e in ledger.entries() if e.id == release.entry), None)
-        if text is None or entry is None:
+        if text is None:
             return
         with self._lock:
             try:
@@ -146,7 +147,7 @@ class Repeats:
                 assert conn is not None
                 with conn:
                     conn.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, ?)",
-                                 (_analyst(ledger), key, entry.id, entry.time, text))
+                                 (_analyst(ledger), key, release.entry, release.time, text))
             except (OSError, sqlite3.Error):
                 return
 

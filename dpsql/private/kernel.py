@@ -86,6 +86,7 @@ class Measurement:
 
     ``sensitivity`` already includes the privacy unit's row bound; every
     value carries independent noise of standard deviation ``noise_std``.
+    ``entry`` and ``time`` are the id and time of the ledger entry charged.
     """
 
     values: np.ndarray
@@ -94,6 +95,7 @@ class Measurement:
     noise_std: float
     cost: Cost
     entry: int
+    time: str
 
 
 def _constant_row(f: Matrix) -> float | None:
@@ -330,14 +332,15 @@ class PrivateTable:
         if isinstance(cost, Reservation):
             cost.draw(noise.rho, f"gaussian: {description}")  # before the read: a failing read still spends
             counts = self._cached(cells, subsets, cost)
-            entry, cost = cost.entry, cost.cost
+            entry, time, cost = cost.entry, cost.time, cost.cost
         else:
             counting = self._counting(cells, subsets)
-            entry = self._ledger.spend(cost, description=description, mechanism=noise.key())
+            recorded = self._ledger.record(cost, description=description, mechanism=noise.key())
+            entry, time = recorded.id, recorded.time
             counts = self._read(counting, entry)
         exact = strategy_answers(counted, dict(zip(subsets, counts)))
         return Measurement(values=release_in_chunks(plan, exact, self._source), noise=noise,
-                           sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry)
+                           sensitivity=sens, noise_std=plan.std, cost=cost, entry=entry, time=time)
 
     def _cached(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
                 reservation: "Reservation") -> list[np.ndarray]:
@@ -407,8 +410,8 @@ class PrivateTable:
         adaptive rounds). A refused reservation reads nothing and records nothing.
         """
         self._ledger.check(cost)
-        entry = self._ledger.spend(cost, description=description, mechanism=mechanism)
-        return Reservation(cost=cost, entry=entry, _owner=self, rho=rho)
+        recorded = self._ledger.record(cost, description=description, mechanism=mechanism)
+        return Reservation(cost=cost, entry=recorded.id, _owner=self, rho=rho, time=recorded.time)
 
     def sample_cells(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
                      estimates: np.ndarray, epsilon: float, size: int, reservation: "Reservation") -> np.ndarray:
@@ -471,6 +474,8 @@ class Reservation:
     rho: float | None = None
     rho_charges: list[tuple[str, float]] = field(default_factory=list)
     _marginals: dict = field(default_factory=dict, repr=False)
+    #: the time of its ledger entry ``entry``
+    time: str = ""
 
     @property
     def rho_used(self) -> float:

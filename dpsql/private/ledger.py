@@ -64,7 +64,13 @@ against the dataset's :class:`~dpsql.private.budget.Budget` in a SQLite file (st
   :meth:`~Ledger.entries`, which read every entry anyway. Hashing costs a few
   microseconds per entry, so a :class:`Ledger` rehashes only entries that are
   new or differ from the ones it verified before (compared exactly, content
-  and hash); an unchanged prefix is compared, not rehashed.
+  and hash); an unchanged prefix is compared, not rehashed. And while SQLite's
+  ``data_version`` shows that no other connection has committed to the file
+  since a :class:`Ledger` last verified it, nothing has changed there but what
+  this object recorded itself: it uses what it verified (and recorded) then,
+  reading no entry. So a ledger with one writer, a server's or a script's, costs
+  the same to check and spend on at its ten-thousandth entry as at its first;
+  any other writer's commit, a spend or an edit, is verified as above.
 
 Threat model: the hashes are unkeyed, so they detect, but cannot prevent, a
 rewrite. Someone who can write the ledger file and recomputes the whole file
@@ -109,6 +115,7 @@ dpsql.errors.BudgetExceededError: privacy budget exceeded: the request costs eps
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -282,6 +289,9 @@ class Ledger:
         self._seen: Tuple[int, str] = (0, "")
         # (fingerprint, rows) of the last verified read: rows identical to these need no rehashing
         self._verified: "Tuple[str, list]" = ("", [])
+        # (SQLite's data_version, the ledger) when this object last verified all of it, grown from what it had
+        # seen, plus what it recorded since: while data_version holds, no other connection has committed
+        self._trusted: "Optional[Tuple[int, _Snapshot]]" = None
         if self._path is not None:
             if not self._path:  # SQLite would open a temporary database, deleted on close: a budget anew each time
                 raise LedgerError("the ledger's path is empty: give a file's path, or None for a ledger kept in "
@@ -534,6 +544,10 @@ class Ledger:
         self._verified = (fingerprint, rows)
         return _Snapshot(budget=budget, nonce=nonce, fingerprint=fingerprint, rows=rows)
 
+    def _data_version(self) -> int:
+        """SQLite's count of commits by other connections, as seen by the caller's transaction."""
+        return self._connection().execute("PRAGMA data_version").fetchone()[0]
+
     def _stat(self) -> Tuple[int, int]:
         assert self._abspath is not None
         try:
@@ -587,17 +601,24 @@ class Ledger:
             self._connection()
             self._check_file()
 
-            def read() -> _Snapshot:
-                snapshot = self._verify()
-                self._check_continues(snapshot)
-                return snapshot
-
             try:
-                snapshot = self._transaction(read)
+                snapshot = self._transaction(self._current)
             except sqlite3.Error as e:
                 raise LedgerError(f"{self._where}: cannot read the ledger: {e}") from e
             self._seen = (len(snapshot.rows), snapshot.head)
             return snapshot
+
+    def _current(self) -> _Snapshot:
+        """The ledger, verified (:meth:`_verify`) inside the caller's transaction and extending what this object
+        has seen (:meth:`_check_continues`); or, when SQLite's data_version shows that no other connection has
+        committed to the file since this object last did so, that snapshot, with what it recorded since."""
+        version = self._data_version()  # first: rows read after it are at least as new
+        if self._trusted is not None and self._trusted[0] == version:
+            return self._trusted[1]
+        snapshot = self._verify()
+        self._check_continues(snapshot)
+        self._trusted = (version, snapshot)
+        return snapshot
 
     # -- public API --------------------------------------------------------
 
@@ -641,23 +662,27 @@ class Ledger:
         verification raises :class:`~dpsql.errors.LedgerError` and records
         nothing.
         """
+        return self.record(cost, description, mechanism).id
+
+    def record(self, cost: Cost, description: str = "", mechanism: str = "") -> Entry:
+        """:meth:`spend`, returning the whole new :class:`Entry` (its id and time too), so that whoever
+        records a spend knows its entry without reading the ledger again."""
         return self._record(cost, description, mechanism, _OWNER, None)
 
-    def _record(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> int:
-        """:meth:`spend`, charged to ``analyst`` (``''``: the owner), whose own total may not exceed ``part``."""
+    def _record(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> Entry:
+        """:meth:`record`, charged to ``analyst`` (``''``: the owner), whose own total may not exceed ``part``."""
         self._validate(cost)
         if not isinstance(description, str) or not isinstance(mechanism, str):
             raise LedgerError("description and mechanism must be strings")
         with self._lock:
             return self._spend(cost, description, mechanism, analyst, part)
 
-    def _spend(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> int:
+    def _spend(self, cost: Cost, description: str, mechanism: str, analyst: str, part: Optional[Budget]) -> Entry:
         conn = self._connection()
         self._check_file()
 
-        def record() -> Tuple[int, str]:
-            snapshot = self._verify()
-            self._check_continues(snapshot)
+        def record() -> Tuple[_Snapshot, tuple, str]:
+            snapshot = self._current()
             rows = snapshot.rows
             self._require_room(rows, cost, analyst, part)
             entry_id = len(rows) + 1  # ids are 1..n (verified), and so is the sequence
@@ -671,19 +696,25 @@ class Ledger:
             if cursor.lastrowid != entry_id:  # cannot happen after _verify; refuse rather than guess
                 raise LedgerError(f"{self._where}: the new entry got id {cursor.lastrowid}, not {entry_id}")
             conn.execute("UPDATE meta SET value = ? WHERE key = 'head'", (_head(entry_id, chain),))
-            return entry_id, chain
+            return snapshot, row, chain
 
         try:
-            entry_id, chain = self._transaction(record, "BEGIN IMMEDIATE")
+            snapshot, row, chain = self._transaction(record, "BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise LedgerError(f"{self._where}: the spend was not recorded: {e}") from e
+        entry_id = row[0]
         self._seen = (entry_id, chain)
+        # what was verified, and this entry, hashed here: the file now (its own commit leaves data_version)
+        rows = [*snapshot.rows, (*row, chain)]
+        self._verified = (snapshot.fingerprint, rows)
+        assert self._trusted is not None  # set by _current
+        self._trusted = (self._trusted[0], dataclasses.replace(snapshot, rows=rows))
         try:
             self._check_file()
         except LedgerError as e:
             raise LedgerError(f"{e} (the spend went to the file this Ledger opened, which is no longer the "
                               "ledger: do not release its result)") from e
-        return entry_id
+        return self._entries([row])[0]
 
     def check(self, cost: Cost) -> None:
         """Raise :class:`~dpsql.errors.BudgetExceededError` if ``cost`` would
@@ -707,6 +738,28 @@ class Ledger:
     def entries(self) -> "list[Entry]":
         """Every recorded spend, of all analysts and the owner, oldest first."""
         return self._entries(self._snapshot().rows)
+
+    def entry(self, entry_id: int) -> "Entry | None":
+        """The recorded spend ``entry_id`` (of any analyst or the owner), or None when the ledger has none; read
+        and verified as :meth:`entries` (with one writer, reading no entry: see "Tamper evidence")."""
+        rows = self._snapshot().rows
+        return self._entries([rows[entry_id - 1]])[0] if type(entry_id) is int and 0 < entry_id <= len(rows) else None
+
+    def afford(self, cost: Cost) -> "Tuple[bool, Cost]":
+        """Whether ``cost`` fits in the remaining budget now (as :meth:`check`), and what remains (as
+        :meth:`remaining`), from one read of the ledger. Writes nothing."""
+        return self._afford(cost, _OWNER, None)
+
+    def _afford(self, cost: Cost, analyst: str, part: Optional[Budget]) -> "Tuple[bool, Cost]":
+        """:meth:`afford`, for ``analyst`` (``''``: the owner), whose own total may not exceed ``part``."""
+        self._validate(cost)
+        rows = self._snapshot().rows
+        try:
+            self._require_room(rows, cost, analyst, part)
+            fits = True
+        except BudgetExceededError:
+            fits = False
+        return fits, self._remaining(rows, analyst, part)
 
     def accounts(self) -> "dict[str, Cost]":
         """The total recorded per analyst (exact sums), by name, for each
@@ -857,6 +910,10 @@ class Account:
         limit (the analyst's part, the dataset's total, or both) and what was
         asked, spent and left, and record nothing. As :meth:`Ledger.spend`:
         release the noisy value only after this has returned."""
+        return self.record(cost, description, mechanism).id
+
+    def record(self, cost: Cost, description: str = "", mechanism: str = "") -> Entry:
+        """:meth:`spend`, returning the whole new :class:`Entry` (as :meth:`Ledger.record`)."""
         self._open()
         return self._ledger._record(cost, description, mechanism, self._name, self._part)
 
@@ -886,6 +943,18 @@ class Account:
         """The analyst's recorded spends, oldest first."""
         self._open()
         return self._ledger._entries(_of(self._ledger._snapshot().rows, self._name))
+
+    def entry(self, entry_id: int) -> "Entry | None":
+        """The analyst's recorded spend ``entry_id``, or None when it is not theirs (as :meth:`Ledger.entry`)."""
+        self._open()
+        entry = self._ledger.entry(entry_id)
+        return entry if entry is not None and entry.analyst == self._name else None
+
+    def afford(self, cost: Cost) -> "Tuple[bool, Cost]":
+        """Whether ``cost`` fits in both limits now (as :meth:`check`), and what the analyst may still spend
+        (as :meth:`remaining`), from one read of the ledger. Writes nothing."""
+        self._open()
+        return self._ledger._afford(cost, self._name, self._part)
 
     def dataset_spent(self) -> Cost:
         """The dataset's total spend, of all analysts and the owner."""
