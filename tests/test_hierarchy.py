@@ -265,3 +265,11 @@ def test_a_public_tables_column_named_as_a_level_is_left_alone():
     tree = sqlglot.parse_one("SELECT r.state, p.state FROM t AS p JOIN r ON r.state = p.state")
     assert with_levels(tree, s).sql() == ("SELECT r.state, SUBSTRING(p.geo, 1, 2) AS state FROM t AS p "
                                           "JOIN r ON r.state = SUBSTRING(p.geo, 1, 2)")
+
+
+def test_nested_levels_are_not_offered_per_term_operators():
+    from dpsql.hdmm.optimize.selector import feasible
+
+    W, _, _, _ = _county_workload(0)  # state × sex, county × sex, tract: three levels, two product groups
+    ops = feasible(W)
+    assert "OPT_H" in ops and "OPT_plus" not in ops and "direct" not in ops
