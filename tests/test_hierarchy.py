@@ -242,13 +242,16 @@ def test_nonnegative_on_a_hierarchy_is_topdown_and_integer_tables_add_up():
             np.testing.assert_array_equal(ans, np.round(ans))
 
 
-def test_integer_answers_need_a_hierarchy_strategy():
+def test_integer_answers_without_a_hierarchy_round_the_fitted_vector_to_its_total():
     from dpsql.hdmm.reconstruct import nonnegative
 
-    W = Workload((3, 2), [(1.0, (Identity(3), Total(2)))])
-    A = KronStrategy((Identity(3), Total(2)))
-    with pytest.raises(WorkloadError, match="integer answers need a strategy that measures a hierarchy"):
-        nonnegative(W, A, np.ones(3), integer=True)
+    W = Workload((3, 2), [(1.0, (Identity(3), Total(2))), (1.0, (Total(3), Total(2)))])
+    A = KronStrategy((Identity(3), Identity(2)))
+    y = np.array([2.4, 0.3, -1.0, 5.2, 1.1, 0.35])  # the fit: 2.4, 0.3, 0, 5.2, 1.1, 0.35 (total 9.35)
+    ans = nonnegative(W, A, y, integer=True)
+    # integers nearest the fit adding up to round(9.35) = 9: floors 2+0+0+5+1+0 = 8, one more for the
+    # largest remainder (0.4)
+    np.testing.assert_array_equal(ans, [3.0, 5.0, 1.0, 9.0])
 
 
 def test_a_public_tables_column_named_as_a_level_is_left_alone():
@@ -262,3 +265,11 @@ def test_a_public_tables_column_named_as_a_level_is_left_alone():
     tree = sqlglot.parse_one("SELECT r.state, p.state FROM t AS p JOIN r ON r.state = p.state")
     assert with_levels(tree, s).sql() == ("SELECT r.state, SUBSTRING(p.geo, 1, 2) AS state FROM t AS p "
                                           "JOIN r ON r.state = SUBSTRING(p.geo, 1, 2)")
+
+
+def test_nested_levels_are_not_offered_per_term_operators():
+    from dpsql.hdmm.optimize.selector import feasible
+
+    W, _, _, _ = _county_workload(0)  # state × sex, county × sex, tract: three levels, two product groups
+    ops = feasible(W)
+    assert "OPT_H" in ops and "OPT_plus" not in ops and "direct" not in ops

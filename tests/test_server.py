@@ -549,6 +549,21 @@ def test_a_statements_own_spend_overrides_the_sessions(served):
         assert ledger.entries()[-1].cost.epsilon == 2.0
 
 
+def test_set_dpsql_integer_gives_non_negative_integer_counts_that_add_up(served):
+    _, port, _ = served
+    with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.05")  # noisy enough that the least-squares counts are not integers
+        with pytest.raises(psycopg.Error, match="invalid value for dpsql.integer"):
+            conn.execute("SET dpsql.integer = maybe")
+        conn.execute("SET dpsql.integer = on")
+        cur = conn.execute("SELECT COUNT(*) AS n FROM people; SELECT sex, COUNT(*) AS n FROM people GROUP BY sex",
+                           prepare=False)
+        total = cur.fetchall()[0][0]
+        assert cur.nextset()
+        counts = [r[1] for r in cur.fetchall()]
+        assert all(c >= 0 and c == round(c) for c in counts + [total]) and sum(counts) == total
+
+
 def test_set_dpsql_dialect_reads_later_statements_in_that_dialect(served):
     d, port, _ = served
     with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:

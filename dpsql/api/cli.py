@@ -124,6 +124,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dialect", help="the SQL dialect of the statements (postgres, bigquery, tsql, spark...; "
                    "default: DuckDB's), transpiled to DuckDB's")
     p.add_argument("--nonnegative", action="store_true", help="non-negative, consistent answers (biased)")
+    p.add_argument("--integer", action="store_true", help="non-negative integer counts that add up (biased)")
     p.add_argument("--objective", choices=("total", "max"), default="total",
                    help="minimize the expected RMSE over all answers (total) or the largest std error (max)")
     p.add_argument("--std-error", type=float,
@@ -353,7 +354,7 @@ def _run_query(args: argparse.Namespace, statements: "str | list[str]", single: 
         if args.explain or inner is not None:  # with --std-error: what that accuracy costs
             print(db.explain(inner or statements, **spend))
             return 0
-        kwargs = dict(spend, nonnegative=args.nonnegative)
+        kwargs = dict(spend, nonnegative=args.nonnegative, integer=args.integer)
         results = [db.query(statements, **kwargs)] if single else db.batch(statements, **kwargs)
         if args.out:
             paths = args.out_paths

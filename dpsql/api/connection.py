@@ -164,18 +164,18 @@ class Connection:
     def query(self, sql: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
               noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
               objective: str = "total", std_error: float | None = None, *,
-              dialect: str | None = None) -> Result | Explanation:
+              dialect: str | None = None, integer: bool = False) -> Result | Explanation:
         """Answer one statement privately (see :meth:`batch` for the arguments).
 
         ``EXPLAIN SELECT …`` returns :meth:`explain`'s :class:`Explanation` instead: nothing
         is read or spent."""
         return self._run(Request(sql, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error,
-                                 single=True, dialect=dialect or self.dialect))
+                                 single=True, dialect=dialect or self.dialect, integer=integer))
 
     def batch(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
               rho: float | None = None, noise: str | None = None, nonnegative: bool = False,
               confidence: float = 0.95, objective: str = "total", std_error: float | None = None, *,
-              dialect: str | None = None) -> list[Result]:
+              dialect: str | None = None, integer: bool = False) -> list[Result]:
         """Answer many statements from one jointly optimized measurement.
 
         ``statements``: a list of SQL texts or a text of ``;``-separated
@@ -183,7 +183,10 @@ class Connection:
         file). The spend (``epsilon``/``delta``
         or ``rho``) is for the whole batch. ``nonnegative=True`` returns
         non-negative, mutually consistent answers (biased; see
-        :func:`dpsql.hdmm.reconstruct.nonnegative`). ``confidence`` sets the
+        :func:`dpsql.hdmm.reconstruct.nonnegative`); ``integer=True`` also makes
+        them integers: every answer is read from one non-negative integer count per
+        cell of the domain (for a hierarchy, TopDown's tables), so COUNTs are
+        non-negative integers that add up. ``confidence`` sets the
         level of the ``ci_low``/``ci_high`` normal intervals. ``objective``:
         ``"total"`` picks the strategy (and noise) with the lowest expected RMSE
         over all answers, ``"max"`` the one whose least accurate answer is most
@@ -199,7 +202,7 @@ class Connection:
         ``"spark"``...), transpiled to DuckDB's; refusals point into the text as written.
         """
         return self._run(Request(statements, epsilon, delta, rho, noise, nonnegative, confidence, objective,
-                                 std_error, dialect=dialect or self.dialect))
+                                 std_error, dialect=dialect or self.dialect, integer=integer))
 
     def explain(self, statements: "Sequence[str] | str", epsilon: float | None = None, delta: float | None = None,
                 rho: float | None = None, noise: str | None = None, objective: str = "total",
@@ -248,12 +251,12 @@ class Connection:
     def sql(self, query: str, epsilon: float | None = None, delta: float | None = None, rho: float | None = None,
             noise: str | None = None, nonnegative: bool = False, confidence: float = 0.95,
             objective: str = "total", std_error: float | None = None, *,
-            dialect: str | None = None) -> duckdb.DuckDBPyRelation:
+            dialect: str | None = None, integer: bool = False) -> duckdb.DuckDBPyRelation:
         """Like DuckDB's ``con.sql``: :meth:`query`'s answers as a relation on :attr:`released`
         (for ``EXPLAIN``, the statement's groups with their expected standard errors)."""
         self._released.check_open()  # where the answers go: refused before the spend, not after
         out = self.query(query, epsilon, delta, rho, noise, nonnegative, confidence, objective, std_error,
-                         dialect=dialect)
+                         dialect=dialect, integer=integer)
         return self._released.relation(out.statements[0]) if isinstance(out, Explanation) else out.relation
 
     def synthesize(self, method: str = "pgm", workload: Any = None, epsilon: float | None = None,

@@ -109,6 +109,8 @@ class Request:
     default_spend: bool = False
     #: the SQL dialect the statements are written in (sqlglot's name; None: DuckDB's)
     dialect: str | None = None
+    #: answers read from one non-negative integer data vector (implies ``nonnegative``)
+    integer: bool = False
 
 
 class Strategies:
@@ -325,7 +327,8 @@ class Engine:
         rmse = k * expected_rmse(W, strategy, model)
         description = ";\n".join(st.plan.sql for st in compiled.statements)
         m = self._private.measure(compiled.attributes, strategy, model, cost, description)
-        answers = nonnegative(W, strategy, m.values) if r.nonnegative else least_squares(W, strategy, m.values)
+        answers = (nonnegative(W, strategy, m.values, integer=r.integer) if r.nonnegative or r.integer
+                   else least_squares(W, strategy, m.values))
         se = m.noise_std * np.sqrt(np.concatenate(strategy.query_variances(W)))
         release = Release(mechanism=model.name, epsilon=cost.epsilon, delta=cost.delta, rho=cost.rho,
                           rmse=rmse, operator=strategy.operator, queries=W.num_queries,
@@ -359,8 +362,8 @@ def _repeat_key(compiled: CompiledBatch, r: Request) -> str:
     option, and the workload they measure (which holds the public domains)."""
     spend = (r.epsilon, r.delta, r.rho, r.noise, r.std_error, statement_options(compiled))
     workload = compiled.workload.fingerprint() if compiled.terms else None
-    return request_key([st.plan.sql for st in compiled.statements], spend, r.nonnegative, r.confidence, r.objective,
-                       workload)
+    shape = "integer" if r.integer else r.nonnegative  # the answers' form (a key made before integer was kept)
+    return request_key([st.plan.sql for st in compiled.statements], spend, shape, r.confidence, r.objective, workload)
 
 
 def _answers(compiled: CompiledBatch, frames: "list[pd.DataFrame]", release: Release) -> list[Answer]:
@@ -387,7 +390,8 @@ def _check_options(r: Request) -> None:
     c = r.confidence
     if isinstance(c, bool) or not isinstance(c, numbers.Real) or not 0.0 < c < 1.0:
         raise ArgumentError(f"confidence must be a number in (0, 1), got {c!r}")
-    if not isinstance(r.nonnegative, bool):
-        raise ArgumentError(f"nonnegative must be True or False, got {r.nonnegative!r}")
+    for name in ("nonnegative", "integer"):
+        if not isinstance(getattr(r, name), bool):
+            raise ArgumentError(f"{name} must be True or False, got {getattr(r, name)!r}")
     if r.objective not in OBJECTIVES:
         raise ArgumentError(f"objective must be one of {OBJECTIVES}, got {r.objective!r:.80}")

@@ -6,7 +6,10 @@ Its covariance is ``σ² W (AᵀA)⁺ Wᵀ``, which :mod:`dpsql.hdmm.error_analy
 closed form, so each answer comes with an honest standard error. The estimate
 is unbiased for every query in the row space of ``A``.
 
-:func:`least_squares` never forms ``x̂`` over the full domain. Every strategy
+:func:`least_squares` forms ``x̂`` over the full domain only for a product strategy (OPT_0,
+OPT_⊗, OPT_H) of at most :data:`NONNEGATIVE_LIMIT` cells, to read every answer from one vector on a
+power-of-two grid, so that totals add up to the last digit (:func:`_one_vector_answers`). Otherwise it
+never does: every strategy
 here is a union of Kronecker blocks ``B_b = ⊗_i B_bi`` (with total rows on
 the attributes a block does not measure) and its Gram pseudo-inverse is a sum
 of Kronecker products ``Σ_s c_s ⊗_i K_si`` (one product for a Kronecker
@@ -51,7 +54,7 @@ import numpy as np
 from scipy.optimize import Bounds, minimize
 
 from dpsql.errors import WorkloadError
-from dpsql.hdmm.hierarchy import HierarchyFactor, topdown_integer
+from dpsql.hdmm.hierarchy import HierarchyFactor, Tree, exact_sums, topdown_integer
 from dpsql.hdmm.matrix import Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
 from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
@@ -179,6 +182,8 @@ def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.n
     y = np.asarray(y, dtype=float)
     if y.shape != (strategy.matrix.shape[0],):
         raise WorkloadError(f"expected {strategy.matrix.shape[0]} measurements, got shape {y.shape}")
+    if isinstance(strategy, KronStrategy) and strategy.matrix.shape[1] <= NONNEGATIVE_LIMIT:
+        return _one_vector_answers(workload, strategy, y)
     answers: list[np.ndarray | None] = [None] * len(workload.terms)
     for terms, system in _systems(workload, strategy):
         for k in terms:
@@ -198,8 +203,10 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
     :data:`NONNEGATIVE_LIMIT` domain cells. A strategy on a reduced domain is fitted
     there: a non-negative ``x`` exists exactly when a non-negative ``P x`` does.
 
-    A product strategy with a hierarchy factor (OPT_H) is fitted TopDown instead (:func:`topdown`),
-    and only it gives ``integer`` answers.
+    A product strategy with a hierarchy factor (OPT_H) is fitted TopDown instead (:func:`topdown`).
+    With ``integer``, the data vector is made non-negative integers (TopDown's tables; otherwise the
+    fitted vector rounded to the integers nearest it that add up to its rounded total, by largest
+    remainders): every COUNT is then a non-negative integer, and totals are the sums of their parts.
 
     The fit starts from the least-squares data vector with its negative cells set to 0 (from 0
     for a union strategy, whose parts each answer their own terms), and stops after
@@ -208,10 +215,8 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
     """
     if isinstance(strategy, ReducedStrategy):
         return nonnegative(strategy.reduction.apply(workload), strategy.inner, y, max_iterations, seconds, integer)
-    if isinstance(strategy, KronStrategy) and any(isinstance(f, HierarchyFactor) for f in strategy.factors):
+    if _hierarchical(strategy):
         return topdown(workload, strategy, y, integer)
-    if integer:
-        raise WorkloadError("integer answers need a strategy that measures a hierarchy (OPT_H)")
     A = strategy.matrix
     N = A.shape[1]
     if N > NONNEGATIVE_LIMIT:
@@ -244,27 +249,61 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
         warnings.warn(f"the non-negative fit stopped after {seconds:g} s, before it converged ({res.nit} steps on "
                       f"{N:,} cells): its answers are non-negative and consistent but fit the measurements less "
                       "well than it could", RuntimeWarning, stacklevel=2)
-    return workload.matvec(res.x * scale)
+    x = res.x * scale
+    if integer:  # controlled rounding: integers nearest x (largest remainders) adding up to its rounded total
+        cells = Tree.from_labels(N, [])
+        x = topdown_integer(cells, np.concatenate([[x.sum()], x]))[1:].astype(float)
+    return workload.matvec(x)
 
 
 def topdown(workload: Workload, strategy: KronStrategy, y: np.ndarray, integer: bool = False) -> np.ndarray:
     """Answers read from one non-negative data vector that adds up across the hierarchy: the
     least-squares estimate of every node of the hierarchy factor's tree by every cell of the other
-    attributes (their factors' ``(AᵀA)⁺Aᵀ`` along their axes, the tree's two passes along its own),
-    then, from the root down, each node's children made the nearest non-negative values adding up
-    to it (:func:`~dpsql.hdmm.hierarchy.topdown_integer`; non-negative integers with ``integer``).
-    Every level of the tree then adds up exactly, for each cell of the other attributes. Biased as
-    :func:`nonnegative` is (see the module docstring); ``O(nodes × other cells)``."""
+    attributes (:func:`_tree_estimate`), then, from the root down, each node's children made the
+    nearest non-negative values adding up to it (:func:`~dpsql.hdmm.hierarchy.topdown_integer`;
+    non-negative integers with ``integer``). Every level of the tree then adds up exactly, for each
+    cell of the other attributes. Biased as :func:`nonnegative` is (see the module docstring);
+    ``O(nodes × other cells)``."""
+    h, tree, shape, nodes = _tree_estimate(strategy, y)
+    table = topdown_integer(tree, nodes, rounded=integer)[tree.offsets[-2]:]
+    return workload.matvec(_cells(h, shape, table if integer else exact_sums(table)))
+
+
+def _one_vector_answers(workload: Workload, strategy: KronStrategy, y: np.ndarray) -> np.ndarray:
+    """The least-squares answers of a product strategy read from its data vector ``x̂ = (AᵀA)⁺Aᵀy``
+    with every value on one power-of-two grid (:func:`~dpsql.hdmm.hierarchy.exact_sums`): every count
+    is then an exact floating-point sum of cells, so totals add up to the last digit, in any order of
+    summation (a state is the sum of its counties as released)."""
+    return workload.matvec(exact_sums(_along_axes(strategy, np.asarray(y, dtype=float), None).ravel()))
+
+
+def _along_axes(strategy: KronStrategy, y: np.ndarray, skip: int | None) -> np.ndarray:
+    """``y`` as an array over the factors' rows with ``(A_iᵀA_i)⁺A_iᵀ`` applied along every axis but
+    ``skip``: the least-squares estimate of the cells along those axes."""
+    Y = y.reshape([f.shape[0] for f in strategy.factors])
+    for i, (f, P) in enumerate(zip(strategy.factors, strategy.factor_pinvs)):
+        if i != skip:
+            Yi = np.moveaxis(Y, i, 0)
+            Z = Product(P, Transpose(f)).matvec(Yi.reshape(Yi.shape[0], -1))
+            Y = np.moveaxis(Z.reshape((f.shape[1],) + Yi.shape[1:]), 0, i)
+    return Y
+
+
+def _tree_estimate(strategy: KronStrategy, y: np.ndarray) -> tuple[int, Tree, tuple[int, ...], np.ndarray]:
+    """The hierarchy factor's axis, its tree, the shape of the cells with its axis first, and the
+    least-squares estimate of every node of the tree (the tree's two passes) by every cell of the other
+    attributes, nodes × cells."""
     h = next(i for i, f in enumerate(strategy.factors) if isinstance(f, HierarchyFactor))
     H = strategy.factors[h]
-    Y = np.asarray(y, dtype=float).reshape([f.shape[0] for f in strategy.factors])
-    for i, f in enumerate(strategy.factors):
-        if i != h:  # this attribute's cells from its measurements: (AᵀA)⁺Aᵀ along axis i
-            Yi = np.moveaxis(Y, i, 0)
-            Z = Product(strategy.factor_pinvs[i], Transpose(f)).matvec(Yi.reshape(Yi.shape[0], -1))
-            Y = np.moveaxis(Z.reshape((f.shape[1],) + Yi.shape[1:]), 0, i)
-    rest = np.moveaxis(Y, h, 0)
-    nodes = H.tree.estimate_nodes(rest.reshape(rest.shape[0], -1), H.weights)
-    table = topdown_integer(H.tree, nodes, rounded=integer)
-    x = np.moveaxis(table[H.tree.offsets[-2]:].reshape((H.shape[1],) + rest.shape[1:]).astype(float), 0, h)
-    return workload.matvec(x.ravel())
+    rest = np.moveaxis(_along_axes(strategy, np.asarray(y, dtype=float), h), h, 0)
+    return h, H.tree, (H.shape[1],) + rest.shape[1:], H.tree.estimate_nodes(rest.reshape(rest.shape[0], -1),
+                                                                             H.weights)
+
+
+def _cells(h: int, shape: tuple[int, ...], leaves: np.ndarray) -> np.ndarray:
+    """The data vector from the tree's leaves by the other cells (the hierarchy's axis first)."""
+    return np.moveaxis(leaves.astype(float).reshape(shape), 0, h).ravel()
+
+
+def _hierarchical(strategy: Strategy) -> bool:
+    return isinstance(strategy, KronStrategy) and any(isinstance(f, HierarchyFactor) for f in strategy.factors)

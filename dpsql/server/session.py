@@ -16,7 +16,8 @@ one message, consecutive)                              spend, charged to the ana
                                                        answer's expected standard error
 ``SET dpsql.epsilon = 0.1`` (``delta``, ``rho``,       the spend (and answer options) of later
 ``std_error``, ``noise``, ``confidence``,              statements; ``WITH DIFFERENTIAL_PRIVACY
-``objective``, ``nonnegative``); ``RESET dpsql.x``     OPTIONS(…)`` in a statement overrides it
+``objective``, ``nonnegative``, ``integer``);          OPTIONS(…)`` in a statement overrides it
+``RESET dpsql.x``
 ``SHOW dpsql.remaining`` / ``dpsql.spent`` /           the analyst's own budget on this dataset
 ``dpsql.budget``
 ``BEGIN``, ``COMMIT``, ``ROLLBACK``, other ``SET``     accepted for clients' sake; they change
@@ -85,11 +86,12 @@ SQLSTATES: list[tuple[type[Error], str]] = [
     (Error, "XX000"),
 ]
 
+_BOOLEANS = {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}
 #: Session settings (``SET dpsql.<name> = value``) and how their values are read.
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "epsilon": float, "delta": float, "rho": float, "std_error": float, "confidence": float,
     "noise": str, "objective": str, "dialect": lambda v: _dialect(v),
-    "nonnegative": lambda v: {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}[v],
+    "nonnegative": lambda v: _BOOLEANS[v], "integer": lambda v: _BOOLEANS[v],
 }
 
 _DIALECT = Dialect.get_or_raise("duckdb")
@@ -275,7 +277,7 @@ class AnalystSession:
         return Request([st.text for st in batch], s.get("epsilon"), s.get("delta"), s.get("rho"), s.get("noise"),
                        s.get("nonnegative", False), s.get("confidence", 0.95), s.get("objective", "total"),
                        s.get("std_error"), max_rows=self._limits.max_result_rows, default_spend=True,
-                       dialect=s.get("dialect"))
+                       dialect=s.get("dialect"), integer=s.get("integer", False))
 
     def _private(self, batch: list[_Statement]) -> list[Outcome]:
         """One private batch; a CREATE TABLE's name is held (a placeholder) before the spend, so
@@ -335,7 +337,7 @@ class AnalystSession:
                 self._settings.pop(name, None)
                 return Command("SET")
             try:
-                parsed = SETTINGS[name](value.lower() if name == "nonnegative" else value)
+                parsed = SETTINGS[name](value.lower() if name in ("nonnegative", "integer") else value)
             except (ValueError, KeyError):
                 raise PgError("22023", f"invalid value for dpsql.{name}: {value[:80]!r}",
                               position=st.offset + 1) from None

@@ -98,13 +98,16 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
 
 def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total") -> list[str]:
     """The operators that apply to this workload's shape (and, for ``OPT_M_max``, to the
-    ``"max"`` objective under Gaussian ``noise``)."""
+    ``"max"`` objective under Gaussian ``noise``). A workload that queries an attribute at nested
+    levels (OPT_H applies) is answered from one data vector, so that its levels add up: the operators
+    answering each term from its own measurements (OPT_+, direct) are left out."""
     ops = []
+    nested = any(t is not None for t in hierarchies(workload))
     if len(workload.domain) == 1:
         ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
     else:
         ops.append("OPT_kron")
-    if len(product_groups(workload)) > 1:
+    if len(product_groups(workload)) > 1 and not nested:
         ops.append("OPT_plus")
     if len(workload.domain) <= MAX_SEARCH_ATTRIBUTES:
         ops.append("OPT_M")
@@ -113,9 +116,9 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
             ops.append("OPT_M_max")
     if identity_applies(workload):
         ops.append("identity")
-    if direct_applies(workload):
+    if direct_applies(workload) and not nested:
         ops.append("direct")
-    if any(t is not None for t in hierarchies(workload)):
+    if nested:
         ops.append("OPT_H")
     return ops
 
