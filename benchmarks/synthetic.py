@@ -40,7 +40,21 @@ allows, :func:`paper_fem_options`). DualQuery uses η = 0.4, s = 35; MWEM 15 rou
 ``--datasets kdd99`` adds the high-dimensional case: KDD Cup 1999's 494,021 rows of 42
 attributes (3·10^40 cells), coded by public rules (``kdd99.py``); ``--peers`` alone leaves dpmm's
 peers out, which run on one core and take far longer there.
-Skips with a message when ``../shared/data`` is absent.
+Skips with a message when ``../shared/data`` is absent (``DPSQL_DATA`` names another place).
+
+Issue 42's settings: ``--workload all`` (every triple, NLTCS's 560, given to every method and
+to dpmm's AIM alike, ``--peer-timeout`` capping dpmm's run), ``--workload default`` (no
+workload: pgm then runs AIM-style selection, i.e. dpsql's ``aim`` over every triple) with
+``--evaluate all`` (the errors over every triple of the columns of at most
+``--eval-max-values`` values: ADULT as published leaves out fnlwgt, capital_gain and
+capital_loss, whose triples have 10^7 to 10^12 cells), and ``--datasets adult-raw``. Each
+finished run is printed as it ends with the load average then (``--log`` appends it to a
+JSON-lines file), so an invocation cut short keeps its runs; the table gives each setting's
+mean and, over several runs, the standard deviation (``sd``).
+
+    python benchmarks/synthetic.py --datasets nltcs --workload all --methods pgm aim --peers aim \
+        --peer-runs 1 --peer-timeout 1500 --log runs.jsonl
+    python benchmarks/synthetic.py --datasets adult-raw --workload default --evaluate all --methods aim --peers
 """
 
 from __future__ import annotations
@@ -64,11 +78,15 @@ import numpy as np
 
 import dpsql
 from dpsql.owner.evaluate import evaluate
+from dpsql.schema import load_schema
+from dpsql.sql.compile import schema_attributes
 from dpsql.synth import random_marginals
 from dpsql.synth.accounting import bun_steinke_rho, fem_rounds_zcdp
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+#: The shared data sets (``DPSQL_DATA`` overrides: a git worktree lies deeper than the main checkout).
+DATA = os.environ.get("DPSQL_DATA") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                                                    "data")
 #: Published FEM mean max error, ADULT, 64 random 3-way marginals (workloads.md).
 PUBLISHED_FEM = {0.1: 0.172, 0.15: 0.133, 0.2: 0.113, 0.25: 0.106, 0.5: 0.078, 1.0: 0.076}
 METHODS = ("aim", "pgm", "pgm-pairs", "hdmm", "fem", "dualquery", "mwem")
@@ -144,6 +162,11 @@ class Data:
         self.columns = names
         self.schema = {"table": self.name, "columns": columns}
         self.n = int(self.con.execute(f"SELECT count(*) FROM {self.name}").fetchall()[0][0])
+
+    def narrow(self, most: int) -> list[int]:
+        """The positions of the columns of at most ``most`` values (whose marginals can be evaluated)."""
+        sizes = [a.size for a in schema_attributes(load_schema(self.schema))]
+        return [i for i, size in enumerate(sizes) if size <= most]
 
     @staticmethod
     def available(name: str) -> bool:
@@ -262,6 +285,19 @@ def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_
     return records, seconds
 
 
+def log_run(path: str | None, data: str, epsilon: float, who: str, run: int, outcome: tuple) -> None:
+    """Print one finished run, and append it to the JSON-lines file ``path`` if given, with the
+    1-minute load average when it ended (the machine is shared: times depend on it)."""
+    load = os.getloadavg()[0]
+    print(f"      run {run + 1}: {epsilon:g} {who}: max error {outcome[0]:.4f}, mean TV {outcome[1]:.4f}, "
+          f"{outcome[2]:.1f} s, load {load:.1f}", flush=True)
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"data": data, "epsilon": epsilon, "method": who, "run": run + 1,
+                                 "max_error": outcome[0], "mean_tv": outcome[1], "seconds": outcome[2],
+                                 "load": load, "workload": WORKLOAD.get("given")}) + "\n")
+
+
 def write_rows(path: str, rows: list[dict]) -> None:
     """``rows`` as JSON at ``path``, written whole or not at all."""
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
@@ -278,6 +314,12 @@ def main(argv=None) -> int:
                     help="random: 64 random triples (the peers get them too); all: every triple (NLTCS: 560), given "
                          "to every method and AIM alike; pairs: workload=2; default: no workload (issue 42). The "
                          "errors are over the triples drawn (all: every triple)")
+    ap.add_argument("--evaluate", default=None, choices=["random", "all"],
+                    help="the errors over 64 random triples or all triples (default: all with --workload all)")
+    ap.add_argument("--eval-max-values", type=int, default=1024,
+                    help="evaluate triples of the columns of at most this many values only (ADULT as published: "
+                         "fnlwgt, capital_gain and capital_loss are left out)")
+    ap.add_argument("--log", help="append each finished run (errors, seconds, the load average) to this JSON-lines file")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
@@ -292,6 +334,7 @@ def main(argv=None) -> int:
                     help="run FEM with the paper's T: eps0^2/2-zCDP a selection, Bun & Steinke's conversion")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
+    args.evaluate = args.evaluate or ("all" if args.workload == "all" else "random")
     if args.paper_accounting:
         OPTIONS["fem"] = ("fem", paper_fem_options)
     missing = [d for d in args.datasets if not Data.available(d)]
@@ -303,13 +346,20 @@ def main(argv=None) -> int:
     for name in args.datasets:
         data = Data(name)
         d = len(data.columns)
-        print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, 64 random 3-way marginals, delta = 1/n^2, "
+        print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, delta = 1/n^2, "
               f"{args.runs} run(s) per epsilon")
         print(f"{'eps':>5} {'method':>10} {'max err':>8} {'mean TV':>8} {'seconds':>8} {'max/MST':>8} {'max/AIM':>8} "
               f"{'TV/MST':>7} {'TV/AIM':>7} {'runs':>4} {'published':>9}")
         WORKLOAD["given"] = args.workload
-        workloads = [list(itertools.combinations(range(d), 3)) if args.workload == "all" else
-                     random_marginals(d, 3, 64, seed=1000 + r) for r in range(args.runs)]
+        fit = data.narrow(args.eval_max_values)  # the columns whose triples are evaluated
+        every = [tuple(fit[i] for i in m) for m in itertools.combinations(range(len(fit)), 3)]
+        workloads = [every if args.evaluate == "all" else
+                     [tuple(fit[i] for i in m) for m in random_marginals(len(fit), 3, 64, seed=1000 + r)]
+                     for r in range(args.runs)]
+        if len(fit) < d:
+            print(f"      errors over triples of the {len(fit)} columns of at most {args.eval_max_values:,} values "
+                  f"(left out: {', '.join(data.columns[i] for i in range(d) if i not in fit)})")
+        print(f"      errors over {'all ' + str(len(every)) if args.evaluate == 'all' else '64 random'} triples")
         zeros = np.mean([data.errors(np.zeros((0, d), dtype=np.int64), w)[0] for w in workloads])
         print(f"{'':>5} {'zeros':>10} {zeros:>8.4f} {0.5:>8.4f}   (the all-zeros table: the trivial baseline)")
         # the peers run in a subprocess each, one at a time, while dpsql's methods run here: two cores
@@ -324,12 +374,17 @@ def main(argv=None) -> int:
             pending = {(eps, label, r): pool.submit(run_peer, data, PEERS[label], eps, workloads[r], r,
                                                     args.aim_model_size, args.peer_timeout, not args.fresh_peers)
                        for eps in args.epsilons for label in peers for r in range(peer_runs)}
-            outcome = {(eps, who, r): run(data, who, eps, w, seed=r)
-                       for eps in args.epsilons for who in args.methods for r, w in enumerate(workloads)}
+            outcome = {}
+            for r, w in enumerate(workloads):  # run by run, each printed as it ends, so a cut-short run keeps its runs
+                for eps in args.epsilons:
+                    for who in args.methods:
+                        outcome[(eps, who, r)] = run(data, who, eps, w, seed=r)
+                        log_run(args.log, name, eps, who, r, outcome[(eps, who, r)])
             for key, job in pending.items():
                 try:
                     records, seconds = job.result()
                     outcome[key] = (*data.errors(records, workloads[key[2]]), seconds)
+                    log_run(args.log, name, *key, outcome[key])
                 except TimeoutError:
                     print(f"{key[0]:>5g} {key[1]:>10} did not finish in {args.peer_timeout:g} s (run {key[2] + 1})")
         for eps in args.epsilons:
@@ -353,14 +408,20 @@ def main(argv=None) -> int:
                 tv = tv if math.isfinite(tv) else None  # hdmm's answers are no table: no TV
                 tv_text = f"{tv:.4f}" if tv is not None else "n/a"
                 runs = sum((eps, who, r) in outcome for r in range(args.runs))
+                spread = {f"{m}_sd": float(np.std([outcome[(eps, who, r)][i] for r in range(args.runs)
+                                                   if (eps, who, r) in outcome], ddof=1)) if runs > 1 else None
+                          for i, m in ((0, "max_error"), (1, "mean_tv"), (2, "seconds"))}
                 rows.append({"data": name, "epsilon": eps, "delta": 0.0 if who == "mwem" else 1.0 / data.n ** 2,
                              "method": who, "runs": runs, "max_error": max_err, "mean_tv": tv,
-                             "seconds": seconds, "published_fem": published, **ratios,
+                             "seconds": seconds, **spread, "published_fem": published, **ratios,
                              "aim_model_size_mb": args.aim_model_size if who in ("dpmm-aim", "aim") else None})
                 shown = " ".join(f"{ratios[k]:>{w}.3f}" if ratios[k] is not None else " " * w
                                  for k, w in (("max_mst", 8), ("max_aim", 8), ("tv_mst", 7), ("tv_aim", 7)))
                 print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {runs:>4} "
                       f"{published or '':>9}", flush=True)
+                if runs > 1:
+                    print(f"{'':>5} {'sd':>10} {spread['max_error_sd']:>8.4f} {spread['mean_tv_sd'] or math.nan:>8.4f} "
+                          f"{spread['seconds_sd']:>8.1f}")
             for who in ("aim", "pgm", "pgm-pairs"):
                 if who in found and all(p in found for p in PEERS):
                     ok = ratio(who, "dpmm-aim", 0) < 1 and ratio(who, "dpmm-mst", 0) <= 0.5

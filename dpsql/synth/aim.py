@@ -28,7 +28,8 @@ Unlike the paper, it may compress the domain first (:mod:`dpsql.synth.compress`,
 the one-way marginals then take a given share of ``ρ`` (``one_way_share``), each attribute's
 values they count below ``threshold`` noise standard deviations are merged, and every later
 candidate is a marginal of the merged values (fewer, fuller cells). dpsql's synthesize does so
-by default when an attribute has more than two values.
+by default when an attribute has more than two values. A wide integer column is modelled in
+public bins the same way (:mod:`dpsql.synth.coarsen`).
 
 **Guarantee.** ``ρ``-zCDP with respect to adding or removing one privacy unit (of at most ``k``
 rows), or ``(ε, δ)``-DP for the ``(ε, δ)`` that ``ρ`` stands for
@@ -54,7 +55,7 @@ import numpy as np
 from dpsql.privacy import Gaussian
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
-from dpsql.synth.compress import compress
+from dpsql.synth.coarsen import shrink
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.junction import junction_tree
 from dpsql.synth.mwem import marginal_strategy
@@ -102,7 +103,7 @@ def round_iterations(cap: int, cells: int) -> int:
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = AIM_ITERATIONS,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
-        progress: Callable[[int], None] | None = None) -> PGMResult:
+        progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``refit_iterations``
@@ -110,8 +111,9 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     ``iterations``. ``one_way_share``: the share of ``rho``
     the one-way marginals take (default: ``d`` rounds' measurement shares, as in the paper).
     ``threshold``: compress the domain (:func:`~dpsql.synth.compress.compress`) at this many
-    standard deviations of the one-way noise (default: no compression). ``progress`` gets the
-    percentage of ``rho`` spent."""
+    standard deviations of the one-way noise (default: no compression). ``binned``: the attributes
+    (by position, each value's bin) modelled in bins and drawn back to values by their one-way
+    counts (:func:`~dpsql.synth.coarsen.shrink`). ``progress`` gets the percentage of ``rho`` spent."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
     shares = rounds or 16 * d
@@ -119,7 +121,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
 
     observations = one_way_observations(table, attributes, range(d), d / (2 * sigma**2) if one_way_share is None
                                         else one_way_share * rho, reservation, "AIM: every one-way marginal")
-    compression = None if threshold is None else compress(domain, observations, threshold)
+    compression = shrink(domain, observations, threshold, binned or {})
     if compression is not None:
         observations = [compression.observe(o) for o in observations]
         attributes, domain = compression.attributes(attributes), compression.domain

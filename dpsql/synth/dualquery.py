@@ -69,7 +69,7 @@ def dualquery(table: PrivateTable, attributes: Sequence[Attribute], subsets: Seq
     """
     if rounds < 1 or samples < 1 or not eta > 0 or not n > 0:
         raise WorkloadError("DualQuery needs rounds >= 1, samples >= 1, eta > 0 and n > 0")
-    domain = tuple(a.size for a in attributes)
+    domain = tuple(a.cells for a in attributes)
     cells = MarginalCells(domain, subsets)
     rng = np.random.default_rng(seed)
     answered = np.zeros(cells.size)  # Σ over past records of each cell's answer

@@ -66,7 +66,7 @@ def fem(table: PrivateTable, attributes: Sequence[Attribute], subsets: Sequence[
         raise WorkloadError("FEM needs rounds >= 1, samples >= 1, eps0 > 0 and noise > 0")
     if oracle != "heuristic" and oracle not in ORACLES:
         raise WorkloadError(f"oracle must be 'heuristic' or one of {ORACLES}, got {oracle!r}")
-    domain = tuple(a.size for a in attributes)
+    domain = tuple(a.cells for a in attributes)
     cells = MarginalCells(domain, subsets)
     offsets = np.concatenate([[0], np.cumsum(domain)])
     rng = np.random.default_rng(seed)

@@ -83,7 +83,7 @@ def check_mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: S
     integer("replays", replays)
     choice("init", init, INITS)
     flag("average", average)
-    domain = tuple(a.size for a in attributes)
+    domain = tuple(a.cells for a in attributes)
     workload = [tuple(sorted(q)) for q in workload]
     if not workload:
         raise WorkloadError("MWEM needs a non-empty workload of marginals")
@@ -133,7 +133,7 @@ def mwem(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequenc
     """
     check_mwem(table, attributes, workload, step_epsilon, rounds, replays, init, average)
     workload = [tuple(sorted(q)) for q in workload]
-    domain = tuple(a.size for a in attributes)
+    domain = tuple(a.cells for a in attributes)
     eps, step = step_epsilon, step_cost
     table.check(_times(step, mwem_steps(rounds, init)))
     noise = Laplace(eps)

@@ -49,8 +49,8 @@ from dpsql.privacy import Gaussian, NoiseModel
 from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
-from dpsql.synth.coarsen import coarsen
-from dpsql.synth.compress import Compression, compress
+from dpsql.synth.coarsen import shrink
+from dpsql.synth.compress import Compression
 from dpsql.synth.estimate import Observation, estimate, pool, uniform_std
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -59,7 +59,7 @@ from dpsql.synth.refine import refine
 
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "RELATIVE_TOLERANCE",
-           "marginal_weights", "measurement", "model_structure", "one_way_observations",
+           "marginal_weights", "measurement", "model_structure", "one_way_counts", "one_way_observations",
            "planned_model", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights"]
 
@@ -274,8 +274,9 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
         progress: Callable[[int, float], None] | None = None, tolerance: float = RELATIVE_TOLERANCE) -> PGMResult:
     """Measure the weighted marginals (``weights`` from :func:`marginal_weights`) once with
     ``noise`` (spending ``cost``, its price in the ledger's currency), and fit a model of at
-    most ``max_cells`` cells (:func:`model_structure`; see the module docstring for the guarantee)."""
-    domain = tuple(a.size for a in attributes)
+    most ``max_cells`` cells (:func:`model_structure`; see the module docstring for the guarantee),
+    on the attributes' cells (their groups, when grouped)."""
+    domain = tuple(a.cells for a in attributes)
     measured = table.measure(attributes, measurement(domain, weights), noise, cost,
                              f"PGM: {len(weights)} weighted marginals")
     return _fit(domain, _weighted(domain, weights, measured.values, measured.noise_std), max_cells, iterations,
@@ -304,10 +305,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     full = [a.size for a in attributes]
     first = one_way_observations(table, attributes, range(len(attributes)), one_way_share * rho, reservation,
                                  "PGM: every one-way marginal")
-    merged = [o for o in first if o.subset[0] in set(compressible) and o.subset[0] not in binned]
-    compression = None if threshold is None else compress(full, merged, threshold)
-    if binned:
-        compression = coarsen(compression or compress(full, []), binned, first)
+    compression = shrink(full, first, threshold, binned, compressible)
     domain = tuple(a.size for a in attributes) if compression is None else compression.domain
     counted = attributes if compression is None else compression.attributes(attributes)
     rest = Gaussian(rho=rho - reservation.rho_used)
@@ -334,9 +332,16 @@ def one_way_observations(table: PrivateTable, attributes: Sequence[Attribute], w
                          reservation: Reservation, description: str) -> list[Observation]:
     """The one-way marginals of the attributes ``which`` (:func:`one_way_weights`), measured at
     once with Gaussian noise drawing ``rho`` from ``reservation``."""
-    domain = tuple(a.size for a in attributes)
+    return one_way_counts(table, attributes, which, Gaussian(rho=rho), reservation, description)
+
+
+def one_way_counts(table: PrivateTable, attributes: Sequence[Attribute], which: Sequence[int], noise: NoiseModel,
+                   spend: "Cost | Reservation", description: str) -> list[Observation]:
+    """The one-way marginals of the attributes ``which`` (:func:`one_way_weights`) on their
+    cells, measured at once with ``noise``, spending ``spend`` (a cost, or drawn from a reservation)."""
+    domain = tuple(a.cells for a in attributes)
     weights = one_way_weights(which)
-    measured = table.measure(attributes, measurement(domain, weights), Gaussian(rho=rho), reservation, description)
+    measured = table.measure(attributes, measurement(domain, weights), noise, spend, description)
     return _weighted(domain, weights, measured.values, measured.noise_std)
 
 

@@ -54,8 +54,8 @@ from dpsql.synth.accounting import (
 from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
-from dpsql.synth.coarsen import WIDE_VALUES, wide
-from dpsql.synth.compress import THRESHOLD, compressible
+from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
+from dpsql.synth.compress import THRESHOLD, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
@@ -68,6 +68,7 @@ from dpsql.synth.pgm import (
     PGMResult,
     marginal_weights,
     measurement,
+    one_way_counts,
     one_way_weights,
     pgm,
     pgm_compressed,
@@ -442,7 +443,11 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     request = _Request(budget, total, marginals, rows, columns, seed, wide(attributes, schema))
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
-    run = planner(private, attributes, request, dict(options))
+    gaussian = request.zcdp or total.delta > 0  # pgm (so) and aim measure every one-way marginal themselves
+    if request.wide and not (method == "aim" or method == "pgm" and gaussian):
+        run = _plan_binned(private, attributes, request, planner, dict(options))
+    else:
+        run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
@@ -490,12 +495,51 @@ def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: 
                                  f"more than the limit of {MAX_MEASURED_CELLS:,}; the widest column, "
                                  f"{attributes[widest].name}, has {domain[widest]:,} values: bin it in the schema, "
                                  "or choose fewer or smaller marginals")
-    return MarginalCells([a.size for a in attributes], marginals)
+    return MarginalCells(domain, marginals)
 
 
 def _refine(error: PrivacyError, what: str) -> PrivacyError:
     """``error`` (a noise floor) said in the terms of the request: ``what`` named its parameters."""
     return PrivacyError(f"{what}: {error}")
+
+
+# -- wide columns --------------------------------------------------------------------------------
+
+def _plan_binned(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                 planner: Callable[[PrivateTable, Sequence[Attribute], _Request, dict], _Run], options: dict) -> _Run:
+    """A method that measures no one-way marginal (mwem, fem, dualquery; pgm under a pure ``ε``)
+    on a request with wide columns (:mod:`dpsql.synth.coarsen`): :data:`~dpsql.synth.coarsen.WIDE_SHARE`
+    of the request measures the wide columns' one-way marginals at full resolution (Laplace noise
+    under a pure ``ε`` or an ``(ε, δ)`` spend, Gaussian under a ``ρ`` one), the method runs with
+    the rest on the attributes with those columns in bins, and each sampled bin becomes one of
+    its values, drawn by those counts (:func:`~dpsql.synth.coarsen.coarsen`). The two spends
+    compose: they add up (basic composition; zCDP's, Bun & Steinke 2016, Lemma 2.3)."""
+    total, budget = request.total, request.budget
+    which = sorted(request.wide)
+    names = ", ".join(attributes[a].name for a in which)
+    if request.zcdp:
+        noise: NoiseModel = Gaussian(rho=WIDE_SHARE * total.rho)
+        cost, rest = Cost.gaussian(budget, rho=WIDE_SHARE * total.rho), Cost(rho=(1 - WIDE_SHARE) * total.rho)
+    else:
+        noise, cost = Laplace(WIDE_SHARE * total.epsilon), Cost.laplace(WIDE_SHARE * total.epsilon, budget)
+        rest = Cost(epsilon=(1 - WIDE_SHARE) * total.epsilon, delta=total.delta)
+    full = [a.size for a in attributes]
+    try:
+        private.plan(measurement(full, one_way_weights(which)), noise)
+    except PrivacyError as e:
+        raise _refine(e, f"the wide columns' one-way marginals ({names}) get {WIDE_SHARE:g} of "
+                         f"{budget.describe(total)}, too little") from None
+    inner = planner(private, binned(attributes, request.wide), dataclasses.replace(request, total=rest, wide={}),
+                    options)
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        one_way = one_way_counts(private, attributes, which, noise, cost, f"one-way marginals of {names}")
+        records, report, oracle, spent = inner.execute(bar, rng)
+        laplace = isinstance(noise, Laplace)
+        values = coarsen(compress(full, []), request.wide, one_way, laplace=laplace).expand(records, rng)
+        return values, report, oracle, cost + spent
+
+    return _Run(cost + inner.cost, execute)
 
 
 # -- MWEM ----------------------------------------------------------------------------------------
@@ -521,9 +565,9 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     except PrivacyError as e:
         raise _refine(e, f"MWEM with rounds={rounds} splits {budget.describe(total)} into {steps} steps of "
                          f"epsilon={step_eps!r}, too small to measure; spend more or use fewer rounds") from None
-    sizes = [math.prod(a.size for a in (attributes[i] for i in m)) for m in request.marginals]
+    sizes = [math.prod(a.cells for a in (attributes[i] for i in m)) for m in request.marginals]
     updates = replays * rounds * (rounds + 1) // 2  # round r replays its r measurements...
-    touched = sorted((attributes[a].size for a in set().union(*request.marginals)), reverse=True)
+    touched = sorted((attributes[a].cells for a in set().union(*request.marginals)), reverse=True)
     k = max(len(m) for m in request.marginals)
 
     def group(r: int) -> int:  # ...each on the group of attributes they merged: at most the r·k largest
@@ -590,7 +634,7 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         Work("DualQuery", [(f"rounds={rounds} with samples={samples}", seconds(rounds))]).check(time_budget)
     max_rounds = synthetic_rows_cap(request.columns)  # one record a round
     count_eps = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
-    count_strategy = marginal_strategy([a.size for a in attributes], ())
+    count_strategy = marginal_strategy([a.cells for a in attributes], ())
     try:
         count_cost = Cost.laplace(count_eps, budget)
         private.plan(count_strategy, Laplace(count_eps))
@@ -673,7 +717,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     # one process unless asked: spawned workers rerun a script's top level, spending again
     # where it lacks an ``if __name__ == "__main__":`` guard
     processes = min(integer("processes", option(options, "processes", 1)), os.cpu_count() or 1)
-    width = sum(a.size for a in attributes)
+    width = sum(a.cells for a in attributes)
     if samples * width > limits.MAX_SYNTHETIC_CELLS:
         raise ResourceLimitError(f"FEM perturbs samples={samples} records of {width:,} attribute values a round, "
                                  f"{samples * width:,} numbers, more than the limit of {limits.MAX_SYNTHETIC_CELLS:,}")
@@ -725,7 +769,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     if not cost.within(total):
         raise PrivacyError(f"FEM with eps0={eps0:g} and {rounds} rounds costs {budget.describe(cost)}, more than "
                            f"the {budget.describe(total)} asked for; give eps0 or rounds and the spend sets the other")
-    notes = fem_warnings(eps0, cells.offsets[-1], [(a.name, a.size) for a in attributes], request.marginals)
+    notes = fem_warnings(eps0, cells.offsets[-1], [(a.name, a.cells) for a in attributes], request.marginals)
     for note in notes:  # up front: before anything is spent
         warnings.warn(note, stacklevel=6)
 
@@ -922,12 +966,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
             Cost.gaussian(budget, epsilon=total.epsilon, delta=total.delta)
     else:
         noise, cost = Laplace(total.epsilon), Cost.laplace(total.epsilon, budget)
-    if request.wide and not gaussian:
-        a = next(iter(request.wide))
-        raise ResourceLimitError(f"column {attributes[a].name} has {attributes[a].size:,} values, more than a model "
-                                 f"column may ({WIDE_VALUES:,}): pgm coarsens it under Gaussian noise only (give a "
-                                 "delta, or rho on a zCDP budget), or bin it in the schema")
-    model_attributes = [a.grouped(request.wide[i]) if i in request.wide else a for i, a in enumerate(attributes)]
+    model_attributes = binned(attributes, request.wide)  # (under a pure epsilon, _plan_binned has binned them)
     domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     measured = request.marginals if measure == "workload" else \
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
@@ -1016,7 +1055,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares."""
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
-    domain = [a.size for a in attributes]
+    model_attributes = binned(attributes, request.wide)
+    domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     rounds = integer("rounds", option(options, "rounds", 16 * len(domain)), high=AIM_MAX_ROUNDS)
     share, threshold = _compression(options, domain, True)
     if not (request.zcdp or total.delta > 0):
@@ -1025,7 +1065,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     rho, cost = request.reservation()
     model.check_one_ways(domain, "AIM's first model")
     fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= model.max_cells]
-    _check_cells("AIM", fits, attributes)
+    _check_cells("AIM", fits, model_attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
@@ -1034,7 +1074,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
                              min(rounds, len(fits)) + len(domain), request.rows)
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
-        private.plan(measurement(domain, one_way_weights(range(len(domain)))), Gaussian(rho=share * rho))
+        private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
+                     Gaussian(rho=share * rho))  # at full resolution
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
@@ -1042,7 +1083,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         try:
             learned = aim(private, attributes, request.marginals, rho, reservation, model.max_cells, rounds=rounds,
                           iterations=model.iterations, one_way_share=share, threshold=threshold,
-                          progress=_advance(bar))
+                          progress=_advance(bar), binned=request.wide)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
@@ -1056,7 +1097,7 @@ def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
     cells (released numbers only)."""
     import pandas as pd
 
-    cells = MarginalCells([a.size for a in attributes], marginals)
+    cells = MarginalCells([a.cells for a in attributes], marginals)
     picked = np.bincount([cells.locate(j)[0] for j, _ in learned.selected], minlength=len(marginals))
     return pd.DataFrame({"marginal": [marginal_name(attributes, m) for m in marginals],
                          "cells": np.diff(cells.offsets), "times_selected": picked})
