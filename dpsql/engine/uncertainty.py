@@ -39,7 +39,7 @@ __all__ = ["error_columns", "ordered"]
 #: per group and group (a matrix: row ``r``'s value reads the block's answers of the groups ``j``).
 _Gradient = list[tuple[Block, np.ndarray]]
 #: Most groups whose window gets a standard error (the covariances are groups × groups per block pair).
-MAX_WINDOW_GROUPS = 1000
+MAX_WINDOW_GROUPS = 500
 #: A covariance callback: ``(term_a, term_b)`` row by row, or with ``full=True`` every row against every row.
 Covariance = Callable[..., np.ndarray]
 
