@@ -576,3 +576,28 @@ def test_set_dpsql_dialect_reads_later_statements_in_that_dialect(served):
         close_rows([r[:2] for r in rows], exact(d, "SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY 2 DESC LIMIT 1"))
         with pytest.raises(psycopg.Error, match="invalid value for dpsql.dialect"):
             conn.execute("SET dpsql.dialect = 'klingon'")
+
+
+def test_a_repeated_answer_comes_with_a_notice_and_spends_nothing(served):
+    """A request the analyst sent before is answered with its release again, for free; the client is told so by
+    a NOTICE (as PostgreSQL's RAISE NOTICE), on the simple and the extended protocol, and only then."""
+    _, port, app = served
+    ledger = app.datasets["people"].ledger
+    sql = "SELECT smoker, COUNT(*) AS n FROM people WHERE age < 40 GROUP BY smoker ORDER BY smoker"
+    with psycopg.connect(dsn(port, "alice"), autocommit=True) as conn:
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append((d.severity, d.sqlstate, d.message_primary)))  # valid now
+        conn.execute("SET dpsql.epsilon = 0.5")
+        first = conn.execute(sql, prepare=False).fetchall()
+        entry = ledger.entries()[-1]
+        assert notices == [] and entry.analyst == "alice"
+        for prepare in (False, True):
+            assert conn.execute(sql, prepare=prepare).fetchall() == first
+            assert notices == [("NOTICE", "00000", f"this answer repeats an earlier release (ledger entry {entry.id}): "
+                                "the same request was answered before, and its answers are sent again; nothing "
+                                "was spent now")]
+            notices.clear()
+        assert ledger.entries()[-1] == entry
+        conn.execute("SET dpsql.epsilon = 0.25")  # another spend: measured anew, no notice
+        conn.execute(sql, prepare=False).fetchall()
+        assert notices == [] and ledger.entries()[-1].id > entry.id

@@ -611,7 +611,7 @@ class Ledger:
     def _current(self) -> _Snapshot:
         """The ledger, verified (:meth:`_verify`) inside the caller's transaction and extending what this object
         has seen (:meth:`_check_continues`); or, when SQLite's data_version shows that no other connection has
-        committed to the file since this object last did so, that snapshot, with what it recorded since."""
+        committed to the file since this object last verified it so, that snapshot, with what it recorded since."""
         version = self._data_version()  # first: rows read after it are at least as new
         if self._trusted is not None and self._trusted[0] == version:
             return self._trusted[1]

@@ -20,6 +20,8 @@ The subset spoken:
   its statement (a session cannot always know a statement's columns without running it) and Execute sends
   the outcome kept from then: a statement runs once.
 - Result columns in text or binary format for the types of :data:`dpsql.server.wiretypes.TYPES`.
+- NoticeResponse (severity NOTICE) for each notice a session attaches to an outcome (:attr:`Rows.notices`),
+  before its results (on the extended protocol, before the first rows an Execute sends).
 
 Not spoken (a message outside the subset ends the connection with 08P01): COPY, function calls (``F``),
 replication, password and MD5 authentication, GSSAPI, channel binding, protocol 2. Text is UTF-8 whatever
@@ -97,18 +99,22 @@ class Column:
 @dataclass
 class Rows:
     """A statement's rows: values are None, bool, int, float, str, Decimal, datetime.date or datetime.datetime,
-    matching their column's type; ``tag`` is PostgreSQL's command tag (``"SELECT 3"``)."""
+    matching their column's type; ``tag`` is PostgreSQL's command tag (``"SELECT 3"``). ``notices`` are sent
+    before them, each as a NoticeResponse (severity NOTICE), as PostgreSQL's ``RAISE NOTICE``."""
 
     columns: list[Column]
     rows: list[tuple]
     tag: str
+    notices: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Command:
-    """A statement without rows, reported by its command tag (``"SET"``, ``"BEGIN"``, ``"CREATE TABLE"``)."""
+    """A statement without rows, reported by its command tag (``"SET"``, ``"BEGIN"``, ``"CREATE TABLE"``), and
+    its ``notices``, as :class:`Rows`'s."""
 
     tag: str
+    notices: list[str] = field(default_factory=list)
 
 
 Outcome = Rows | Command
@@ -180,8 +186,17 @@ def error_response(error: PgError, severity: str = "ERROR") -> bytes:
     fields += [(b"D", error.detail), (b"H", error.hint)]
     if error.position is not None:
         fields.append((b"P", str(error.position)))
-    body = b"".join(code + _cstring(value.replace("\x00", "")) for code, value in fields if value is not None)
-    return _message(b"E", body + b"\x00")
+    return _message(b"E", _fields(fields))
+
+
+def notice_response(message: str) -> bytes:
+    """The NoticeResponse message (severity NOTICE, SQLSTATE 00000) saying ``message``."""
+    return _message(b"N", _fields([(b"S", "NOTICE"), (b"V", "NOTICE"), (b"C", "00000"), (b"M", message)]))
+
+
+def _fields(fields: "list[tuple[bytes, str | None]]") -> bytes:
+    """An ErrorResponse's or NoticeResponse's body: each field given, then the terminator."""
+    return b"".join(code + _cstring(value.replace("\x00", "")) for code, value in fields if value is not None) + b"\x00"
 
 
 def _row_description(columns: list[Column], formats: list[int]) -> bytes:
@@ -639,6 +654,7 @@ class _Connection:
     async def _send_outcomes(self, outcomes: "list[Outcome]") -> None:
         """Each outcome of a simple query, in text format."""
         for outcome in outcomes:
+            self.writer.write(b"".join(notice_response(n) for n in outcome.notices))
             if isinstance(outcome, Rows):
                 self.writer.write(_row_description(outcome.columns, [0] * len(outcome.columns)))
                 await self._rows(outcome, [0] * len(outcome.columns), 0, len(outcome.rows))
@@ -779,6 +795,8 @@ class _Connection:
         body.end()
         portal = self._portal(name)
         outcome = await self._outcome(portal)
+        if outcome is not None and not portal.done and portal.sent == 0:  # once, before its first rows
+            self.writer.write(b"".join(notice_response(n) for n in outcome.notices))
         if outcome is None:
             self.writer.write(_message(b"I"))
         elif isinstance(outcome, Command) or portal.done:

@@ -24,6 +24,10 @@ one message, consecutive)                              spend, charged to the ana
                                                        nothing (a spend is never rolled back)
 =====================================================  =========================================
 
+A private batch the analyst sent before (the same statements, spend and options) is answered
+with its release again, for free (:mod:`dpsql.engine.repeats`), and each of its statements
+comes with a NOTICE saying so.
+
 Errors are PostgreSQL ErrorResponses (:data:`SQLSTATES`): ``42601`` a syntax
 error, ``42703`` an unknown column, ``42P01`` an unknown table, ``0A000`` a
 construct dpsql refuses, ``DP001`` an exceeded budget, ``DP002`` a refused spend
@@ -50,7 +54,7 @@ from sqlglot import exp
 from sqlglot import tokens as sqlglot_tokens
 from sqlglot.dialects.dialect import Dialect
 
-from dpsql.engine import Engine, Explanation, Request
+from dpsql.engine import Engine, Explanation, Release, Request
 from dpsql.errors import (
     ArgumentError,
     BudgetExceededError,
@@ -290,15 +294,16 @@ class AnalystSession:
             answers = self._translate(lambda: self._ws.engine.run(self._request(batch)), batch)
             out: list[Outcome] = []
             for st, answer in zip(batch, answers):
+                notices = [_repeat_notice(answer.release)] if answer.release.repeated else []
                 if st.target is None:
-                    out.append(_rows(answer.df, "SELECT"))
+                    out.append(_rows(answer.df, "SELECT", notices))
                     continue
                 types = {c: _duckdb_type(answer.df[c]) for c in answer.df.columns}
                 slots[st.offset].fill(answer.df, types)
                 for reader in self._ws.readers.values():  # a copy for each analyst allowed to read it
                     with contextlib.suppress(Error):  # (best effort: the reader's own schema may clash)
                         reader.register(st.target, answer.df, types, schema=self._ws.analyst)
-                out.append(Command(f"SELECT {len(answer.df)}"))
+                out.append(Command(f"SELECT {len(answer.df)}", notices))
         return out
 
     def _other(self, st: _Statement) -> Outcome:
@@ -496,10 +501,16 @@ def _value(v: Any) -> Any:
     return v
 
 
-def _rows(df: "pd.DataFrame", verb: str) -> Rows:
-    """``df`` as wire rows; a NaN (dpsql's NULL answer) is NULL."""
+def _repeat_notice(release: Release) -> str:
+    """What a client is told of an answer served again from its release (:mod:`dpsql.engine.repeats`)."""
+    return (f"this answer repeats an earlier release (ledger entry {release.entry}): the same request was answered "
+            "before, and its answers are sent again; nothing was spent now")
+
+
+def _rows(df: "pd.DataFrame", verb: str, notices: "list[str] | None" = None) -> Rows:
+    """``df`` as wire rows, after ``notices``; a NaN (dpsql's NULL answer) is NULL."""
     rows = [tuple(_value(v) for v in row) for row in df.itertuples(index=False, name=None)]
-    return Rows(_columns(df), rows, f"{verb} {len(rows)}")
+    return Rows(_columns(df), rows, f"{verb} {len(rows)}", list(notices or []))
 
 
 def _duckdb_type(series: "pd.Series") -> str:
