@@ -1,27 +1,28 @@
-"""Census scale: redistricting tables at nation, state, county and tract in one consistent release.
+"""Census scale through the public API: redistricting and SF1 tables at nation, state, county and tract
+as one ``db.batch`` release.
 
-Generates persons over 51 states, 3,142 counties of heavy-tailed (log-normal) sizes and about
-85,000 tracts (each about the same population, as tracts are drawn), with race (63 combinations,
-skewed), Hispanic origin, voting age, sex and 23 age groups. The release, at the stated ρ (zCDP,
-Gaussian noise):
+Generates persons over 51 states, 3,142 counties of heavy-tailed (log-normal) sizes and about 85,000
+tracts (each about the same population, as tracts are drawn), with race (63 combinations, skewed),
+Hispanic origin, voting age, sex and 23 age groups, into DuckDB (``--parquet``: a Parquet file read
+by DuckDB). A ``hierarchy`` column ``geo`` holds each person's tract code (``SSCCCTTTTTT``) with levels
+state (2), county (5) and tract (11). ``dpsql.connect`` opens it with that schema and a zCDP budget,
+and ONE ``db.batch`` at the stated ρ releases:
 
-* part A (``--share-a`` of ρ): the redistricting tables -- total, race × Hispanic, voting age --
-  at every level, and race × Hispanic at county (SF1 P5-like). The data vector is tract × (race,
-  Hispanic, voting age), 252 cells per tract; OPT_H selects the product strategy
-  ``H ⊗ A_D``: ``H`` measures every level with optimized weights, ``A_D`` is OPT_0's factor for
-  the 252 cells. Estimated by least squares through the tree (:mod:`dpsql.hdmm.hierarchy`):
-  every level adds up exactly. Integer tables by TopDown rounding (:func:`topdown_integer`).
-* part B (the rest): sex by age at county (SF1 P12-like), measured directly (identity).
+* the redistricting tables -- total, race × Hispanic (63 × 2), voting age -- at nation, state, county
+  and tract (12 statements);
+* the SF1 tables at county: sex by age (P12-like, 2 × 23) and race by Hispanic (P5-like: the county
+  redistricting table above).
 
-Reported per level: RMSE and MAE of total population, measured and expected, for the release and
-for the per-level baseline (each level's measurement of the same strategy, with its share of the
-same ρ, read on its own: the Noisy Measurement File without post-processing); the largest
-inconsistency between levels; time per phase (selection, counting, noise, estimation, integer
-tables of race × Hispanic), plain DuckDB's GROUP BYs of the same tables beside the counting, and peak memory.
+Reported per level: RMSE and mean absolute error of total population, measured and expected (from the
+release's standard errors); beside it the per-level baseline: each level's three tables measured on
+their own (one ``db.batch`` per level, on a separate ledger) with an equal share ρ/4 of the same ρ and
+no estimation across levels (the Noisy Measurement File without post-processing). Also: whether every level adds up bit for bit (``math.fsum`` of the children equals the
+parent), the time of each phase (selection, measurement, estimation, from the engine's progress
+hooks), plain DuckDB's GROUP BYs of the same statements in the same run, and peak memory.
 
-    python benchmarks/census_scale.py                       # 10^7 rows, the full geography
-    python benchmarks/census_scale.py --rows 100000000      # 10^8 rows
-    python benchmarks/census_scale.py --fraction 0.1 --rows 1000000 --json out.json   # a few minutes
+    python benchmarks/census_scale.py                                  # 10^7 rows, the full geography
+    python benchmarks/census_scale.py --rows 100000000                 # 10^8 rows
+    python benchmarks/census_scale.py --fraction 0.02 --rows 200000    # a small run, about a minute
 """
 
 from __future__ import annotations
@@ -29,24 +30,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import sys
+import tempfile
 import time
 
 import duckdb
 import numpy as np
-import scipy.sparse as sp
+import pandas as pd
 
-from dpsql.hdmm.hierarchy import Tree, topdown_integer
-from dpsql.hdmm.matrix import Dense, Identity, Sparse, Total
-from dpsql.hdmm.optimize.hier import opt_hier
-from dpsql.hdmm.reconstruct import least_squares
-from dpsql.hdmm.workload import Workload
-from dpsql.privacy import Gaussian
+import dpsql
+import dpsql.engine.engine as engine_module
 
 RACES, AGES = 63, 23
-DETAIL = RACES * 2 * 2  # race × Hispanic × voting age
+ADULT = 7  # age groups 7..22 are 18 and over (0-4, 5-9, 10-14, 15-17 ... as SF1 P12 splits them)
 LEVELS = ("nation", "state", "county", "tract")
+KEYS = {"nation": "", "state": "state", "county": "county", "tract": "tract"}
 
 
 def geography(states: int, counties: int, tracts: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -66,25 +66,75 @@ def allocate(weights: np.ndarray, total: int) -> np.ndarray:
     return out + 1
 
 
-def people(rows: int, tract_weights: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def codes(state: np.ndarray, county: np.ndarray) -> list[str]:
+    """Tract codes SSCCCTTTTTT: state, county within state, tract within county."""
+    first_county = np.searchsorted(county, county, side="left")
+    first_of_state = {}
+    for c, s in zip(county, state):
+        first_of_state.setdefault(s, c)
+    out = []
+    for i, (s, c) in enumerate(zip(state, county)):
+        out.append(f"{s + 1:02d}{c - first_of_state[s] + 1:03d}{i - first_county[i] + 1:06d}")
+    return out
+
+
+def people(rows: int, tracts: list[str], tract_weights: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
     race_p = np.r_[0.6, 0.13, 0.06, 0.05, 0.03, np.full(RACES - 5, 0.13 / (RACES - 5))]
-    return {"tract": rng.choice(tract_weights.size, rows, p=tract_weights).astype(np.int32),
-            "race": rng.choice(RACES, rows, p=race_p / race_p.sum()).astype(np.int16),
-            "hisp": (rng.random(rows) < 0.19).astype(np.int8),
-            "va": (rng.random(rows) < 0.78).astype(np.int8),
-            "sex": (rng.random(rows) < 0.5).astype(np.int8),
-            "age": rng.choice(AGES, rows).astype(np.int8)}
+    age = rng.choice(AGES, rows).astype(np.int8)
+    return pd.DataFrame({"geo": pd.Categorical.from_codes(rng.choice(len(tracts), rows, p=tract_weights),
+                                                          categories=tracts),
+                         "race": rng.choice(RACES, rows, p=race_p / race_p.sum()).astype(np.int8),
+                         "hisp": (rng.random(rows) < 0.19).astype(np.int8),
+                         "va": (age >= ADULT).astype(np.int8),
+                         "sex": (rng.random(rows) < 0.5).astype(np.int8),
+                         "age": age})
 
 
-def groups(labels: np.ndarray) -> Sparse:
-    return Sparse(sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size)))))
+def schema(tracts: list[str]) -> dict:
+    return {"table": "persons", "columns": {
+        "geo": {"type": "hierarchy", "values": tracts, "levels": {"state": 2, "county": 5, "tract": 11}},
+        "race": {"type": "integer", "min": 0, "max": RACES - 1},
+        "hisp": {"type": "integer", "min": 0, "max": 1},
+        "va": {"type": "integer", "min": 0, "max": 1},
+        "sex": {"type": "integer", "min": 0, "max": 1},
+        "age": {"type": "integer", "min": 0, "max": AGES - 1}}}
 
 
-def marginal(keep: tuple[int, ...]) -> Dense:
-    """The marginal over the detail cells (race, Hispanic, voting age) keeping axes ``keep``."""
-    shape = (RACES, 2, 2)
-    mats = [np.eye(n) if a in keep else np.ones((1, n)) for a, n in enumerate(shape)]
-    return Dense(np.kron(np.kron(mats[0], mats[1]), mats[2]))
+def statements() -> list[str]:
+    """The batch: the 12 redistricting statements (3 tables at 4 levels), then SF1 sex by age at county
+    (the SF1 race by Hispanic at county is the county redistricting statement)."""
+    out = []
+    for level in LEVELS:
+        key = KEYS[level]
+        for detail in ("", "race, hisp", "va"):
+            keys = ", ".join(k for k in (key, detail) if k)
+            out.append(f"SELECT {keys + ', ' if keys else ''}COUNT(*) AS n FROM persons"
+                       + (f" GROUP BY {keys}" if keys else ""))
+    out.append("SELECT county, sex, age, COUNT(*) AS n FROM persons GROUP BY county, sex, age")
+    return out
+
+
+def plain(sql: str) -> str:
+    """A statement as plain DuckDB SQL (the levels as prefixes of the code)."""
+    for name, length in (("tract", 11), ("county", 5), ("state", 2)):
+        sql = sql.replace(name, f"substr(geo, 1, {length})" if length < 11 else "geo")
+    return sql.replace("GROUP BY", "GROUP BY ALL --")
+
+
+def timed(module: object, name: str) -> list[float]:
+    """Wrap ``module.name`` so that its time is added up in the returned one-element list (the
+    engine's phases: its least-squares estimate)."""
+    f, total = getattr(module, name), [0.0]
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            total[0] += time.perf_counter() - t0
+
+    setattr(module, name, wrapper)
+    return total
 
 
 def peak_gb() -> float:
@@ -96,139 +146,106 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--fraction", type=float, default=1.0, help="scale the numbers of counties and tracts")
     p.add_argument("--rho", type=float, default=1.0)
-    p.add_argument("--share-a", type=float, default=0.8, help="share of rho for the redistricting tables")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--balance", action="store_true", help="weigh every level's mean squared error the same")
+    p.add_argument("--parquet", action="store_true", help="write the persons to Parquet and read them from there")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--no-sf1", action="store_true", help="leave SF1 sex by age at county out of the batch")
     a = p.parse_args(argv)
     rng = np.random.default_rng(a.seed)
-    out: dict = {"rows": a.rows, "rho": a.rho, "share_a": a.share_a, "balance": a.balance, "seconds": {}}
+    out: dict = {"rows": a.rows, "rho": a.rho, "seconds": {}, "load_average": os.getloadavg()}
     sec = out["seconds"]
+    t_all = time.perf_counter()
 
     state, county = geography(51, max(51, round(3142 * a.fraction)), max(102, round(85_000 * a.fraction)), rng)
-    n = state.size
-    tract_w = rng.lognormal(0, 0.3, n)
-    data = people(a.rows, tract_w / tract_w.sum(), rng)
-    out.update(states=51, counties=int(county.max()) + 1, tracts=n)
+    tracts = codes(state, county)
+    weights = rng.lognormal(0, 0.3, len(tracts))
+    t0 = time.perf_counter()
     con = duckdb.connect()
     con.execute(f"SET threads = {a.threads}")
-    con.register("persons_df", data)
-    con.execute("CREATE TABLE persons AS SELECT * FROM persons_df")
+    df = people(a.rows, tracts, weights / weights.sum(), rng)
+    con.register("persons_df", df)
+    tmp = tempfile.TemporaryDirectory()
+    if a.parquet:
+        path = os.path.join(tmp.name, "persons.parquet")
+        con.execute(f"COPY (SELECT geo::VARCHAR AS geo, * EXCLUDE (geo) FROM persons_df) TO '{path}'")
+        con.execute(f"CREATE VIEW persons AS SELECT * FROM read_parquet('{path}')")
+    else:
+        con.execute("CREATE TABLE persons AS SELECT geo::VARCHAR AS geo, * EXCLUDE (geo) FROM persons_df")
     con.unregister("persons_df")
-    con.register("geo_df", {"tract": np.arange(n, dtype=np.int32), "county": county, "state": state})
-    con.execute("CREATE TABLE geo AS SELECT * FROM geo_df")
-    del data
+    del df
+    sec["generate"] = time.perf_counter() - t0
+    out.update(states=51, counties=int(county.max()) + 1, tracts=len(tracts))
 
-    # -- selection -----------------------------------------------------------------------------------
+    sqls = statements()[:12] if a.no_sf1 else statements()
     t0 = time.perf_counter()
-    geo_levels = [Total(n), groups(state), groups(county), Identity(n)]
-    rh, va = marginal((0, 1)), marginal((2,))
-    # --balance: each level's mean squared error weighs the same (else its total squared error, which
-    # the tracts' many queries dominate)
-    terms = [(1 / math.sqrt(g.shape[0]) if a.balance else 1.0, (g, d))
-             for g in geo_levels for d in (Total(DETAIL), rh, va)]
-    W = Workload((n, DETAIL), terms)
-    A = opt_hier(W, Gaussian(1.0, 1e-9))
-    sec["selection"] = time.perf_counter() - t0
-    H, AD = A.factors
-    out["level_weights"] = dict(zip(LEVELS, H.weights))
-    tree: Tree = H.tree
-
-    # -- measurement: the counting GROUP BYs, then noise ----------------------------------------------
-    t0 = time.perf_counter()
-    cells = con.execute("SELECT tract, (race * 2 + hisp) * 2 + va AS d, COUNT(*) FROM persons GROUP BY ALL").fetchnumpy()
-    sa = con.execute("SELECT g.county, p.sex * 23 + p.age AS c, COUNT(*) FROM persons p JOIN geo g USING (tract) "
-                     "GROUP BY ALL").fetchnumpy()
-    sec["counting"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for level in ("'nation'", "g.state", "g.county", "g.tract"):
-        for detail in ("", ", p.race, p.hisp", ", p.va"):
-            con.execute(f"SELECT {level}{detail}, COUNT(*) FROM persons p JOIN geo g USING (tract) GROUP BY ALL").fetchall()
-    con.execute("SELECT g.county, p.sex, p.age, COUNT(*) FROM persons p JOIN geo g USING (tract) GROUP BY ALL").fetchall()
+    truth = [con.sql(plain(s)).df() for s in sqls]
     sec["plain_duckdb_group_bys"] = time.perf_counter() - t0
 
+    ledger = os.path.join(tmp.name, "release.ledger")
+    db = dpsql.connect(con, schema=schema(tracts), budget=dpsql.Budget(rho=a.rho), ledger=ledger, cache=False,
+                       progress=False)
     t0 = time.perf_counter()
-    x = np.zeros((n, DETAIL))
-    x[cells["tract"], cells["d"]] = cells["count_star()"]
-    rho_a, rho_b = a.rho * a.share_a, a.rho * (1 - a.share_a)
-    sigma_a = A.sensitivity(2) / math.sqrt(2 * rho_a)          # Gaussian mechanism: Δ²/(2σ²)-zCDP
-    clean = AD.matvec(H.matvec(x).T).T                          # (H ⊗ A_D) x, as nodes × A_D's rows
-    y = clean + rng.normal(0, sigma_a, clean.shape)
-    del clean
-    ncounty = int(county.max()) + 1
-    xb = np.zeros((ncounty, 2 * AGES))
-    xb[sa["county"], sa["c"]] = sa["count_star()"]
-    sigma_b = 1.0 / math.sqrt(2 * rho_b)
-    yb = xb + rng.normal(0, sigma_b, xb.shape)
-    sec["noise"] = time.perf_counter() - t0
+    plan = db.explain(sqls, rho=a.rho)
+    sec["selection"] = time.perf_counter() - t0
+    estimation = timed(engine_module, "least_squares")
+    t0 = time.perf_counter()
+    results = db.batch(sqls, rho=a.rho)
+    sec["release"] = time.perf_counter() - t0
+    sec["estimation"] = estimation[0]
+    sec["measurement_and_rest"] = sec["release"] - estimation[0]  # counting, noise, result tables
+    out["operator"] = results[0].release.operator
+    out["expected_rmse_all_answers"] = results[0].release.rmse
+    del plan
 
-    # -- estimation: least squares through the tree, integer tables ------------------------------------
+    # the per-level baseline: each level's three tables measured on their own, with an equal share of
+    # the same rho, no estimation across levels (a fresh ledger: the same data, a separate budget)
+    base_db = dpsql.connect(con, schema=schema(tracts), budget=dpsql.Budget(rho=a.rho),
+                            ledger=os.path.join(tmp.name, "baseline.ledger"), cache=False, progress=False)
     t0 = time.perf_counter()
-    answers = least_squares(W, A, y.ravel())
-    sec["estimation"] = time.perf_counter() - t0
-    variances = A.query_variances(W)
-    t0 = time.perf_counter()
-    # TopDown on the race × Hispanic table (its columns add up to the total): the single cells are not
-    # asked for, so A_D estimates them poorly and clipping them at zero would bias every sum
-    d_pinv = np.linalg.pinv(AD.dense())                         # A_D⁺: the detail cells from A_D's rows
-    node_est = tree.estimate_nodes(y @ (rh.dense() @ d_pinv).T, H.weights)
-    integer = topdown_integer(tree, node_est)
-    sec["integer_tables"] = time.perf_counter() - t0
+    baseline = [base_db.batch(sqls[3 * li:3 * li + 3], rho=a.rho / len(LEVELS))[0].df for li in range(len(LEVELS))]
+    sec["baseline_releases"] = time.perf_counter() - t0
 
-    # -- errors per level ------------------------------------------------------------------------------
-    truth_nodes = np.concatenate([agg @ x.sum(axis=1) for agg in tree.aggregations])
-    offsets = np.cumsum([0] + [g.shape[0] * d.shape[0] for g in geo_levels for d in (Total(DETAIL), rh, va)])
-    ones_d = np.ones(DETAIL)
-    node_var = tree.node_variances(H.weights)
-    total_d = ones_d @ d_pinv                                   # the total of the cells from A_D's rows
-    d_var = float(total_d @ total_d)
-    levels = {}
-    sums_ok = True
-    for li, name in enumerate(LEVELS):
-        k = 3 * li  # the total term of this level
-        wk = terms[k][0]  # a workload answer is its term's weight times the query's
-        est = answers[offsets[k]:offsets[k + 1]] / wk
-        lv = tree.level_nodes[li]
-        truth = truth_nodes[lv.start:lv.stop]
-        err = est - truth
-        expected_rmse = float(math.sqrt(np.mean(variances[k]))) * sigma_a / wk
-        # baseline: this level's own measurements, read alone (its weight, the same σ)
-        base = (y[lv.start:lv.stop] @ total_d) / H.weights[li]
-        base_err = base - truth
-        base_expected = math.sqrt(d_var) * sigma_a / H.weights[li]
-        # and with an equal share of ρ for every level (weight 1/2 each), as a fixed split would give
-        equal_err = rng.normal(0, sigma_a, (len(lv), AD.shape[0])) @ total_d / 0.5
-        int_err = integer[lv.start:lv.stop].sum(axis=1) - truth
-        levels[name] = {
-            "nodes": len(lv), "rmse": float(np.sqrt(np.mean(err**2))), "expected_rmse": expected_rmse,
-            "mae": float(np.mean(np.abs(err))), "expected_mae": expected_rmse * math.sqrt(2 / math.pi),
-            "baseline_rmse": float(np.sqrt(np.mean(base_err**2))), "baseline_expected_rmse": base_expected,
-            "baseline_mae": float(np.mean(np.abs(base_err))),
-            "equal_share_baseline_rmse": float(np.sqrt(np.mean(equal_err**2))),
-            "equal_share_baseline_expected_rmse": math.sqrt(d_var) * sigma_a / 0.5,
-            "integer_rmse": float(np.sqrt(np.mean(int_err.astype(float) ** 2))),
-            "expected_rmse_tree_formula": float(math.sqrt(np.mean(node_var[lv.start:lv.stop]) * d_var)) * sigma_a}
-        if li > 0:  # consistency: children add up to parents, for the float estimate and the integers
-            parent_sum = np.zeros(tree.nodes)
-            np.add.at(parent_sum, tree.parent[lv.start:lv.stop], node_est[lv.start:lv.stop].sum(axis=1))
-            par = np.unique(tree.parent[lv.start:lv.stop])
-            levels[name]["largest_inconsistency"] = float(np.abs(parent_sum[par] - node_est[par].sum(axis=1)).max())
-            ip = np.zeros(integer.shape, dtype=np.int64)
-            np.add.at(ip, tree.parent[lv.start:lv.stop], integer[lv.start:lv.stop])
-            sums_ok &= bool(np.array_equal(ip[par], integer[par]))
+    levels: dict = {}
+    frames = [r.df for r in results]
+    for li, level in enumerate(LEVELS):
+        levels[level] = {**errors(frames[3 * li], truth[3 * li], KEYS[level]),
+                         **{f"baseline_{k}": v for k, v in errors(baseline[li], truth[3 * li], KEYS[level]).items()
+                            if k != "nodes"}}
+        levels[level]["ratio_rmse_to_baseline"] = levels[level]["rmse"] / levels[level]["baseline_rmse"]
+    out["levels_add_up_bit_for_bit"] = adds_up(frames[0], frames[3], frames[6], frames[9])
     out["levels"] = levels
-    out["integer_tables_add_up"] = sums_ok
-    out["integer_tables_non_negative"] = bool((integer >= 0).all())
-    out["sex_by_age_county"] = {"rmse": float(np.sqrt(np.mean((yb - xb) ** 2))), "expected_rmse": sigma_b}
     out["peak_memory_gb"] = peak_gb()
-    out["sigma_a"] = sigma_a
+    sec["total"] = time.perf_counter() - t_all
     json.dump(out, sys.stdout, indent=1)
     print()
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)
     return 0
+
+
+def errors(got: pd.DataFrame, want: pd.DataFrame, key: str) -> dict:
+    """RMSE and mean absolute error of a level's totals, measured and expected (its standard errors)."""
+    if key:
+        got = got.merge(want.rename(columns={want.columns[0]: key, "n": "true"}), on=key)
+    else:
+        got = got.assign(true=float(want["n"].iloc[0]))
+    err = got["n"] - got["true"]
+    return {"nodes": len(got), "rmse": float(np.sqrt(np.mean(err**2))),
+            "expected_rmse": float(np.sqrt(np.mean(got["std_error"] ** 2))), "mae": float(np.mean(np.abs(err))),
+            "expected_mae": float(np.mean(got["std_error"])) * math.sqrt(2 / math.pi)}
+
+
+def adds_up(nation: pd.DataFrame, state: pd.DataFrame, county: pd.DataFrame, tract: pd.DataFrame) -> bool:
+    """Whether every parent's total is ``math.fsum`` of its children's, bit for bit."""
+    county = county.assign(state=county["county"].str[:2])
+    tract = tract.assign(county=tract["tract"].str[:5])
+    ok = math.fsum(state["n"].tolist()) == float(nation["n"].iloc[0])
+    for parents, children, key in ((state, county, "state"), (county, tract, "county")):
+        sums = children.groupby(key)["n"].apply(lambda s: math.fsum(s.tolist()))
+        ok &= bool((parents.set_index(key)["n"] == sums.reindex(parents[key])).all())
+    return ok
 
 
 if __name__ == "__main__":

@@ -268,8 +268,18 @@ def test_a_public_tables_column_named_as_a_level_is_left_alone():
 
 
 def test_nested_levels_are_not_offered_per_term_operators():
-    from dpsql.hdmm.optimize.selector import feasible
+    from dpsql.hdmm.optimize.selector import _stacking, feasible
 
     W, _, _, _ = _county_workload(0)  # state × sex, county × sex, tract: three levels, two product groups
     ops = feasible(W)
     assert "OPT_H" in ops and "OPT_plus" not in ops and "direct" not in ops
+    # levels by a detail's totals and cells (as a census batch): stacking them hides the tree, which is
+    # read off the workload's own terms
+    state, county = _geography(0)
+    n = state.size
+    census = Workload((n, 3), [(1.0, (g, d)) for g in (Total(n), _groups(state), _groups(county), Identity(n))
+                               for d in (Total(3), Identity(3))])
+    stacked = _stacking(census, True).workload
+    assert "OPT_H" not in feasible(stacked)
+    ops = feasible(stacked, None, "total", census)
+    assert "OPT_H" in ops and "OPT_plus" not in ops

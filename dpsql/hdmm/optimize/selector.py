@@ -96,13 +96,15 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
 }
 
 
-def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total") -> list[str]:
+def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total",
+             terms: Workload | None = None) -> list[str]:
     """The operators that apply to this workload's shape (and, for ``OPT_M_max``, to the
     ``"max"`` objective under Gaussian ``noise``). A workload that queries an attribute at nested
     levels (OPT_H applies) is answered from one data vector, so that its levels add up: the operators
-    answering each term from its own measurements (OPT_+, direct) are left out."""
+    answering each term from its own measurements (OPT_+, direct) are left out. ``terms``: the workload
+    unstacked (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H runs on it)."""
     ops = []
-    nested = any(t is not None for t in hierarchies(workload))
+    nested = any(t is not None for t in hierarchies(terms if terms is not None else workload))
     if len(workload.domain) == 1:
         ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
     else:
@@ -195,7 +197,7 @@ def select(
     reduction = reduce_domain(workload) if reduce else None
     W = reduction.workload if reduction is not None else workload
     stacking = _stacking(W, stack)
-    names = feasible(stacking.workload, noise, objective) if operators is None else list(operators)
+    names = feasible(stacking.workload, noise, objective, W) if operators is None else list(operators)
     unknown = [n for n in names if n not in OPERATORS]
     if unknown:
         raise WorkloadError(f"unknown strategy operator(s) {unknown}; choose from {sorted(OPERATORS)}")
