@@ -785,7 +785,9 @@ def test_pairs_of_group_by_keys_with_a_column_of_100000_values_take_a_residual_s
     pairs = ["SELECT x, y, COUNT(*) AS c FROM t GROUP BY x, y", "SELECT x, z, COUNT(*) AS c FROM t GROUP BY x, z",
              "SELECT y, z, COUNT(*) AS c FROM t GROUP BY y, z"]
     results = db.batch(pairs, epsilon=1.0, delta=1e-7, noise="gaussian")
-    assert results[2].release.operator == "OPT_M" and len(results[0].df) == 300_000
+    # OPT_+ runs too now (its error analysis forms no 100,000 x 100,000 matrix): its part for these
+    # three tables, all marginals, is OPT_M's marginal strategy
+    assert results[2].release.operator in ("OPT_M", "OPT_plus") and len(results[0].df) == 300_000
     both = results[2].df.merge(con.sql(pairs[2]).df(), on=["y", "z"], suffixes=("", "_exact"))
     assert len(both) == 12 and ((both.c - both.c_exact).abs() < 6 * both.std_error).all()
 
