@@ -546,9 +546,10 @@ def parse_statements(text: str, dialect: str | None = None, types: Mapping[str, 
         if isinstance(tree, (exp.Condition, exp.Alias)):  # sqlglot reads any expression: "SELEC x" too
             raise _not_a_statement(tokens[chunk_tokens[0]], original)
         try:
-            sql = tree.sql(dialect=DIALECT)
             if read != DIALECT:
                 tree, sql = transpiled(tree, original, begin, read, types or {})
+            else:
+                sql = tree.sql(dialect=DIALECT)
         except RecursionError:
             raise _too_deep(original, begin) from None
         opts = dict(options_of.get(chunk_tokens[0], {}))
