@@ -323,7 +323,8 @@ def test_a_kept_release_reads_back_exactly():
     release = Release("laplace", 0.1, 0.0, 0.0, 1.0, "OPT_0", 3, 1, 7)
     df = pd.DataFrame({"k": ["x", None, "z"], "i": np.array([1, 2, 3]), "b": [True, False, True],
                        "f": [0.1, np.nan, -np.inf], "g": [1 / 3, -0.0, 1e300],
-                       "o": pd.Series([1.5, None, np.nan], dtype=object)})
+                       "o": pd.Series([1.5, None, np.nan], dtype=object), "j": np.array([4, -5, 6], dtype=np.int32),
+                       "h": np.array([0.25, np.nan, np.inf], dtype=np.float32)})
     (back,) = _decode(_encode([Answer("SELECT 1", df, release, {"f": ("g", "g", "g")})]))
     pd.testing.assert_frame_equal(back.df, df, check_exact=True)
     assert back.df["o"].tolist()[1] is None and math.isnan(back.df["o"].tolist()[2])

@@ -16,14 +16,16 @@ served: a release kept for a ledger that was since replaced, or for another anal
 never served. It is created readable by its owner only (it holds every analyst's releases);
 like the ledger, keep it where analysts cannot write it.
 
-The answers are stored column by column with their pandas dtypes and every float as its
-exact ``repr`` (JSON; NaN and infinities as ``{"float": "nan"}``), so a repeat returns exactly
+The answers are stored column by column with their dtypes: a plain numpy column (floats,
+integers, booleans) as its bytes, any other as JSON values with every float as its exact
+``repr`` (NaN and infinities as ``{"float": "nan"}``), so a repeat returns exactly
 the earlier table (checked when it is stored). A table with a column
 this cannot hold exactly (a date or timestamp) is not kept: its repeat is measured anew.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -33,9 +35,12 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from dpsql.engine.answer import Answer, Release
 
 if TYPE_CHECKING:
+    import pandas as pd
 
     from dpsql.private.ledger import Account, Ledger
 
@@ -67,6 +72,10 @@ def _encode(answers: "list[Answer]") -> str | None:
         columns = []
         for name in a.df.columns:
             series = a.df[name]
+            if isinstance(series.dtype, np.dtype) and series.dtype.kind in "biuf":  # plain numpy: its bytes
+                columns.append([name, series.dtype.str, {"bytes": base64.b64encode(series.to_numpy().tobytes())
+                                                         .decode("ascii")}])
+                continue
             values = [None if v is None or v is pd.NA else {"float": repr(v)} if type(v) is float and not math.isfinite(v)
                       else v for v in series.tolist()]  # NaN and infinities as {"float": "nan"}: JSON has none
             if not all(v is None or type(v) in (str, int, float, bool, dict) for v in values):
@@ -89,12 +98,19 @@ def _decode(text: str) -> "list[Answer]":
     release = dataclasses.replace(Release(**data["release"]), repeated=True)
     out = []
     for t in data["tables"]:
-        frame = pd.DataFrame({name: pd.Series([float(v["float"]) if isinstance(v, dict) else v for v in values],
-                                              dtype=dtype)
-                              for name, dtype, values in t["columns"]})
+        frame = pd.DataFrame({name: _column(dtype, values) for name, dtype, values in t["columns"]})
         out.append(Answer(t["sql"], frame, release, {k: tuple(v) for k, v in t["errors"].items()},
                           tuple(t.get("notes", ()))))
     return out
+
+
+def _column(dtype: str, values: "list | dict") -> "pd.Series":
+    """One stored column back: a plain numpy column from its bytes, any other from its JSON values."""
+    import pandas as pd
+
+    if isinstance(values, dict):
+        return pd.Series(np.frombuffer(base64.b64decode(values["bytes"]), dtype=np.dtype(dtype)).copy())
+    return pd.Series([float(v["float"]) if isinstance(v, dict) else v for v in values], dtype=dtype)
 
 
 class Repeats:
