@@ -191,6 +191,8 @@ class _Inliner:
                 self.fail(f"a {' '.join(what)} JOIN of aggregate results is not supported: only an inner join on "
                           "their keys, which keeps the groups they share", f"{' '.join(what)} JOIN", j,
                           keyword=_KEYWORDS["joins"])
+            if _always_true(j.args.get("on")):
+                j.set("on", None)  # ON TRUE, ON 1 = 1: a cross join
             sides.append((inner, name, j))
         scopes = [self.scope(inner) for inner, _, _ in sides]
         names = [name.lower() if name else None for _, name, _ in sides]
@@ -217,7 +219,14 @@ class _Inliner:
             self.fail("joined aggregate subqueries must each read the private table, under different names", "JOIN",
                       joins[0], keyword=_KEYWORDS["joins"])
         keys = [self.keys(sc.select) for sc in scopes]
-        self.check_join_keys(sides, scopes, keys, joins)
+        grouped = [i for i, k in enumerate(keys) if k]
+        totals = [i for i, k in enumerate(keys) if not k] if grouped else []
+        if totals:
+            self.check_totals(sides, scopes, joins, grouped, totals)
+        self.check_join_keys([sides[i] for i in grouped or range(len(sides))],
+                             [scopes[i] for i in grouped or range(len(sides))],
+                             [keys[i] for i in grouped or range(len(sides))],
+                             [joins[i - 1] for i in grouped[1:]] if totals else joins)
         wheres = [sc.select.args.get("where") for sc in scopes]
         common = len({w.this.sql(dialect="duckdb") if w is not None else "" for w in wheres}) == 1
         tables_of: dict[str, dict[str, exp.Expression | None]] = {}
@@ -231,8 +240,9 @@ class _Inliner:
             if having is not None:
                 self.own_aliases(having, own, sc.select)
                 havings.append(_filtered(having.this, cond))
-            tables_of[name] = {k: (None if v is None else _filtered(v, cond)) for k, v in sc.columns.items()}
-            items.extend(_filtered(e, cond) for e in sc.select.expressions
+            over = _over_groups if index in totals else _filtered  # a total: the sum of its answers over the groups
+            tables_of[name] = {k: (None if v is None else over(v, cond)) for k, v in sc.columns.items()}
+            items.extend(over(e, cond) for e in sc.select.expressions
                          if not (index and e.alias_or_name.lower() in using))
         columns: dict[str, exp.Expression | None] = {}
         for cols in tables_of.values():
@@ -243,14 +253,20 @@ class _Inliner:
         first = scopes[0].select
         merged = exp.Select(expressions=items, from_=first.args["from_"])
         # an equality is never true of NULL keys: the join drops their groups, and so does this WHERE
-        kept = [exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null())) for k in keys[0]]
+        kept = [exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null())) for k in keys[grouped[0] if grouped else 0]]
+        if totals:
+            # the totals sum over every group, so what drops groups applies after them: a QUALIFY; a cross join
+            # of one grouped side keeps its NULL-key group
+            havings.extend(kept if len(grouped) > 1 else [])
+            kept = []
         conditions = ([wheres[0].this] if common and wheres[0] is not None else []) + kept
         if conditions:
             merged.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
-        if keys[0]:
-            merged.set("group", exp.Group(expressions=[k.copy() for k in keys[0]]))
+        if grouped:
+            merged.set("group", exp.Group(expressions=[k.copy() for k in keys[grouped[0]]]))
         if havings:
-            merged.set("having", exp.Having(this=exp.and_(*havings) if len(havings) > 1 else havings[0]))
+            clause, cls = ("qualify", exp.Qualify) if totals else ("having", exp.Having)
+            merged.set(clause, cls(this=exp.and_(*havings) if len(havings) > 1 else havings[0]))
         outer.set("joins", None)
         return self.merge(outer, _Scope(merged, columns, True, tables_of))
 
@@ -269,6 +285,29 @@ class _Inliner:
                 g = own[g.name.lower()]
             out.append(g)
         return out
+
+    def check_totals(self, sides: list, scopes: list[_Scope], joins: list[exp.Join], grouped: list[int],
+                     totals: list[int]) -> None:
+        """Refuse a join of grouped results with totals that is not a cross join, or whose totals
+        are not additive (a COUNT or SUM is the sum of its groups' answers; an AVG is not)."""
+        for index in totals + grouped[:1]:
+            j = joins[index - 1] if index else None
+            if j is not None and (j.args.get("on") is not None or j.args.get("using")):
+                self.fail("a total (an aggregate query without GROUP BY) joins grouped results with CROSS JOIN, "
+                          "',' or ON TRUE: it has no keys to join on", "JOIN condition",
+                          j.args.get("on") or j, keyword=None if j.args.get("on") is not None else _KEYWORDS["joins"])
+        for index in totals:
+            select = scopes[index].select
+            if select.args.get("having") is not None:
+                self.fail("HAVING in a total joined with grouped results is not supported", "HAVING",
+                          select.args["having"], keyword=_KEYWORDS["having"])
+            for agg in (a for e in select.expressions for a in _aggregates(e)):
+                if not (isinstance(agg, (exp.Count, exp.Sum)) and not isinstance(agg.this, exp.Distinct)) \
+                        or isinstance(agg.parent, exp.WithinGroup):
+                    name = agg.sql_name() if isinstance(agg, exp.Func) else agg.key.upper()
+                    name += "(DISTINCT)" if isinstance(agg.this, exp.Distinct) else ""
+                    self.fail(f"{name} in a total joined with grouped results is not supported: a joined total "
+                              "is the sum of the groups' answers, which only COUNT and SUM are", name, agg)
 
     def check_join_keys(self, sides: list, scopes: list[_Scope], keys: list[list[exp.Expression]],
                         joins: list[exp.Join]) -> None:
@@ -607,6 +646,26 @@ def _filtered(node: exp.Expression, condition: exp.Expression | None) -> exp.Exp
         else:
             agg.parent.replace(exp.Filter(this=agg.parent.copy(), expression=exp.Where(this=condition.copy())))
     return holder.this
+
+
+def _over_groups(node: exp.Expression, condition: exp.Expression | None) -> exp.Expression:
+    """A copy of ``node`` (a total's item: COUNT and SUM aggregates) with each aggregate, filtered by
+    ``condition``, summed over the groups: ``SUM(agg FILTER (WHERE condition)) OVER ()``. GROUP BY
+    keeps the group of NULL keys, so the sum over all groups is the total."""
+    holder = exp.Paren(this=_filtered(node, condition))
+    for agg in _aggregates(holder):
+        whole = agg.parent if isinstance(agg.parent, exp.Filter) else agg
+        whole.replace(exp.Window(this=exp.Sum(this=whole.copy()), over="OVER"))
+    return holder.this
+
+
+def _always_true(on: exp.Expression | None) -> bool:
+    """``ON TRUE`` or ``ON 1 = 1``: a join condition that holds for every pair."""
+    if isinstance(on, exp.Paren):
+        return _always_true(on.unnest())
+    return (isinstance(on, exp.Boolean) and on.this is True) or (
+        isinstance(on, exp.EQ) and isinstance(on.this, exp.Literal) and isinstance(on.expression, exp.Literal)
+        and on.this == on.expression)
 
 
 def _count_rows(count: exp.Count) -> None:
