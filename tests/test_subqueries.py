@@ -124,6 +124,15 @@ OVER_AGGREGATES = [
      "SUM(score) AS s FROM people WHERE age IS NULL) t", False),
     ("SELECT sex, white, n / tot AS f FROM (SELECT sex, white, COUNT(*) AS n FROM people WHERE age > 2 "
      "GROUP BY sex, white) g, (SELECT COUNT(*) AS tot FROM people WHERE age > 2) t ORDER BY f DESC LIMIT 4", True),
+    # the same as a scalar subquery in the select list; its WHERE filters its aggregates, or is the outer one
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people) FROM people GROUP BY sex", False),
+    ("SELECT region, COUNT(*) AS n, 100.0 * SUM(age) / (SELECT SUM(age) FROM people WHERE white) AS pct, "
+     "(SELECT COUNT(*) - COUNT(age) FROM people p) AS missing FROM people GROUP BY region HAVING n > 95 ORDER BY pct",
+     True),
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people WHERE age > 3) AS f FROM people WHERE age > 3 "
+     "GROUP BY sex ORDER BY f LIMIT 2", True),
+    ("SELECT COUNT(*) / (SELECT COUNT(*) FROM (SELECT * FROM people WHERE NOT white)) AS f FROM people WHERE NOT white",
+     False),
 ]
 
 
@@ -151,12 +160,15 @@ def test_a_share_of_the_total_costs_the_grouped_query_alone():
                           alone.workload.dense() if hasattr(alone.workload, "dense") else alone.workload.matrix())
 
 
-def test_a_share_of_the_total_at_a_huge_epsilon(con):
+@pytest.mark.parametrize("sql", [
+    "WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), "
+    "t AS (SELECT COUNT(*) AS tot FROM people WHERE white) SELECT sex, 100.0 * n / tot AS pct FROM g, t",
+    "SELECT sex, 100.0 * COUNT(*) / (SELECT COUNT(*) FROM people WHERE white) AS pct FROM people GROUP BY sex",
+])
+def test_a_share_of_the_total_at_a_huge_epsilon(con, sql):
     import dpsql
     from dpsql.private.budget import Budget
 
-    sql = ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), "
-           "t AS (SELECT COUNT(*) AS tot FROM people WHERE white) SELECT sex, 100.0 * n / tot AS pct FROM g, t")
     db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=1e13), cache=False, progress=False)
     df = db.query(sql, epsilon=1e12, noise="laplace").df
     want = {_py(r[0]): float(r[1]) for r in con.sql(sql).fetchall()}
@@ -196,6 +208,14 @@ REFUSED = [
      "HAVING COUNT(*) > 3) SELECT sex, n, m FROM g, t", "HAVING", "HAVING"),
     ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT COUNT(*) AS m FROM people) "
      "SELECT sex, n, m FROM g JOIN t ON g.n = t.m", "JOIN condition", "g.n = t.m"),
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people) AS f FROM people WHERE age > 3 GROUP BY sex",
+     "subquery", "(SELECT"),
+    ("SELECT sex, COUNT(*) / (SELECT AVG(age) FROM people) AS f FROM people GROUP BY sex", "AVG", "AVG"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people) AS f FROM people GROUP BY ROLLUP (sex)", "GROUP BY",
+     "GROUP BY"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people LIMIT 1) AS f FROM people GROUP BY sex", "LIMIT", "LIMIT"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people GROUP BY sex) AS f FROM people GROUP BY sex", "subquery",
+     "(SELECT"),
 ]
 
 

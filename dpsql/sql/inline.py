@@ -95,10 +95,17 @@ def inline(stmt: Statement, schema: Schema) -> Statement:
     docstring); a statement without any is returned as it is. Raises a
     :class:`~dpsql.errors.SQLError` for a subquery that cannot be merged exactly."""
     tree = stmt.tree
-    if not isinstance(tree, exp.Select) or not _has_subquery_source(tree):
+    if not isinstance(tree, exp.Select) or not (_has_subquery_source(tree) or _scalar_subqueries(tree)):
         return stmt
-    merged = _Inliner(stmt, schema).select(tree.copy(), {})
-    return dataclasses.replace(stmt, tree=merged)
+    inliner = _Inliner(stmt, schema)
+    merged = inliner.select(tree.copy(), {})
+    return dataclasses.replace(stmt, tree=inliner.scalar_totals(merged))
+
+
+def _scalar_subqueries(tree: exp.Select) -> list[exp.Subquery]:
+    """The outermost subqueries in ``tree``'s select items."""
+    return [s for item in tree.expressions for s in item.find_all(exp.Subquery)
+            if not any(isinstance(p, exp.Subquery) for p in _ups(s, item))]
 
 
 def _has_subquery_source(tree: exp.Select) -> bool:
@@ -297,17 +304,81 @@ class _Inliner:
                           "',' or ON TRUE: it has no keys to join on", "JOIN condition",
                           j.args.get("on") or j, keyword=None if j.args.get("on") is not None else _KEYWORDS["joins"])
         for index in totals:
-            select = scopes[index].select
-            if select.args.get("having") is not None:
-                self.fail("HAVING in a total joined with grouped results is not supported", "HAVING",
-                          select.args["having"], keyword=_KEYWORDS["having"])
-            for agg in (a for e in select.expressions for a in _aggregates(e)):
-                if not (isinstance(agg, (exp.Count, exp.Sum)) and not isinstance(agg.this, exp.Distinct)) \
-                        or isinstance(agg.parent, exp.WithinGroup):
-                    name = agg.sql_name() if isinstance(agg, exp.Func) else agg.key.upper()
-                    name += "(DISTINCT)" if isinstance(agg.this, exp.Distinct) else ""
-                    self.fail(f"{name} in a total joined with grouped results is not supported: a joined total "
-                              "is the sum of the groups' answers, which only COUNT and SUM are", name, agg)
+            self.check_total(scopes[index].select, "a total joined with grouped results")
+
+    def check_total(self, select: exp.Select, what: str) -> None:
+        """Refuse a total (``what``) that is not the sum of the groups' answers: with HAVING, or an
+        aggregate other than COUNT and SUM (an AVG, a variance, a quantile, a DISTINCT count)."""
+        if select.args.get("having") is not None:
+            self.fail(f"HAVING in {what} is not supported", "HAVING", select.args["having"],
+                      keyword=_KEYWORDS["having"])
+        for agg in (a for e in select.expressions for a in _aggregates(e)):
+            if not (isinstance(agg, (exp.Count, exp.Sum)) and not isinstance(agg.this, exp.Distinct)) \
+                    or isinstance(agg.parent, exp.WithinGroup):
+                name = agg.sql_name() if isinstance(agg, exp.Func) else agg.key.upper()
+                name += "(DISTINCT)" if isinstance(agg.this, exp.Distinct) else ""
+                self.fail(f"{name} in {what} is not supported: it is computed as the sum of the groups' answers, "
+                          "which only COUNT and SUM are", name, agg)
+
+    def scalar_totals(self, tree: exp.Select) -> exp.Select:
+        """``tree`` with each scalar subquery of its select list that is a total of the table it
+        groups (``COUNT(*) / (SELECT COUNT(*) FROM t)``) written as the sum of that total's
+        aggregates over its groups, ``SUM(COUNT(*)) OVER ()``, its WHERE their FILTER. HAVING, which
+        would drop groups from the sum, becomes a QUALIFY (after the windows). Other scalar
+        subqueries are left to the analyzer, which refuses them."""
+        subqueries = _scalar_subqueries(tree)
+        aggregate = bool(tree.args.get("group")) or any(not any(isinstance(p, exp.Subquery) for p in _ups(a, e))
+                                                        for e in tree.expressions for a in _aggregates(e))
+        if not subqueries or not aggregate:
+            return tree
+        what = "a scalar subquery over groups"
+        group = tree.args.get("group")
+        frm = tree.args.get("from_")
+        if group is not None and set(_set_args(group)) != {"expressions"} or any(
+                isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in (group.expressions if group else [])):
+            self.fail(f"GROUPING SETS, ROLLUP or CUBE with {what} is not supported: the total would be summed over "
+                      "every margin", "GROUP BY", group, keyword=_KEYWORDS["group"])
+        if tree.args.get("joins") or frm is None or not isinstance(frm.this, exp.Table):
+            self.fail(f"{what} needs the outer query to read the table alone (no JOIN)", "subquery", subqueries[0])
+        if tree.args.get("having") is not None and (tree.args.get("qualify") is not None
+                                                    or any(tree.find_all(exp.Window))):
+            self.fail(f"HAVING with both {what} and a window function is not supported", "HAVING",
+                      tree.args["having"], keyword=_KEYWORDS["having"])
+        outer_where = tree.args.get("where")
+        for sub in subqueries:
+            body = sub.this
+            while isinstance(body, exp.Subquery):
+                body = body.this
+            if not isinstance(body, exp.Select):
+                continue
+            body = self.select(body.copy(), {})
+            scope = self.scope(body)
+            if not scope.aggregate or self.keys(body) or len(body.expressions) != 1:
+                self.fail(f"{what} must be one total of the table (an aggregate without GROUP BY)", "subquery", sub)
+            for clause in ("limit", "offset", "qualify", "joins"):
+                value = body.args.get(clause)
+                if value:
+                    self.fail(f"{_CLAUSE_NAMES[clause]} in {what} is not supported", _CLAUSE_NAMES[clause],
+                              value[0] if isinstance(value, list) else value, keyword=_KEYWORDS[clause])
+            inner_from = body.args["from_"].this
+            if not isinstance(inner_from, exp.Table) or inner_from.name.lower() != frm.this.name.lower():
+                self.fail(f"{what} must read the table the outer query groups", "subquery", sub)
+            self.check_total(body, what)
+            where = body.args.get("where")
+            same = (where.this.sql(dialect="duckdb") if where else None) == (
+                outer_where.this.sql(dialect="duckdb") if outer_where else None)
+            if not same and outer_where is not None:
+                self.fail(f"{what} under an outer WHERE other than its own is not supported: the total is summed "
+                          "over the outer groups, which that WHERE filters", "subquery", sub)
+            item = body.expressions[0]
+            total = _over_groups(item.this if isinstance(item, exp.Alias) else item,
+                                 None if same else where.this)
+            sub.replace(exp.Paren(this=total))
+        having = tree.args.get("having")
+        if having is not None:
+            tree.set("having", None)
+            tree.set("qualify", exp.Qualify(this=having.this))
+        return tree
 
     def check_join_keys(self, sides: list, scopes: list[_Scope], keys: list[list[exp.Expression]],
                         joins: list[exp.Join]) -> None:
