@@ -17,7 +17,12 @@ way, so the analyzer and the compiler see a statement of the grammar they know:
   answers: the outer select items become expressions over its keys and
   aggregates, the outer WHERE joins its HAVING (its QUALIFY, applied after the
   windows, if it has windows), the outer ORDER BY, LIMIT and OFFSET replace its own. They run on the noisy answers
-  (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
+  (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate;
+* a **share of the total**, grouped results joined with a total (``,``, CROSS JOIN, ``ON TRUE``) or a
+  total as a scalar subquery in a grouped query's select list: the total's COUNT and SUM
+  aggregates are summed over the groups, ``SUM(COUNT(*) FILTER (WHERE w)) OVER ()``, exact since
+  GROUP BY keeps the group of NULL keys. What drops groups (HAVING, the NULL keys of a join on
+  keys, an outer WHERE) applies after that window, as a QUALIFY.
 
 What would change whom a row weighs on is refused, naming the construct:
 DISTINCT, LIMIT or OFFSET, a window function, a join (other than a lookup of a
