@@ -133,6 +133,11 @@ OVER_AGGREGATES = [
      "GROUP BY sex ORDER BY f LIMIT 2", True),
     ("SELECT COUNT(*) / (SELECT COUNT(*) FROM (SELECT * FROM people WHERE NOT white)) AS f FROM people WHERE NOT white",
      False),
+    # over an aggregate subquery: its HAVING applies after the window, its LIMIT after it too, as in DuckDB
+    ("SELECT sex, n * 1.0 / (SELECT COUNT(*) FROM people WHERE age > 2) AS f FROM (SELECT sex, COUNT(*) AS n "
+     "FROM people WHERE age > 2 GROUP BY sex HAVING COUNT(*) > 60)", False),
+    ("SELECT sex, n * 1.0 / (SELECT COUNT(*) FROM people) AS f FROM (SELECT sex, COUNT(*) AS n FROM people "
+     "GROUP BY sex ORDER BY n DESC LIMIT 1)", True),
 ]
 
 

@@ -234,7 +234,7 @@ class _Inliner:
         grouped = [i for i, k in enumerate(keys) if k]
         totals = [i for i, k in enumerate(keys) if not k] if grouped else []
         if totals:
-            self.check_totals(sides, scopes, joins, grouped, totals)
+            self.check_totals(scopes, joins, grouped, totals)
         self.check_join_keys([sides[i] for i in grouped or range(len(sides))],
                              [scopes[i] for i in grouped or range(len(sides))],
                              [keys[i] for i in grouped or range(len(sides))],
@@ -298,8 +298,7 @@ class _Inliner:
             out.append(g)
         return out
 
-    def check_totals(self, sides: list, scopes: list[_Scope], joins: list[exp.Join], grouped: list[int],
-                     totals: list[int]) -> None:
+    def check_totals(self, scopes: list[_Scope], joins: list[exp.Join], grouped: list[int], totals: list[int]) -> None:
         """Refuse a join of grouped results with totals that is not a cross join, or whose totals
         are not additive (a COUNT or SUM is the sum of its groups' answers; an AVG is not)."""
         for index in totals + grouped[:1]:
@@ -332,8 +331,7 @@ class _Inliner:
         would drop groups from the sum, becomes a QUALIFY (after the windows). Other scalar
         subqueries are left to the analyzer, which refuses them."""
         subqueries = _scalar_subqueries(tree)
-        aggregate = bool(tree.args.get("group")) or any(not any(isinstance(p, exp.Subquery) for p in _ups(a, e))
-                                                        for e in tree.expressions for a in _aggregates(e))
+        aggregate = bool(tree.args.get("group")) or any(_aggregates(e) for e in tree.expressions)
         if not subqueries or not aggregate:
             return tree
         what = "a scalar subquery over groups"
@@ -341,8 +339,9 @@ class _Inliner:
         frm = tree.args.get("from_")
         if group is not None and set(_set_args(group)) != {"expressions"} or any(
                 isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in (group.expressions if group else [])):
-            self.fail(f"GROUPING SETS, ROLLUP or CUBE with {what} is not supported: the total would be summed over "
-                      "every margin", "GROUP BY", group, keyword=_KEYWORDS["group"])
+            self.fail(f"GROUPING SETS, ROLLUP, CUBE or GROUP BY ALL with {what} is not supported: the total is "
+                      "summed over the groups of a GROUP BY of keys (with margins, over every margin)", "GROUP BY",
+                      group, keyword=_KEYWORDS["group"])
         if tree.args.get("joins") or frm is None or not isinstance(frm.this, exp.Table):
             self.fail(f"{what} needs the outer query to read the table alone (no JOIN)", "subquery", subqueries[0])
         if tree.args.get("having") is not None and (tree.args.get("qualify") is not None
@@ -695,10 +694,10 @@ def sandbox_check(inliner: _Inliner, condition: exp.Expression) -> None:
 
 
 def _aggregates(node: exp.Expression) -> list[exp.Expression]:
-    """The aggregate calls in ``node`` that are not window functions."""
+    """The aggregate calls in ``node`` that are not window functions (nor a subquery's)."""
     names = sandbox.aggregate_names()
     out = []
-    for sub in node.walk():
+    for sub in node.walk(prune=lambda n: isinstance(n, exp.Subquery) and n is not node):
         if (isinstance(sub, exp.AggFunc) or (isinstance(sub, exp.Anonymous) and str(sub.this).lower() in names)) \
                 and not isinstance(sub.parent, exp.Window) \
                 and not (isinstance(sub.parent, (exp.Filter, exp.WithinGroup)) and isinstance(sub.parent.parent,
