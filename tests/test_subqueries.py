@@ -109,6 +109,35 @@ OVER_AGGREGATES = [
      "QUALIFY row_number() OVER (PARTITION BY sex ORDER BY COUNT(*), region) <= 2", False),
     ("SELECT n, s, s / n AS mean FROM (SELECT COUNT(*) AS n FROM people) AS a, "
      "(SELECT SUM(age) AS s FROM people WHERE white) AS b", False),
+] + [
+    # a share of the total: grouped results joined with a total, which is the sum of the groups' answers (a
+    # window over them), NULL-key groups included; a HAVING or an outer WHERE applies after it (a QUALIFY)
+    (f"WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT COUNT(*) AS tot FROM people) "
+     f"SELECT sex, 100.0 * n / tot AS pct FROM g {how}", False)
+    for how in ("CROSS JOIN t", ", t", "JOIN t ON true", "JOIN t ON 1 = 1")
+] + [
+    ("SELECT tot, g.region, n, s * 1.0 / tot AS share FROM (SELECT SUM(age) AS tot, COUNT(age) AS c FROM people WHERE "
+     "age > 3) t, (SELECT region, COUNT(*) AS n, SUM(age) AS s FROM people WHERE white GROUP BY region HAVING "
+     "COUNT(*) > 40) g WHERE n < 60 ORDER BY share", True),
+    ("SELECT a.sex, n, m, tot FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN (SELECT sex, SUM(age) "
+     "AS m FROM people WHERE white GROUP BY sex) b ON a.sex = b.sex CROSS JOIN (SELECT COUNT(*) - 1 AS tot, "
+     "SUM(score) AS s FROM people WHERE age IS NULL) t", False),
+    ("SELECT sex, white, n / tot AS f FROM (SELECT sex, white, COUNT(*) AS n FROM people WHERE age > 2 "
+     "GROUP BY sex, white) g, (SELECT COUNT(*) AS tot FROM people WHERE age > 2) t ORDER BY f DESC LIMIT 4", True),
+    # the same as a scalar subquery in the select list; its WHERE filters its aggregates, or is the outer one
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people) FROM people GROUP BY sex", False),
+    ("SELECT region, COUNT(*) AS n, 100.0 * SUM(age) / (SELECT SUM(age) FROM people WHERE white) AS pct, "
+     "(SELECT COUNT(*) - COUNT(age) FROM people p) AS missing FROM people GROUP BY region HAVING n > 95 ORDER BY pct",
+     True),
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people WHERE age > 3) AS f FROM people WHERE age > 3 "
+     "GROUP BY sex ORDER BY f LIMIT 2", True),
+    ("SELECT COUNT(*) / (SELECT COUNT(*) FROM (SELECT * FROM people WHERE NOT white)) AS f FROM people WHERE NOT white",
+     False),
+    # over an aggregate subquery: its HAVING applies after the window, its LIMIT after it too, as in DuckDB
+    ("SELECT sex, n * 1.0 / (SELECT COUNT(*) FROM people WHERE age > 2) AS f FROM (SELECT sex, COUNT(*) AS n "
+     "FROM people WHERE age > 2 GROUP BY sex HAVING COUNT(*) > 60)", False),
+    ("SELECT sex, n * 1.0 / (SELECT COUNT(*) FROM people) AS f FROM (SELECT sex, COUNT(*) AS n FROM people "
+     "GROUP BY sex ORDER BY n DESC LIMIT 1)", True),
 ]
 
 
@@ -124,6 +153,44 @@ def test_outer_query_costs_nothing_more():
     assert over.workload.shape == alone.workload.shape
     assert np.array_equal(over.workload.dense() if hasattr(over.workload, "dense") else over.workload.matrix(),
                           alone.workload.dense() if hasattr(alone.workload, "dense") else alone.workload.matrix())
+
+
+def test_a_share_of_the_total_costs_the_grouped_query_alone():
+    """The total is the sum of the groups' answers: the workload is the grouped query's, unchanged."""
+    grouped = "SELECT sex, COUNT(*) AS n FROM people WHERE age > 2 GROUP BY sex"
+    alone = compile_batch(grouped, SCHEMA)
+    share = compile_batch(f"SELECT sex, n * 1.0 / tot AS f FROM ({grouped}) g, "
+                          "(SELECT COUNT(*) AS tot FROM people WHERE age > 2) t", SCHEMA)
+    assert np.array_equal(share.workload.dense() if hasattr(share.workload, "dense") else share.workload.matrix(),
+                          alone.workload.dense() if hasattr(alone.workload, "dense") else alone.workload.matrix())
+
+
+def test_a_total_over_groups_with_an_empty_group(con):
+    """Every group of the key's domain is released, an empty one too (at a huge budget, a count of
+    0, which DuckDB does not return): the total, their sum, is DuckDB's exactly."""
+    sql = ("SELECT age, n, tot FROM (SELECT age, COUNT(*) AS n FROM people WHERE score > 9 AND white GROUP BY age) g, "
+           "(SELECT COUNT(*) AS tot FROM people WHERE score > 9 AND white) t")
+    got = {row[0]: row[1:] for row in released(con, sql)}
+    want = {_py(row[0]): tuple(_py(v) for v in row[1:]) for row in con.sql(sql).fetchall()}
+    empty = set(got) - set(want)
+    assert empty and all(got[k][0] == 0 for k in empty)  # this table has one: age 18
+    assert {k: got[k] for k in want} == want
+
+
+@pytest.mark.parametrize("sql", [
+    "WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), "
+    "t AS (SELECT COUNT(*) AS tot FROM people WHERE white) SELECT sex, 100.0 * n / tot AS pct FROM g, t",
+    "SELECT sex, 100.0 * COUNT(*) / (SELECT COUNT(*) FROM people WHERE white) AS pct FROM people GROUP BY sex",
+])
+def test_a_share_of_the_total_at_a_huge_epsilon(con, sql):
+    import dpsql
+    from dpsql.private.budget import Budget
+
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=1e13), cache=False, progress=False)
+    df = db.query(sql, epsilon=1e12, noise="laplace").df
+    want = {_py(r[0]): float(r[1]) for r in con.sql(sql).fetchall()}
+    assert {_py(k): v for k, v in zip(df["sex"], df["pct"])} == pytest.approx(want, rel=1e-6)
+    assert (df["std_error"] > 0).all() and db.spent().epsilon == 1e12  # the windows' delta method
 
 
 REFUSED = [
@@ -150,6 +217,22 @@ REFUSED = [
      "a.sex = b.sex"),
     ("SELECT n FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) a JOIN zones z ON a.sex = z.region",
      "JOIN", "JOIN zones"),
+    ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT AVG(age) AS m FROM people) "
+     "SELECT sex, n, m FROM g CROSS JOIN t", "AVG", "AVG(age)"),
+    ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT COUNT(DISTINCT age) AS m FROM "
+     "people) SELECT sex, n, m FROM g, t", "COUNT(DISTINCT)", "COUNT(DISTINCT"),
+    ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT COUNT(*) AS m FROM people "
+     "HAVING COUNT(*) > 3) SELECT sex, n, m FROM g, t", "HAVING", "HAVING"),
+    ("WITH g AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex), t AS (SELECT COUNT(*) AS m FROM people) "
+     "SELECT sex, n, m FROM g JOIN t ON g.n = t.m", "JOIN condition", "g.n = t.m"),
+    ("SELECT sex, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people) AS f FROM people WHERE age > 3 GROUP BY sex",
+     "subquery", "(SELECT"),
+    ("SELECT sex, COUNT(*) / (SELECT AVG(age) FROM people) AS f FROM people GROUP BY sex", "AVG", "AVG"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people) AS f FROM people GROUP BY ROLLUP (sex)", "GROUP BY",
+     "GROUP BY"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people LIMIT 1) AS f FROM people GROUP BY sex", "LIMIT", "LIMIT"),
+    ("SELECT sex, COUNT(*) / (SELECT COUNT(*) FROM people GROUP BY sex) AS f FROM people GROUP BY sex", "subquery",
+     "(SELECT"),
 ]
 
 

@@ -17,7 +17,12 @@ way, so the analyzer and the compiler see a statement of the grammar they know:
   answers: the outer select items become expressions over its keys and
   aggregates, the outer WHERE joins its HAVING (its QUALIFY, applied after the
   windows, if it has windows), the outer ORDER BY, LIMIT and OFFSET replace its own. They run on the noisy answers
-  (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate.
+  (:mod:`dpsql.sql.postprocess`), so they cost nothing beyond the aggregate;
+* a **share of the total**, grouped results joined with a total (``,``, CROSS JOIN, ``ON TRUE``) or a
+  total as a scalar subquery in a grouped query's select list: the total's COUNT and SUM
+  aggregates are summed over the groups, ``SUM(COUNT(*) FILTER (WHERE w)) OVER ()``, exact since
+  GROUP BY keeps the group of NULL keys. What drops groups (HAVING, the NULL keys of a join on
+  keys, an outer WHERE) applies after that window, as a QUALIFY.
 
 What would change whom a row weighs on is refused, naming the construct:
 DISTINCT, LIMIT or OFFSET, a window function, a join (other than a lookup of a
@@ -95,10 +100,17 @@ def inline(stmt: Statement, schema: Schema) -> Statement:
     docstring); a statement without any is returned as it is. Raises a
     :class:`~dpsql.errors.SQLError` for a subquery that cannot be merged exactly."""
     tree = stmt.tree
-    if not isinstance(tree, exp.Select) or not _has_subquery_source(tree):
+    if not isinstance(tree, exp.Select) or not (_has_subquery_source(tree) or _scalar_subqueries(tree)):
         return stmt
-    merged = _Inliner(stmt, schema).select(tree.copy(), {})
-    return dataclasses.replace(stmt, tree=merged)
+    inliner = _Inliner(stmt, schema)
+    merged = inliner.select(tree.copy(), {})
+    return dataclasses.replace(stmt, tree=inliner.scalar_totals(merged))
+
+
+def _scalar_subqueries(tree: exp.Select) -> list[exp.Subquery]:
+    """The outermost subqueries in ``tree``'s select items."""
+    return [s for item in tree.expressions for s in item.find_all(exp.Subquery)
+            if not any(isinstance(p, exp.Subquery) for p in _ups(s, item))]
 
 
 def _has_subquery_source(tree: exp.Select) -> bool:
@@ -191,6 +203,8 @@ class _Inliner:
                 self.fail(f"a {' '.join(what)} JOIN of aggregate results is not supported: only an inner join on "
                           "their keys, which keeps the groups they share", f"{' '.join(what)} JOIN", j,
                           keyword=_KEYWORDS["joins"])
+            if _always_true(j.args.get("on")):
+                j.set("on", None)  # ON TRUE, ON 1 = 1: a cross join
             sides.append((inner, name, j))
         scopes = [self.scope(inner) for inner, _, _ in sides]
         names = [name.lower() if name else None for _, name, _ in sides]
@@ -217,7 +231,14 @@ class _Inliner:
             self.fail("joined aggregate subqueries must each read the private table, under different names", "JOIN",
                       joins[0], keyword=_KEYWORDS["joins"])
         keys = [self.keys(sc.select) for sc in scopes]
-        self.check_join_keys(sides, scopes, keys, joins)
+        grouped = [i for i, k in enumerate(keys) if k]
+        totals = [i for i, k in enumerate(keys) if not k] if grouped else []
+        if totals:
+            self.check_totals(scopes, joins, grouped, totals)
+        self.check_join_keys([sides[i] for i in grouped or range(len(sides))],
+                             [scopes[i] for i in grouped or range(len(sides))],
+                             [keys[i] for i in grouped or range(len(sides))],
+                             [joins[i - 1] for i in grouped[1:]] if totals else joins)
         wheres = [sc.select.args.get("where") for sc in scopes]
         common = len({w.this.sql(dialect="duckdb") if w is not None else "" for w in wheres}) == 1
         tables_of: dict[str, dict[str, exp.Expression | None]] = {}
@@ -231,8 +252,9 @@ class _Inliner:
             if having is not None:
                 self.own_aliases(having, own, sc.select)
                 havings.append(_filtered(having.this, cond))
-            tables_of[name] = {k: (None if v is None else _filtered(v, cond)) for k, v in sc.columns.items()}
-            items.extend(_filtered(e, cond) for e in sc.select.expressions
+            over = _over_groups if index in totals else _filtered  # a total: the sum of its answers over the groups
+            tables_of[name] = {k: (None if v is None else over(v, cond)) for k, v in sc.columns.items()}
+            items.extend(over(e, cond) for e in sc.select.expressions
                          if not (index and e.alias_or_name.lower() in using))
         columns: dict[str, exp.Expression | None] = {}
         for cols in tables_of.values():
@@ -243,14 +265,20 @@ class _Inliner:
         first = scopes[0].select
         merged = exp.Select(expressions=items, from_=first.args["from_"])
         # an equality is never true of NULL keys: the join drops their groups, and so does this WHERE
-        kept = [exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null())) for k in keys[0]]
+        kept = [exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null())) for k in keys[grouped[0] if grouped else 0]]
+        if totals:
+            # the totals sum over every group, so what drops groups applies after them: a QUALIFY; a cross join
+            # of one grouped side keeps its NULL-key group
+            havings.extend(kept if len(grouped) > 1 else [])
+            kept = []
         conditions = ([wheres[0].this] if common and wheres[0] is not None else []) + kept
         if conditions:
             merged.set("where", exp.Where(this=exp.and_(*conditions) if len(conditions) > 1 else conditions[0]))
-        if keys[0]:
-            merged.set("group", exp.Group(expressions=[k.copy() for k in keys[0]]))
+        if grouped:
+            merged.set("group", exp.Group(expressions=[k.copy() for k in keys[grouped[0]]]))
         if havings:
-            merged.set("having", exp.Having(this=exp.and_(*havings) if len(havings) > 1 else havings[0]))
+            clause, cls = ("qualify", exp.Qualify) if totals else ("having", exp.Having)
+            merged.set(clause, cls(this=exp.and_(*havings) if len(havings) > 1 else havings[0]))
         outer.set("joins", None)
         return self.merge(outer, _Scope(merged, columns, True, tables_of))
 
@@ -269,6 +297,92 @@ class _Inliner:
                 g = own[g.name.lower()]
             out.append(g)
         return out
+
+    def check_totals(self, scopes: list[_Scope], joins: list[exp.Join], grouped: list[int], totals: list[int]) -> None:
+        """Refuse a join of grouped results with totals that is not a cross join, or whose totals
+        are not additive (a COUNT or SUM is the sum of its groups' answers; an AVG is not)."""
+        for index in totals + grouped[:1]:
+            j = joins[index - 1] if index else None
+            if j is not None and (j.args.get("on") is not None or j.args.get("using")):
+                self.fail("a total (an aggregate query without GROUP BY) joins grouped results with CROSS JOIN, "
+                          "',' or ON TRUE: it has no keys to join on", "JOIN condition",
+                          j.args.get("on") or j, keyword=None if j.args.get("on") is not None else _KEYWORDS["joins"])
+        for index in totals:
+            self.check_total(scopes[index].select, "a total joined with grouped results")
+
+    def check_total(self, select: exp.Select, what: str) -> None:
+        """Refuse a total (``what``) that is not the sum of the groups' answers: with HAVING, or an
+        aggregate other than COUNT and SUM (an AVG, a variance, a quantile, a DISTINCT count)."""
+        if select.args.get("having") is not None:
+            self.fail(f"HAVING in {what} is not supported", "HAVING", select.args["having"],
+                      keyword=_KEYWORDS["having"])
+        for agg in (a for e in select.expressions for a in _aggregates(e)):
+            if not (isinstance(agg, (exp.Count, exp.Sum)) and not isinstance(agg.this, exp.Distinct)) \
+                    or isinstance(agg.parent, exp.WithinGroup):
+                name = agg.sql_name() if isinstance(agg, exp.Func) else agg.key.upper()
+                name += "(DISTINCT)" if isinstance(agg.this, exp.Distinct) else ""
+                self.fail(f"{name} in {what} is not supported: it is computed as the sum of the groups' answers, "
+                          "which only COUNT and SUM are", name, agg)
+
+    def scalar_totals(self, tree: exp.Select) -> exp.Select:
+        """``tree`` with each scalar subquery of its select list that is a total of the table it
+        groups (``COUNT(*) / (SELECT COUNT(*) FROM t)``) written as the sum of that total's
+        aggregates over its groups, ``SUM(COUNT(*)) OVER ()``, its WHERE their FILTER. HAVING, which
+        would drop groups from the sum, becomes a QUALIFY (after the windows). Other scalar
+        subqueries are left to the analyzer, which refuses them."""
+        subqueries = _scalar_subqueries(tree)
+        aggregate = bool(tree.args.get("group")) or any(_aggregates(e) for e in tree.expressions)
+        if not subqueries or not aggregate:
+            return tree
+        what = "a scalar subquery over groups"
+        group = tree.args.get("group")
+        frm = tree.args.get("from_")
+        if group is not None and set(_set_args(group)) != {"expressions"} or any(
+                isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in (group.expressions if group else [])):
+            self.fail(f"GROUPING SETS, ROLLUP, CUBE or GROUP BY ALL with {what} is not supported: the total is "
+                      "summed over the groups of a GROUP BY of keys (with margins, over every margin)", "GROUP BY",
+                      group, keyword=_KEYWORDS["group"])
+        if tree.args.get("joins") or frm is None or not isinstance(frm.this, exp.Table):
+            self.fail(f"{what} needs the outer query to read the table alone (no JOIN)", "subquery", subqueries[0])
+        if tree.args.get("having") is not None and (tree.args.get("qualify") is not None
+                                                    or any(tree.find_all(exp.Window))):
+            self.fail(f"HAVING with both {what} and a window function is not supported", "HAVING",
+                      tree.args["having"], keyword=_KEYWORDS["having"])
+        outer_where = tree.args.get("where")
+        for sub in subqueries:
+            body = sub.this
+            while isinstance(body, exp.Subquery):
+                body = body.this
+            if not isinstance(body, exp.Select):
+                continue
+            body = self.select(body.copy(), {})
+            scope = self.scope(body)
+            if not scope.aggregate or self.keys(body) or len(body.expressions) != 1:
+                self.fail(f"{what} must be one total of the table (an aggregate without GROUP BY)", "subquery", sub)
+            for clause in ("limit", "offset", "qualify", "joins"):
+                value = body.args.get(clause)
+                if value:
+                    self.fail(f"{_CLAUSE_NAMES[clause]} in {what} is not supported", _CLAUSE_NAMES[clause],
+                              value[0] if isinstance(value, list) else value, keyword=_KEYWORDS[clause])
+            inner_from = body.args["from_"].this
+            if not isinstance(inner_from, exp.Table) or inner_from.name.lower() != frm.this.name.lower():
+                self.fail(f"{what} must read the table the outer query groups", "subquery", sub)
+            self.check_total(body, what)
+            where = body.args.get("where")
+            same = (where.this.sql(dialect="duckdb") if where else None) == (
+                outer_where.this.sql(dialect="duckdb") if outer_where else None)
+            if not same and outer_where is not None:
+                self.fail(f"{what} under an outer WHERE other than its own is not supported: the total is summed "
+                          "over the outer groups, which that WHERE filters", "subquery", sub)
+            item = body.expressions[0]
+            total = _over_groups(item.this if isinstance(item, exp.Alias) else item,
+                                 None if same else where.this)
+            sub.replace(exp.Paren(this=total))
+        having = tree.args.get("having")
+        if having is not None:
+            tree.set("having", None)
+            tree.set("qualify", exp.Qualify(this=having.this))
+        return tree
 
     def check_join_keys(self, sides: list, scopes: list[_Scope], keys: list[list[exp.Expression]],
                         joins: list[exp.Join]) -> None:
@@ -580,10 +694,10 @@ def sandbox_check(inliner: _Inliner, condition: exp.Expression) -> None:
 
 
 def _aggregates(node: exp.Expression) -> list[exp.Expression]:
-    """The aggregate calls in ``node`` that are not window functions."""
+    """The aggregate calls in ``node`` that are not window functions (nor a subquery's)."""
     names = sandbox.aggregate_names()
     out = []
-    for sub in node.walk():
+    for sub in node.walk(prune=lambda n: isinstance(n, exp.Subquery) and n is not node):
         if (isinstance(sub, exp.AggFunc) or (isinstance(sub, exp.Anonymous) and str(sub.this).lower() in names)) \
                 and not isinstance(sub.parent, exp.Window) \
                 and not (isinstance(sub.parent, (exp.Filter, exp.WithinGroup)) and isinstance(sub.parent.parent,
@@ -607,6 +721,26 @@ def _filtered(node: exp.Expression, condition: exp.Expression | None) -> exp.Exp
         else:
             agg.parent.replace(exp.Filter(this=agg.parent.copy(), expression=exp.Where(this=condition.copy())))
     return holder.this
+
+
+def _over_groups(node: exp.Expression, condition: exp.Expression | None) -> exp.Expression:
+    """A copy of ``node`` (a total's item: COUNT and SUM aggregates) with each aggregate, filtered by
+    ``condition``, summed over the groups: ``SUM(agg FILTER (WHERE condition)) OVER ()``. GROUP BY
+    keeps the group of NULL keys, so the sum over all groups is the total."""
+    holder = exp.Paren(this=_filtered(node, condition))
+    for agg in _aggregates(holder):
+        whole = agg.parent if isinstance(agg.parent, exp.Filter) else agg
+        whole.replace(exp.Window(this=exp.Sum(this=whole.copy()), over="OVER"))
+    return holder.this
+
+
+def _always_true(on: exp.Expression | None) -> bool:
+    """``ON TRUE`` or ``ON 1 = 1``: a join condition that holds for every pair."""
+    if isinstance(on, exp.Paren):
+        return _always_true(on.unnest())
+    return (isinstance(on, exp.Boolean) and on.this is True) or (
+        isinstance(on, exp.EQ) and isinstance(on.this, exp.Literal) and isinstance(on.expression, exp.Literal)
+        and on.this == on.expression)
 
 
 def _count_rows(count: exp.Count) -> None:
