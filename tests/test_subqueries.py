@@ -300,6 +300,9 @@ AFFINE = [
     # no value to sum: NULL, as DuckDB's
     "SELECT sex, SUM(age + 1) AS s, AVG(age * 2) AS m FROM people WHERE age IS NULL GROUP BY sex",
     "SELECT SUM(hours * 2 + 1) AS s, AVG(hours - 1) AS m FROM people",
+    # a cast of an integer column to a type holding each of its values exactly (T-SQL's AVG(CAST(age AS FLOAT)))
+    "SELECT sex, AVG(CAST(age AS DOUBLE)) AS a, SUM(age::FLOAT) AS s, AVG(2 * CAST(age AS REAL) + 1) AS m "
+    "FROM people GROUP BY sex",
 ]
 
 

@@ -6,7 +6,9 @@ NULL where ``SUM(c)`` is (no value); ``AVG(a * c + b)`` is ``a * AVG(c) + b``. B
 answers, NULLs included, and expressions over measured aggregates: their standard errors follow
 by the delta method, which for a linear function is exact. A FILTER applies to each part. This is
 what ``SUM(age + 1)``, ``AVG(2 * age - 3)`` and ``WITH t AS (SELECT age + 1 AS a1 FROM p) SELECT
-SUM(a1) FROM t`` (:mod:`dpsql.sql.inline` merges it to ``SUM(age + 1)``) need. An argument that
+SUM(a1) FROM t`` (:mod:`dpsql.sql.inline` merges it to ``SUM(age + 1)``) need, and T-SQL's
+``AVG(CAST(age AS FLOAT))``: a cast of an integer column to a floating-point type that holds
+each of its values exactly is the column. An argument that
 is not affine in one numeric column (``age * age``, ``abs(age)``) is left as it is, and the
 analyzer refuses it by name.
 
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.schema import Binned, Schema
+from dpsql.schema import Binned, IntegerRange, Schema
 from dpsql.sql.grid import literal_value
 
 __all__ = ["affine_aggregates"]
 
 #: (column, a, b): the argument is ``a * column + b``; column None for a constant ``b``.
+#: The floating-point types a CAST of an integer column may widen to, with the largest integer each holds exactly.
+_EXACT_INTEGERS = {exp.DataType.Type.DOUBLE: 2**53, exp.DataType.Type.FLOAT: 2**24}
 _Affine = tuple[exp.Column | None, float, float]
 
 
@@ -39,8 +43,8 @@ def affine_aggregates(tree: exp.Expression, schema: Schema) -> exp.Expression:
                 condition is None and isinstance(node.parent, exp.Filter)):
             return node
         form = _affine(call.this, schema)
-        if form is None or form[0] is None or (form[1] == 1 and form[2] == 0):  # a column itself, or a constant
-            return node
+        if form is None or form[0] is None or (form[1] == 1 and form[2] == 0 and isinstance(call.this, exp.Column)):
+            return node  # a constant, or a column itself
 
         def agg(kind: type[exp.Func], column: exp.Column) -> exp.Expression:
             made = kind(this=column.copy())
@@ -49,7 +53,7 @@ def affine_aggregates(tree: exp.Expression, schema: Schema) -> exp.Expression:
         column, a, b = form
         main = _times(a, agg(type(call), column))
         if b == 0:
-            return exp.Paren(this=main)
+            return main if a == 1 else exp.Paren(this=main)
         other = _times(b, agg(exp.Count, column)) if isinstance(call, exp.Sum) else _number(b)
         return exp.Paren(this=exp.Add(this=main, expression=other))
 
@@ -69,6 +73,11 @@ def _affine(node: exp.Expression, schema: Schema) -> _Affine | None:
     numeric column (or holds a division by zero, which DuckDB makes NULL)."""
     if isinstance(node, exp.Paren):
         return _affine(node.this, schema)
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Column):  # T-SQL's AVG(CAST(age AS FLOAT))
+        col, exact = schema.column(node.this.name), _EXACT_INTEGERS.get(node.to.this)
+        if isinstance(col, IntegerRange) and exact is not None and max(abs(col.min), abs(col.max)) <= exact:
+            return node.this, 1.0, 0.0  # every value of the column, exactly
+        return None
     if isinstance(node, exp.Column):
         col = schema.column(node.name)
         return (node, 1.0, 0.0) if col is not None and (col.is_numeric or isinstance(col, Binned)) else None
