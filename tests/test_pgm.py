@@ -457,8 +457,16 @@ def test_a_domain_of_binary_attributes_is_not_compressed(monkeypatch):
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
     from dpsql.synth import pgm as pgm_module
 
-    monkeypatch.setattr(pgm_module, "compress", None)  # never called
+    shrunk = []
+
+    def shrink(*args, **kwargs):
+        shrunk.append(pgm_module_shrink(*args, **kwargs))
+        return shrunk[-1]
+
+    pgm_module_shrink = pgm_module.shrink
+    monkeypatch.setattr(pgm_module, "shrink", shrink)
     db.synthesize("pgm", workload=[("x", "y"), ("y", "z")], rho=0.5, seed=0, name="s")
+    assert shrunk == [None]  # the model's domain is the table's
     assert [e.mechanism for e in db.ledger.entries()] == ["pgm"]
 
 

@@ -99,12 +99,17 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
 def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total",
              terms: Workload | None = None) -> list[str]:
     """The operators that apply to this workload's shape (and, for ``OPT_M_max``, to the
-    ``"max"`` objective under Gaussian ``noise``). A workload that queries an attribute at nested
-    levels (OPT_H applies) is answered from one data vector, so that its levels add up: the operators
-    answering each term from its own measurements (OPT_+, direct) are left out. ``terms``: the workload
-    unstacked (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H runs on it)."""
+    ``"max"`` objective under Gaussian ``noise``). OPT_H applies where an attribute's factors are
+    laminar partitions (a tree). A workload that groups an attribute at two or more nested levels
+    (state and county) is answered from one data vector, so that its levels add up: the operators
+    answering each term from its own measurements (OPT_+, direct) are left out. A filter and a total,
+    or one GROUP BY and a total, are not such levels. ``terms``: the workload unstacked
+    (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H runs on it)."""
     ops = []
-    nested = any(t is not None for t in hierarchies(terms if terms is not None else workload))
+    unstacked = terms if terms is not None else workload
+    trees = hierarchies(unstacked)
+    nested = any(tree is not None and len({fs[i].shape[0] for _, fs in unstacked.terms if fs[i].shape[0] > 1}) > 1
+                 for i, tree in enumerate(trees))
     if len(workload.domain) == 1:
         ops.append("OPT_0")  # OPT_kron on one attribute is OPT_0 again
     else:
@@ -120,7 +125,7 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
         ops.append("identity")
     if direct_applies(workload) and not nested:
         ops.append("direct")
-    if nested:
+    if any(tree is not None for tree in trees):
         ops.append("OPT_H")
     return ops
 
