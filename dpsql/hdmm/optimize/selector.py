@@ -99,11 +99,11 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
 def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str = "total",
              terms: Workload | None = None) -> list[str]:
     """The operators that apply to this workload's shape (and, for ``OPT_M_max``, to the
-    ``"max"`` objective under Gaussian ``noise``). OPT_H applies where an attribute's factors are
-    laminar partitions (a tree). A workload that groups an attribute at two or more nested levels
-    (state and county) is answered from one data vector, so that its levels add up: the operators
-    answering each term from its own measurements (OPT_+, direct) are left out. A filter and a total,
-    or one GROUP BY and a total, are not such levels. ``terms``: the workload unstacked
+    ``"max"`` objective under Gaussian ``noise``). A workload that groups an attribute at two or more
+    nested levels (state and county: its factors are laminar partitions, a tree) is answered by OPT_H,
+    among others, from one data vector, so that its levels add up: the operators answering each term
+    from its own measurements (OPT_+, direct) are left out. A filter and a total, or one GROUP BY and a
+    total, are not such levels (OPT_⊗'s closed form covers them). ``terms``: the workload unstacked
     (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H runs on it)."""
     ops = []
     unstacked = terms if terms is not None else workload
@@ -125,7 +125,7 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
         ops.append("identity")
     if direct_applies(workload) and not nested:
         ops.append("direct")
-    if any(tree is not None for tree in trees):
+    if nested:
         ops.append("OPT_H")
     return ops
 
