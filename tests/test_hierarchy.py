@@ -283,3 +283,21 @@ def test_nested_levels_are_not_offered_per_term_operators():
     assert "OPT_H" not in feasible(stacked)
     ops = feasible(stacked, None, "total", census)
     assert "OPT_H" in ops and "OPT_plus" not in ops
+
+
+def test_one_level_beside_its_total_or_a_filter_is_not_nested():
+    """A tract GROUP BY beside tract totals, or a filter and a total, forms a tree too, but groups at
+    one level only: OPT_⊗'s closed form covers it, so OPT_H is not searched, and OPT_+ stays offered."""
+    from dpsql.hdmm.matrix import DENSE_LIMIT
+    from dpsql.hdmm.optimize.selector import feasible
+
+    tracts = int(DENSE_LIMIT**0.5) + 1  # too many for a dense Gram: identity and total form a tree
+    one_level = Workload((tracts, 3), [(1.0, (Identity(tracts), Identity(3))), (1.0, (Total(tracts), Identity(3))),
+                                       (1.0, (Identity(tracts), Total(3)))])
+    ops = feasible(one_level)
+    assert "OPT_H" not in ops and "OPT_plus" in ops
+    state, _ = _geography(0)
+    n = state.size
+    filtered = Workload((n, 3), [(1.0, (Sparse(sp.csr_matrix((state == 0).astype(float)[None, :])), Identity(3))), (1.0, (Total(n), Identity(3))),
+                                 (1.0, (Identity(n), Total(3)))])
+    assert "OPT_plus" in feasible(filtered)
