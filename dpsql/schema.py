@@ -220,20 +220,26 @@ class Categorical(Column):
 
 @dataclass(frozen=True)
 class Hierarchy(Categorical):
-    """Codes whose prefixes name the levels of a hierarchy (``type: hierarchy``): ``levels`` are
-    ``(name, length)`` pairs, coarsest first, level ``name`` of a code being its first ``length``
-    characters (``state: 2, county: 5`` for tract codes ``SSCCCTTTTTT``). A level is a public
-    function of the code, so SQL groups by and filters on it as on any key (``GROUP BY state``
-    reads ``substr(geo, 1, 2)``, :mod:`dpsql.sql.levels`); the data holds the codes alone."""
+    """Codes whose levels form a hierarchy (``type: hierarchy``), the finest codes being the values.
+    ``levels`` are ``(name, length)`` pairs, coarsest first. A level given by a prefix length is the
+    code's first ``length`` characters (``state: 2, county: 5`` for tract codes ``SSCCCTTTTTT``). A
+    level given by a public mapping (``codes:``) has length None, and ``level_codes[k][j]`` is code
+    ``j``'s code at level ``k`` (a tract's county from a lookup, a ZIP code's region). Either way a
+    level is a public function of the code, so SQL groups by and filters on it as on any key
+    (``GROUP BY state`` reads ``substr(geo, 1, 2)``, or the mapping: :mod:`dpsql.sql.levels`); the
+    data holds the codes alone."""
 
-    levels: tuple[tuple[str, int], ...] = ()
+    levels: tuple[tuple[str, int | None], ...] = ()
+    level_codes: tuple[tuple[str, ...], ...] = ()
     kind = "hierarchy"
 
-    def level_expression(self, name: str) -> tuple[int, bool] | None:
-        """For level ``name`` (case-insensitive): its prefix length and whether it is the whole
-        code; None if it is not a level of this column."""
-        for level, length in self.levels:
+    def level_expression(self, name: str) -> tuple[int | None, bool] | None:
+        """For level ``name`` (case-insensitive): its prefix length (None for a mapped level) and
+        whether it is the whole code; None if it is not a level of this column."""
+        for k, (level, length) in enumerate(self.levels):
             if level.lower() == name.lower():
+                if length is None:
+                    return None, self.level_codes[k] == self.choices
                 return length, all(len(v) == length for v in self.choices)
         return None
 
@@ -599,7 +605,7 @@ def _yaml_loader() -> type:
 _COMMON_KEYS = {"type", "nullable", "bounds", "description"}
 _KIND_KEYS = {
     "categorical": {"values"},
-    "hierarchy": {"values", "levels"},
+    "hierarchy": {"values", "levels", "codes"},
     "integer": {"min", "max"},
     "numeric": {"bins", "labels"},
     "boolean": set(),
@@ -663,7 +669,7 @@ def _build(spec: Any, source: str | None) -> Schema:
             bad(path, "duplicate column name (names are case-insensitive)")
             continue
         seen.add(name.lower())
-        col = _build_column(name, cspec, path, bad)
+        col = _build_column(name, cspec, path, bad, os.path.dirname(source) if source else None)
         if col is not None:
             columns.append(col)
 
@@ -810,7 +816,10 @@ def _check_keys(keys: list, path: str, bad: Callable[[str, str], None]) -> bool:
     return ok
 
 
-def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], None]) -> Column | None:
+def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], None],
+                  base: str | None = None) -> Column | None:
+    """The column ``name`` declared by ``cspec``, or None after reporting its problems; a file the
+    spec names (a hierarchy's ``codes:``) is relative to ``base``, the schema file's folder."""
     if not isinstance(cspec, Mapping):
         bad(path, "must be a mapping with a 'type'")
         return None
@@ -859,7 +868,7 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         if ok:
             col = Categorical(name=name, nullable=nullable, bounds=bounds, choices=tuple(vals))
     elif kind == "hierarchy":
-        col = _build_hierarchy(name, cspec, path, bad) if ok and bounds is None else None
+        col = _build_hierarchy(name, cspec, path, bad, base) if ok and bounds is None else None
         if bounds is not None:
             bad(f"{path}.bounds", "a hierarchy's codes cannot be summed")
     elif kind == "integer":
@@ -921,9 +930,15 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
     return col
 
 
-def _build_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callable[[str, str], None]) -> Column | None:
+def _build_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callable[[str, str], None],
+                     base: str | None) -> Column | None:
     """``{type: hierarchy, values: [codes], levels: {name: prefix length, ...}}``: the codes are
-    distinct strings, the levels' lengths increase and none is longer than the shortest code."""
+    distinct strings, the levels' lengths increase and none is longer than the shortest code. Or
+    ``{type: hierarchy, values: [codes], levels: [name, ...], codes: <mapping>}``: levels given by a
+    public mapping of every code to its code at each level (:func:`_level_codes`); ``values`` may
+    then be left out (the mapping's codes, in its order)."""
+    if "codes" in cspec:
+        return _build_mapped_hierarchy(name, cspec, path, bad, base)
     vals, levels = cspec.get("values"), cspec.get("levels")
     if not isinstance(vals, list) or not vals or not all(isinstance(v, str) and v for v in vals):
         bad(f"{path}.values", "must be a non-empty list of code strings")
@@ -933,16 +948,157 @@ def _build_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callab
     if (not isinstance(levels, Mapping) or not levels
             or not all(isinstance(k, str) and k and _is_int(v) and v >= 1 for k, v in levels.items())):
         bad(f"{path}.levels", "must map each level's name to its codes' prefix length, coarsest first "
-                              "(e.g. {state: 2, county: 5})")
+                              "(e.g. {state: 2, county: 5}), or list the levels' names with a 'codes' mapping")
         return None
     lengths = list(levels.values())
     shortest = min(len(v) for v in vals)
     if any(b <= a for a, b in zip(lengths, lengths[1:])) or lengths[-1] > shortest:
         bad(f"{path}.levels", f"prefix lengths must increase, up to the shortest code's length ({shortest})")
         return None
-    names = [k.lower() for k in levels]
-    if len(set(names)) != len(names) or name.lower() in names:
-        bad(f"{path}.levels", "level names must be distinct and differ from the column's name")
+    if not _level_names_ok(name, list(levels), path, bad):
         return None
     return Hierarchy(name=name, nullable=bool(cspec.get("nullable", False)), choices=tuple(vals),
                      levels=tuple((k, int(v)) for k, v in levels.items()))
+
+
+#: Most levels a hierarchy given by a mapping may name (prefix levels are bounded by the codes' length).
+MAX_HIERARCHY_LEVELS = 32
+
+
+def _level_names_ok(name: str, levels: list, path: str, bad: Callable[[str, str], None]) -> bool:
+    """Whether ``levels`` are distinct names other than the column's ``name`` (reported if not)."""
+    names = [k.lower() for k in levels]
+    if len(set(names)) != len(names) or name.lower() in names:
+        bad(f"{path}.levels", "level names must be distinct and differ from the column's name")
+        return False
+    return True
+
+
+def _build_mapped_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callable[[str, str], None],
+                            base: str | None) -> Column | None:
+    """A hierarchy whose levels are given by the public mapping ``codes`` (see :func:`_build_hierarchy`)."""
+    vals, levels = cspec.get("values"), cspec.get("levels")
+    if (not isinstance(levels, list) or not levels or len(levels) > MAX_HIERARCHY_LEVELS
+            or not all(isinstance(k, str) and k for k in levels)):
+        bad(f"{path}.levels", f"with 'codes', must list the levels' names, coarsest first (e.g. [state, county]; "
+                              f"1 to {MAX_HIERARCHY_LEVELS} levels)")
+        return None
+    if not _level_names_ok(name, levels, path, bad):
+        return None
+    if vals is not None:
+        if not isinstance(vals, list) or not vals or not all(isinstance(v, str) and v for v in vals):
+            bad(f"{path}.values", "must be a non-empty list of code strings (or be left out: the codes mapped)")
+            return None
+        if not _domain_fits(path, len(vals), "declare fewer codes", bad) or not _check_keys(vals, f"{path}.values",
+                                                                                            bad):
+            return None
+    rows = _level_codes(name, levels, cspec["codes"], f"{path}.codes", bad, base)
+    if rows is None:
+        return None
+    if vals is None:
+        vals = list(rows)
+    elif not _mapped_once(vals, rows, f"{path}.codes", bad):
+        return None
+    if not _nested(levels, vals, rows, f"{path}.codes", bad):
+        return None
+    by_level = tuple(zip(*(rows[v] for v in vals)))
+    return Hierarchy(name=name, nullable=bool(cspec.get("nullable", False)), choices=tuple(vals),
+                     levels=tuple((k, None) for k in levels), level_codes=by_level)
+
+
+def _level_codes(name: str, levels: list[str], spec: Any, path: str, bad: Callable[[str, str], None],
+                 base: str | None) -> dict[str, tuple[str, ...]] | None:
+    """The mapping ``codes:`` of each finest code to its codes at ``levels``, in its order: a mapping
+    ``{code: [level codes...]}``, or the path of a CSV file (relative to ``base``, the schema file's
+    folder) whose header is the column's name then the levels' names. Codes are non-empty strings,
+    each mapped once, at most :data:`MAX_COLUMN_DOMAIN` of them. None after reporting a problem."""
+    where = ""
+    if isinstance(spec, str):
+        file = spec if base is None or os.path.isabs(spec) else os.path.join(base, spec)
+        table = _read_codes_csv(file, [name, *levels], path, bad)
+        if table is None:
+            return None
+        where = f"{spec}: "
+    elif isinstance(spec, Mapping):
+        table = []
+        for line, (code, parents) in enumerate(spec.items()):
+            if not isinstance(parents, list):
+                bad(f"{path}.{code}", f"must list the code's {len(levels)} level codes ({', '.join(levels)})")
+                return None
+            table.append((line, [code, *parents]))
+    else:
+        bad(path, f"must map each code to its codes at {', '.join(levels)}, or name a CSV file with the header "
+                  f"{','.join([name, *levels])}")
+        return None
+    if not _domain_fits(path, len(table), "declare fewer codes", bad):
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    for line, row in table:
+        at = f"{where}line {line}: " if where else ""
+        if len(row) != len(levels) + 1 or not all(isinstance(c, str) and c for c in row):
+            bad(path, f"{at}{row[0]!r} must be mapped to {len(levels)} non-empty strings ({', '.join(levels)}), "
+                      f"got {row[1:]!r}" + (" (quote codes in YAML: 01001 is read as a number)"
+                                            if any(_is_number(c) for c in row) else ""))
+            return None
+        if row[0] in out:
+            bad(path, f"{at}code {row[0]!r} is mapped twice")
+            return None
+        out[row[0]] = tuple(row[1:])
+    return out
+
+
+def _read_codes_csv(file: str, header: list[str], path: str,
+                    bad: Callable[[str, str], None]) -> list[tuple[int, list[str]]] | None:
+    """The rows of the CSV file ``file`` (UTF-8), each with its line number, after checking that its
+    header is ``header``; at most one row beyond :data:`MAX_COLUMN_DOMAIN` is read."""
+    import csv
+
+    try:
+        with open(file, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(fh)
+            first = next(reader, None)
+            if first is None or [c.strip().lower() for c in first] != [h.lower() for h in header]:
+                bad(path, f"{file}: the header must be {','.join(header)} (the column, then its levels), "
+                          f"got {','.join(first or [])!r}")
+                return None
+            rows = []
+            for row in reader:
+                rows.append((reader.line_num, row))
+                if len(rows) > MAX_COLUMN_DOMAIN:
+                    break
+            return rows
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else str(exc)[:200]
+        bad(path, f"{file}: cannot be read ({reason})")
+        return None
+
+
+def _mapped_once(vals: list[str], rows: Mapping[str, tuple[str, ...]], path: str,
+                 bad: Callable[[str, str], None]) -> bool:
+    """Whether the mapping ``rows`` maps exactly the codes ``vals`` (reporting a few that differ)."""
+    missing = [v for v in vals if v not in rows]
+    listed = set(vals)
+    extra = [c for c in rows if c not in listed]
+    for codes, what in ((missing, "not mapped"), (extra, "mapped but not in values")):
+        if codes:
+            shown = ", ".join(repr(c) for c in codes[:5]) + (f" and {len(codes) - 5} more" if len(codes) > 5 else "")
+            bad(path, f"{len(codes)} code{'s' if len(codes) > 1 else ''} {what}: {shown}")
+    return not missing and not extra
+
+
+def _nested(levels: list[str], vals: list[str], rows: Mapping[str, tuple[str, ...]], path: str,
+            bad: Callable[[str, str], None]) -> bool:
+    """Whether each level's code determines its coarser levels' codes (so the levels form a tree):
+    the same county is never under two states. Reports the first conflict of each level."""
+    ok = True
+    for k in range(1, len(levels)):
+        parent: dict[str, tuple[str, str]] = {}
+        for v in vals:
+            code, up = rows[v][k], rows[v][k - 1]
+            first = parent.setdefault(code, (up, v))
+            if first[0] != up:
+                bad(path, f"{levels[k]} {code!r} is under {levels[k - 1]} {first[0]!r} (code {first[1]!r}) and "
+                          f"{levels[k - 1]} {up!r} (code {v!r}): the levels must be nested")
+                ok = False
+                break
+    return ok

@@ -61,7 +61,7 @@ from dpsql.sql.grid import (
     number_value,
 )
 from dpsql.sql.inline import inline
-from dpsql.sql.levels import with_levels
+from dpsql.sql.levels import LEVEL_FUNCTION, with_levels
 from dpsql.sql.lookup import lookup
 from dpsql.sql.outputs import clash
 from dpsql.sql.parse import Statement, parse_statements
@@ -783,9 +783,10 @@ def _resolve_columns(tree: exp.Select, schema: Schema, table: str, alias: str | 
 
 def _check_function(node: exp.Anonymous, ctx: _Context) -> None:
     """Refuse a call of a function DuckDB does not know, naming the nearest aggregate dpsql answers
-    or DuckDB function (``AVGG`` -> AVG)."""
+    or DuckDB function (``AVGG`` -> AVG). A mapped level's call (:mod:`dpsql.sql.levels`) is evaluated on
+    the domain."""
     name = str(node.this)
-    if name.lower() in sandbox.function_names():
+    if name.lower() in sandbox.function_names() or name.lower() == LEVEL_FUNCTION:
         return
     near = did_you_mean(name.upper(), _AGGREGATE_NAMES) or did_you_mean(name, {n.upper() for n in sandbox.function_names()})
     ctx.fail(UnsupportedSQLError, f"unknown function {name}{near}", f"function {name.upper()}", node)

@@ -40,6 +40,7 @@ from sqlglot import exp
 
 from dpsql.schema import Binned, Column, IntegerRange
 from dpsql.sql import sandbox
+from dpsql.sql.levels import level_sources
 
 __all__ = ["DomainValues", "DomainEvalError", "domain_eval"]
 
@@ -71,17 +72,19 @@ def domain_eval(node: exp.Expression, columns: Sequence[Column]) -> DomainValues
     return _evaluate(node.sql(dialect="duckdb", identify=True), tuple(columns))
 
 
-def _column_sql(i: int, col: Column, index: str) -> str:
+def _column_sql(i: int, col: Column, index: str, levels: Sequence[str] = ()) -> str:
     """A subquery listing column ``col``'s domain under its own name, with each value's index in
-    column ``{index}{i}`` (NULL, when nullable, last)."""
+    column ``{index}{i}`` (NULL, when nullable, last), and the codes of the mapped ``levels`` of a
+    hierarchy (the columns :func:`dpsql.sql.levels.level_sources` named, from the lists ``$l{i}_{k}``)."""
     name = exp.to_identifier(col.name, quoted=True).sql(dialect="duckdb")
     if isinstance(col, IntegerRange) and col.sql_type == "BIGINT":
         rows = f"SELECT range AS {name}, range - ({col.min}) AS {index}{i} FROM range({col.min}, {col.max} + 1)"
     else:
         rows = (f"SELECT CAST(UNNEST($v{i}) AS {col.sql_type}) AS {name}, "
-                f"generate_subscripts($v{i}, 1) - 1 AS {index}{i}")
+                f"generate_subscripts($v{i}, 1) - 1 AS {index}{i}"
+                + "".join(f", CAST(UNNEST($l{i}_{k}) AS VARCHAR) AS \"{level}\"" for k, level in enumerate(levels)))
     if col.nullable:
-        rows += f" UNION ALL SELECT NULL, {len(col.values)}"
+        rows += f" UNION ALL SELECT NULL, {len(col.values)}" + ", NULL" * len(levels)
     return f"({rows}) AS d{i}"
 
 
@@ -99,20 +102,23 @@ def _evaluate(text: str, columns: tuple[Column, ...]) -> DomainValues:
     for ref in tree.find_all(exp.Column):
         if ref.name.lower() not in known or ref.table:
             raise DomainEvalError(f"column {ref.sql(dialect='duckdb')} is not on this domain")
-    sql = tree.sql(dialect="duckdb")
-    try:
-        sandbox.check_bounded(f"SELECT {sql}")
-        sandbox.check_deterministic(sql, known)
-    except ValueError as e:
-        raise DomainEvalError(str(e)) from None
     index = "i"  # the index columns' prefix: one no column name starts with
     while any(name.startswith(index) for name in known):
         index = "_" + index
-    sources = ", ".join(_column_sql(i, c, index) for i, c in enumerate(columns)) or "(SELECT 1)"
+    tree, levels = level_sources(tree, columns, lambda i, k: f"{index}{i}_{k}")  # mapped levels: domain columns
+    sql = tree.sql(dialect="duckdb")
+    try:
+        sandbox.check_bounded(f"SELECT {sql}")
+        sandbox.check_deterministic(sql, known | {ref for refs in levels.values() for ref, _ in refs})
+    except ValueError as e:
+        raise DomainEvalError(str(e)) from None
+    sources = ", ".join(_column_sql(i, c, index, [ref for ref, _ in levels.get(i, [])])
+                        for i, c in enumerate(columns)) or "(SELECT 1)"
     order = ", ".join(f"{index}{i}" for i in range(len(columns))) or "1"
     query = f"SELECT ({sql}) AS v, ({sql}) IS NULL AS n FROM {sources} ORDER BY {order}"
     params = {f"v{i}": [_text(v) for v in c.values] for i, c in enumerate(columns)
               if not (isinstance(c, IntegerRange) and c.sql_type == "BIGINT")}
+    params.update({f"l{i}_{k}": list(codes) for i, refs in levels.items() for k, (_, codes) in enumerate(refs)})
     try:
         with sandbox.limited(f"'{sql if len(sql) <= 80 else sql[:77] + '...'}' on the declared domain") as con:
             rel = con.sql(query, params=params or None)
