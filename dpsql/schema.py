@@ -1033,17 +1033,21 @@ def _level_codes(name: str, levels: list[str], spec: Any, path: str, bad: Callab
     if not _domain_fits(path, len(table), "declare fewer codes", bad):
         return None
     out: dict[str, tuple[str, ...]] = {}
+    hint = " (quote codes in YAML: 01001 is read as a number)"
     for line, row in table:
         at = f"{where}line {line}: " if where else ""
-        if len(row) != len(levels) + 1 or not all(isinstance(c, str) and c for c in row):
-            bad(path, f"{at}{row[0]!r} must be mapped to {len(levels)} non-empty strings ({', '.join(levels)}), "
-                      f"got {row[1:]!r}" + (" (quote codes in YAML: 01001 is read as a number)"
-                                            if any(_is_number(c) for c in row) else ""))
+        code, parents = (row[0], row[1:]) if row else ("", [])
+        if not isinstance(code, str) or not code:
+            bad(path, f"{at}code {code!r} must be a non-empty string" + (hint if _is_number(code) else ""))
             return None
-        if row[0] in out:
-            bad(path, f"{at}code {row[0]!r} is mapped twice")
+        if len(parents) != len(levels) or not all(isinstance(c, str) and c for c in parents):
+            bad(path, f"{at}code {code!r} must be mapped to {len(levels)} non-empty strings ({', '.join(levels)}), "
+                      f"got {parents!r}" + (hint if any(_is_number(c) for c in parents) else ""))
             return None
-        out[row[0]] = tuple(row[1:])
+        if code in out:
+            bad(path, f"{at}code {code!r} is mapped twice")
+            return None
+        out[code] = tuple(parents)
     return out
 
 

@@ -125,6 +125,7 @@ def test_codes_from_a_csv_file_relative_to_the_schema_file(tmp_path):
     (lambda m: m.update({next(g for g, v in m.items() if v[1] == "K4"): ["S9", "K4"]}), "columns.geo.codes",
      "county 'K4' is under state"),
     (lambda m: m.update({sorted(m)[0]: ["S0"]}), "columns.geo.codes", "must be mapped to 2 non-empty strings"),
+    (lambda m: m.update({1001: ["S0", "K0"]}), "columns.geo.codes", "code 1001 must be a non-empty string (quote"),
 ])
 def test_a_bad_mapping_is_refused_naming_its_path(change, path, message):
     spec = _schema(_mapping(0))  # values: the codes mapped before the change

@@ -9,7 +9,9 @@ expression's value on each cell: a predicate or a GROUP BY key over the domain,
 so the compiler needs no new kind of query, and the semantics are DuckDB's own,
 NULLs and overflow included. A domain column has the type of its declared
 values (:attr:`dpsql.schema.Column.sql_type`: BIGINT, VARCHAR, BOOLEAN or
-DOUBLE), the type dpsql reads them in.
+DOUBLE), the type dpsql reads them in. A hierarchy's level given by a mapping
+(``dpsql_level(geo, 'county')``, :mod:`dpsql.sql.levels`) is one more column of
+its code's domain, listing each code's county from the mapping.
 
 An expression DuckDB cannot evaluate on some value of the domain (an overflow,
 a failed cast) is refused, as is one that is not deterministic

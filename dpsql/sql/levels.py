@@ -20,6 +20,10 @@ columns, :mod:`dpsql.sql.bind`).
 ...                                            "levels": {"state": 2, "county": 4}}}})
 >>> with_levels(sqlglot.parse_one("SELECT state, county FROM t WHERE state = '06'"), s).sql()
 "SELECT SUBSTRING(geo, 1, 2) AS state, geo AS county FROM t WHERE SUBSTRING(geo, 1, 2) = '06'"
+>>> m = load_schema({"table": "t", "columns": {"zip": {"type": "hierarchy", "levels": ["region"],
+...                                            "codes": {"94110": ["West"], "10001": ["East"]}}}})
+>>> with_levels(sqlglot.parse_one("SELECT region FROM t GROUP BY region"), m).sql()
+"SELECT DPSQL_LEVEL(zip, 'region') AS region FROM t GROUP BY DPSQL_LEVEL(zip, 'region')"
 """
 
 from __future__ import annotations
