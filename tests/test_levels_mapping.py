@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -43,11 +44,16 @@ def _census(seed: int = 0, rows: int = 600, rho: float = 1e13) -> tuple[duckdb.D
     mapping = _mapping(seed)
     rng = np.random.default_rng(seed)
     con = duckdb.connect()
-    con.register("people", pd.DataFrame({"geo": rng.choice(sorted(mapping), rows), "sex": rng.choice(["F", "M"], rows)}))
+    people = pd.DataFrame({"geo": rng.choice(sorted(mapping), rows), "sex": rng.choice(["F", "M"], rows)})
+    con.register("people", people)
     con.execute("CREATE TABLE p AS SELECT * FROM people")
-    con.register("lookup", pd.DataFrame([[g, s, c] for g, (s, c) in mapping.items()], columns=["geo", "state", "county"]))
+    con.register("lookup", pd.DataFrame([[g, *v] for g, v in mapping.items()], columns=["geo", "state", "county"]))
     con.execute("CREATE TABLE m AS SELECT * FROM lookup")
     return con, dpsql.connect(con, schema=_schema(mapping), budget=dpsql.Budget(rho=rho), cache=False, progress=False)
+
+
+def _csv(path: Path, mapping: dict[str, list[str]], header: str) -> None:
+    path.write_text(header + "\n" + "".join(",".join([code, *levels]) + "\n" for code, levels in mapping.items()))
 
 
 @pytest.mark.parametrize("query, plain", [
@@ -76,10 +82,9 @@ def test_sql_on_mapped_levels_equals_duckdb_with_the_mapping_joined(query, plain
 
 def test_mapped_levels_add_up_bit_for_bit():
     _, db = _census(seed=1, rows=300, rho=10.0)
-    total, state, county = (r.df for r in db.batch(["SELECT COUNT(*) AS n FROM p",
-                                                     "SELECT state, COUNT(*) AS n FROM p GROUP BY state",
-                                                     "SELECT state, county, COUNT(*) AS n FROM p GROUP BY state, county"],
-                                                    rho=0.5))
+    batch = ["SELECT COUNT(*) AS n FROM p", "SELECT state, COUNT(*) AS n FROM p GROUP BY state",
+             "SELECT state, county, COUNT(*) AS n FROM p GROUP BY state, county"]
+    total, state, county = (r.df for r in db.batch(batch, rho=0.5))
     assert not all(float(v).is_integer() for v in county["n"])  # noisy estimates, not counts
     assert math.fsum(state["n"]) == total["n"][0]
     for value, name in zip(state["n"], state["state"]):
@@ -106,11 +111,32 @@ def test_opt_h_is_selected_for_two_nested_mapped_levels():
     assert plan.operator == "OPT_H"
 
 
+def test_a_mapping_that_spells_the_prefixes_compiles_as_the_prefixes_do():
+    """The same levels, given by prefix lengths or by the mapping they define: the same workload
+    (the same partition matrices, bit for bit), whatever the statements do with the levels."""
+    from dpsql.sql import compile_batch
+
+    codes = [f"{s:02d}{c:03d}{t:02d}" for s in range(1, 4) for c in range(1, 2 + s) for t in range(1, 3)]
+
+    def workload(levels: object, mapping: dict | None = None) -> str:
+        geo = {"type": "hierarchy", "values": codes, "levels": levels} | ({"codes": mapping} if mapping else {})
+        sex = {"type": "categorical", "values": ["F", "M"]}
+        schema = load_schema({"table": "p", "columns": {"geo": geo, "sex": sex}})
+        batch = ["SELECT state, sex, COUNT(*) FROM p GROUP BY state, sex",
+                 "SELECT state, county, COUNT(*) FROM p WHERE county <> '01001' GROUP BY state, county",
+                 "WITH c AS (SELECT county, sex FROM p) SELECT county, COUNT(*) FROM c WHERE sex = 'F' GROUP BY county",
+                 "SELECT CASE WHEN state = '02' THEN 'two' ELSE 'other' END AS s, COUNT(*) FROM p GROUP BY s"]
+        return compile_batch(batch, schema).workload.fingerprint()
+
+    prefix = workload({"state": 2, "county": 5})
+    assert workload(["state", "county"], {c: [c[:2], c[:5]] for c in codes}) == prefix
+    assert workload(["state", "county"], {c: ["01", c[:5]] for c in codes}) != prefix  # one state: another tree
+
+
 def test_codes_from_a_csv_file_relative_to_the_schema_file(tmp_path):
     mapping = _mapping(0)
     (tmp_path / "geo").mkdir()
-    (tmp_path / "geo" / "codes.csv").write_text("geo,state,county\n" + "".join(
-        f"{g},{s},{c}\n" for g, (s, c) in mapping.items()))
+    _csv(tmp_path / "geo" / "codes.csv", mapping, "geo,state,county")
     import yaml
 
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(_schema(mapping, "geo/codes.csv")))
@@ -141,7 +167,7 @@ def test_level_named_like_a_column_csv_header_and_levels_are_checked(tmp_path):
     spec["columns"]["geo"]["levels"] = ["state", "sex"]
     with pytest.raises(SchemaError, match=r"columns\.geo\.levels: level 'sex' is also the name of a column"):
         load_schema(spec)
-    (tmp_path / "codes.csv").write_text("tract,state,county\n" + "".join(f"{g},{s},{c}\n" for g, (s, c) in mapping.items()))
+    _csv(tmp_path / "codes.csv", mapping, "tract,state,county")
     with pytest.raises(SchemaError, match=r"columns\.geo\.codes: .*codes\.csv: the header must be geo,state,county"):
         load_schema(_schema(mapping, str(tmp_path / "codes.csv")))
     with pytest.raises(SchemaError, match=r"columns\.geo\.codes: .*no such file"):
@@ -156,8 +182,6 @@ def test_level_named_like_a_column_csv_header_and_levels_are_checked(tmp_path):
 
 
 def test_the_docs_example_runs(capsys):
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parent.parent / "docs" / "census.md").read_text()
     code = re.search(r"## Levels given by a mapping\n.*?```python\n(.*?)```", text, re.S).group(1)
     exec(compile(code, "docs/census.md", "exec"), {})
