@@ -989,8 +989,7 @@ def _build_mapped_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad:
         if not isinstance(vals, list) or not vals or not all(isinstance(v, str) and v for v in vals):
             bad(f"{path}.values", "must be a non-empty list of code strings (or be left out: the codes mapped)")
             return None
-        if not _domain_fits(path, len(vals), "declare fewer codes", bad) or not _check_keys(vals, f"{path}.values",
-                                                                                            bad):
+        if not (_domain_fits(path, len(vals), "declare fewer codes", bad) and _check_keys(vals, f"{path}.values", bad)):
             return None
     rows = _level_codes(name, levels, cspec["codes"], f"{path}.codes", bad, base)
     if rows is None:
@@ -1020,15 +1019,17 @@ def _level_codes(name: str, levels: list[str], spec: Any, path: str, bad: Callab
             return None
         where = f"{spec}: "
     elif isinstance(spec, Mapping):
-        table = []
-        for line, (code, parents) in enumerate(spec.items()):
+        for code, parents in spec.items():
             if not isinstance(parents, list):
                 bad(f"{path}.{code}", f"must list the code's {len(levels)} level codes ({', '.join(levels)})")
                 return None
-            table.append((line, [code, *parents]))
+        table = [(0, [code, *parents]) for code, parents in spec.items()]  # no line numbers: "where" is empty
     else:
         bad(path, f"must map each code to its codes at {', '.join(levels)}, or name a CSV file with the header "
                   f"{','.join([name, *levels])}")
+        return None
+    if not table:
+        bad(path, "maps no code")
         return None
     if not _domain_fits(path, len(table), "declare fewer codes", bad):
         return None

@@ -175,6 +175,10 @@ def test_level_named_like_a_column_csv_header_and_levels_are_checked(tmp_path):
     (tmp_path / "twice.csv").write_text("geo,state,county\nA-x-1,S0,K0\nA-x-1,S0,K0\n")
     with pytest.raises(SchemaError, match=r"columns\.geo\.codes: .*line 3: code 'A-x-1' is mapped twice"):
         load_schema(_schema({"A-x-1": ["S0", "K0"]}, str(tmp_path / "twice.csv")))
+    (tmp_path / "empty.csv").write_text("geo,state,county\n")
+    with pytest.raises(SchemaError, match=r"columns\.geo\.codes: maps no code"):
+        load_schema({"table": "p", "columns": {"geo": {"type": "hierarchy", "levels": ["state", "county"],
+                                                       "codes": str(tmp_path / "empty.csv")}}})
     spec = _schema(mapping)
     spec["columns"]["geo"]["levels"] = {"state": 1}
     with pytest.raises(SchemaError, match=r"columns\.geo\.levels: with 'codes', must list the levels' names"):
