@@ -14,7 +14,7 @@ limit                         what it bounds
 :data:`MAX_SQL_DEPTH`         nesting of one statement, counted on its tokens (parse time)
 :data:`MAX_QUERIES`           answers of one batch: GROUP BY cells over all statements (memory:
                               :data:`BYTES_PER_ANSWER` each, at most :data:`MAX_ANSWER_BYTES`)
-:data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts (memory;
+:data:`MAX_MEASURED_CELLS`    cells of one marginal the measurement counts, or its answers (memory;
                               a workload's own marginals: :meth:`~dpsql.hdmm.workload.Workload.check_size`)
 :data:`MAX_SYNTHETIC_CELLS`   rows times columns of one synthetic table (``db.synthesize``)
 :data:`MAX_PUBLIC_ROWS`       rows of a table the owner marks public (``connect(public_tables=...)``)
@@ -79,8 +79,11 @@ MAX_ANSWER_BYTES = 8 * 10**9
 #: ``MAX_ANSWER_BYTES / BYTES_PER_ANSWER``: a tract-level release (85,000 tracts x 126 race x
 #: Hispanic cells and the tables beside them, about 11 million answers) fits.
 MAX_QUERIES = MAX_ANSWER_BYTES // BYTES_PER_ANSWER
-#: Cells of one marginal the measurement counts: a float64 vector of 160 MB.
-MAX_MEASURED_CELLS = 20_000_000
+#: Cells of the largest marginal one measurement counts, or its answers if more: float64 vectors of
+#: 400 MB, of which the measurement holds a few at once (the counts, the noisy answers, the noise in
+#: chunks). A census release at 85,000 tracts, each table measured with the geography on its own
+#: (:mod:`dpsql.hdmm.optimize.hierplus`), gives 24 million answers.
+MAX_MEASURED_CELLS = 50_000_000
 #: Largest magnitude a SUM's (or AVG's, a variance's) bounds may reach: 2^53, below which float64
 #: holds every integer. Beyond, one row's value is a noise scale no answer survives, and squares
 #: and Gram matrices overflow (1e155 did, in the strategy's SVD).

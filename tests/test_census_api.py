@@ -124,3 +124,61 @@ def test_cli_integer(tmp_path, capsys):
     for df in (state, county):
         assert (df["n"] >= 0).all() and (df["n"] == np.round(df["n"])).all()
     _add_up(pd.DataFrame({"n": [state["n"].sum()]}), state, county, county.assign(tract=county["county"]))
+
+
+SPLIT = LEVELS + ["SELECT county, race, COUNT(*) AS n FROM p GROUP BY county, race",
+                  "SELECT tract, race, COUNT(*) AS n FROM p GROUP BY tract, race",
+                  "SELECT state, sex, age, COUNT(*) AS n FROM p GROUP BY state, sex, age"]
+
+
+def _split_db(rows: int = 3_000) -> tuple[dpsql.Connection, duckdb.DuckDBPyConnection]:
+    """Tables on disjoint attributes (race; sex by age) at several levels of one geography."""
+    codes = _codes(5)
+    schema = _schema(codes)
+    schema["columns"].update({"race": {"type": "integer", "min": 0, "max": 4},
+                              "age": {"type": "integer", "min": 0, "max": 5}})
+    rng = np.random.default_rng(5)
+    people = _people(codes, rows, 5).assign(race=rng.integers(0, 5, rows), age=rng.integers(0, 6, rows))
+    con = duckdb.connect()
+    con.register("people", people)
+    con.execute("CREATE TABLE p AS SELECT * FROM people")
+    return dpsql.connect(con, schema=schema, budget=dpsql.Budget(rho=1e9), cache=False, progress=False), con
+
+
+def test_a_release_too_large_for_one_product_is_split_by_table_and_reconciled(monkeypatch):
+    """With the cells one product would count over the limit (lowered here, as 85,000 tracts by every
+    table's attributes are in benchmarks/census_scale.py), OPT_H+ measures each table's attributes with
+    the geography on their own. Every level of every table still adds up bit for bit, and at a huge
+    spend the answers are DuckDB's."""
+    db, con = _split_db()
+    cells = len(_codes(5)) * 5 * 2 * 6
+    monkeypatch.setattr("dpsql.hdmm.optimize.selector.MAX_MEASURED_CELLS", cells - 1)
+    results = db.batch(SPLIT, rho=1e8)
+    assert {r.release.operator for r in results} == {"OPT_Hplus"}
+    frames = [r.df for r in results]
+    _add_up(*frames[:4])
+    county_race, tract_race, state_sex_age = frames[4:]
+
+    def sums(df: pd.DataFrame, keys: list[str]) -> dict:
+        return {k if len(keys) > 1 else k[0]: math.fsum(g["n"].tolist()) for k, g in df.groupby(keys)}
+
+    counties, states = frames[2].set_index("county")["n"], frames[1].set_index("state")["n"]
+    assert sums(county_race, ["county"]) == counties.to_dict()           # race table = totals, exactly
+    assert sums(state_sex_age, ["state"]) == states.to_dict()            # sex by age table = totals
+    tract_race = tract_race.assign(county=tract_race["tract"].str[:5])
+    assert sums(tract_race, ["county", "race"]) == county_race.set_index(["county", "race"])["n"].to_dict()
+    exact = con.sql("SELECT substr(geo, 1, 2) AS state, sex, age, COUNT(*) AS n FROM p GROUP BY ALL").df()
+    merged = state_sex_age.merge(exact, on=["state", "sex", "age"], how="left", suffixes=("", "_exact")).fillna(0)
+    assert np.allclose(merged["n"], merged["n_exact"], atol=0.05)
+    exact = con.sql("SELECT geo AS tract, race, COUNT(*) AS n FROM p GROUP BY ALL").df()
+    merged = tract_race.merge(exact, on=["tract", "race"], how="left", suffixes=("", "_exact")).fillna(0)
+    assert np.allclose(merged["n"], merged["n_exact"], atol=0.05)
+    assert (results[5].df["std_error"] > 0).all()  # the tract by race table keeps its standard errors
+
+
+def test_a_release_no_product_can_count_is_refused_before_anything_is_spent(monkeypatch):
+    db, _ = _split_db(300)
+    monkeypatch.setattr("dpsql.hdmm.optimize.selector.MAX_MEASURED_CELLS", 10)
+    with pytest.raises(dpsql.ResourceLimitError, match="cells, more than the limit"):
+        db.batch(SPLIT, rho=1.0)
+    assert db.spent().rho == 0

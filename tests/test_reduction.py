@@ -26,11 +26,11 @@ from dpsql.hdmm.optimize import select
 from dpsql.hdmm.optimize.baseline import direct, identity
 from dpsql.hdmm.reconstruct import least_squares, nonnegative
 from dpsql.hdmm.reduction import ReducedStrategy, reduce_domain
-from dpsql.hdmm.strategy import UnionStrategy
+from dpsql.hdmm.strategy import UnionStrategy, measured_cells
 from dpsql.hdmm.workload import Workload
 from dpsql.privacy import Gaussian, Laplace
 from dpsql.private.budget import Budget, Cost
-from dpsql.private.kernel import PrivateTable, measured_cells, on_cells
+from dpsql.private.kernel import PrivateTable, on_cells
 from dpsql.private.ledger import Ledger
 from dpsql.private.measure import measure_marginals
 from dpsql.schema import Attribute, load_schema

@@ -65,6 +65,7 @@ from dpsql.hdmm.hierarchy import HierarchyFactor, Tree
 from dpsql.hdmm.marginals import Marginals, ResidualMarginals
 from dpsql.hdmm.matrix import DENSE_LIMIT, Dense, GramFactored, Identity, Matrix, Ones, VStack, Weighted
 from dpsql.hdmm.pidentity import PIdentity
+from dpsql.hdmm.reconcile import ReconciledUnion
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.symmetric_gram import coefficients
 from dpsql.hdmm.workload import Workload
@@ -131,6 +132,9 @@ class _Encoder:
                 "type": "UnionStrategy", "operator": s.operator, "weights": list(s.weights), "groups": s.groups,
                 "parts": [self.strategy(p) for p in s.parts],
             }
+        if isinstance(s, ReconciledUnion):
+            return {"type": "ReconciledUnion", "operator": s.operator, "weights": list(s.weights), "groups": s.groups,
+                    "totals": s.totals, "shared": s.shared, "parts": [self.strategy(p) for p in s.parts]}
         if isinstance(s, MarginalStrategy):
             fixed = None if s.fixed is None else [None if f is None else self.matrix(f) for f in s.fixed]
             return {"type": "MarginalStrategy", "operator": s.operator, "strategy": self.matrix(s.strategy),
@@ -171,6 +175,10 @@ def _decode_strategy(spec: dict[str, Any], arrays: dict[str, np.ndarray]) -> Str
     if t == "UnionStrategy":
         parts = [_decode_strategy(p, arrays) for p in spec["parts"]]
         return UnionStrategy(parts, list(spec["weights"]), [list(g) for g in spec["groups"]], operator=spec["operator"])
+    if t == "ReconciledUnion":
+        return ReconciledUnion([_decode_strategy(p, arrays) for p in spec["parts"]], list(spec["weights"]),
+                               [list(g) for g in spec["groups"]], list(spec["totals"]), spec["shared"],
+                               operator=spec["operator"])
     if t == "MarginalStrategy":
         fixed = spec["fixed"]
         if fixed is not None:

@@ -56,7 +56,7 @@ from dpsql.errors import WorkloadError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
 
 __all__ = ["Tree", "HierarchyFactor", "TreeInverse", "partition_labels", "optimize_weights", "topdown_integer",
-           "hierarchy_of", "exact_sums"]
+           "hierarchy_of", "exact_sums", "sum_grid"]
 
 #: Most ``rows × cells`` a variance of queries that are not nodes of the tree may cost.
 GENERAL_CROSS_LIMIT = 200_000_000
@@ -506,12 +506,19 @@ def _round_to_totals(real: np.ndarray, group: np.ndarray, out: np.ndarray, nodes
     return result
 
 
-def exact_sums(x: np.ndarray) -> np.ndarray:
-    """``x`` rounded to the nearest multiples of ``q``, the power of two with ``2⁵² q ≥ Σ|x|``. Every
-    partial sum of the result is then a multiple of ``q`` of magnitude below ``2⁵³ q``, which a double
-    holds exactly: any sum of any of its values, in any order (``math.fsum``, numpy, BLAS, DuckDB's
-    ``SUM``), is the exact sum, so totals read from it add up to the last digit. Each value moves by
-    at most ``q / 2`` (about ``10⁻¹⁶`` of the total; the noise is far larger).
+def sum_grid(total: float) -> float:
+    """The power of two ``q`` with ``2⁵² q ≥ total``, the least such: values that are multiples of ``q``
+    and whose magnitudes add up to at most ``total`` have exact floating-point sums (:func:`exact_sums`)."""
+    return math.ldexp(1.0, math.frexp(total)[1] - 52)  # 2^e ≥ total with e = frexp's exponent
+
+
+def exact_sums(x: np.ndarray, step: float | None = None) -> np.ndarray:
+    """``x`` rounded to the nearest multiples of ``q``, the power of two with ``2⁵² q ≥ Σ|x|``
+    (:func:`sum_grid`; or ``step``, a power of two at least that, to put several vectors on one grid).
+    Every partial sum of the result is then a multiple of ``q`` of magnitude below ``2⁵³ q``, which a
+    double holds exactly: any sum of any of its values, in any order (``math.fsum``, numpy, BLAS,
+    DuckDB's ``SUM``), is the exact sum, so totals read from it add up to the last digit. Each value
+    moves by at most ``q / 2`` (about ``10⁻¹⁶`` of the total; the noise is far larger).
 
     >>> v = exact_sums(np.array([0.1, 0.2, 0.3]))
     >>> float(v[0] + v[1] + v[2]) == float(v[2] + v[1] + v[0]) == math.fsum(v.tolist())
@@ -521,5 +528,5 @@ def exact_sums(x: np.ndarray) -> np.ndarray:
     total = float(np.abs(x).sum())
     if not total > 0 or not math.isfinite(total):
         return x.copy()
-    q = math.ldexp(1.0, math.frexp(total)[1] - 52)  # 2^e ≥ total with e = frexp's exponent; q = 2^(e-52)
+    q = sum_grid(total) if step is None else step
     return np.rint(x / q) * q

@@ -383,6 +383,17 @@ def is_total(M: Matrix) -> bool:
     return isinstance(M, Ones) and M.shape[0] == 1
 
 
+def constant_row(f: Matrix) -> float | None:
+    """``c`` when ``f`` is the single query ``c·1ᵀ`` (it sums its attribute out: a measurement or an
+    answer over the other attributes' marginal), else None."""
+    if f.shape[0] != 1:
+        return None
+    if isinstance(f, Ones):
+        return 1.0
+    row = f.dense().ravel()
+    return float(row[0]) if np.all(row == row[0]) else None
+
+
 def IdentityTotal(n: int) -> "VStack":
     """HDMM's ``IT(n) = [I(n); T(n)]``: the GROUP BY and the total."""
     return VStack([Identity(n), Total(n)])

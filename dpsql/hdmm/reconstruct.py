@@ -56,6 +56,7 @@ from scipy.optimize import Bounds, minimize
 from dpsql.errors import WorkloadError
 from dpsql.hdmm.hierarchy import HierarchyFactor, Tree, exact_sums, topdown_integer
 from dpsql.hdmm.matrix import Identity, Kronecker, Matrix, Ones, Product, Transpose, is_total, kron_terms
+from dpsql.hdmm.reconcile import ReconciledUnion
 from dpsql.hdmm.reduction import ReducedStrategy
 from dpsql.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 from dpsql.hdmm.workload import Workload
@@ -179,6 +180,8 @@ def least_squares(workload: Workload, strategy: Strategy, y: np.ndarray) -> np.n
     from measurements ``y`` of ``strategy.matrix`` (in its row order)."""
     if isinstance(strategy, ReducedStrategy):  # the same answers, from the reduced problem
         return least_squares(strategy.reduction.apply(workload), strategy.inner, y)
+    if isinstance(strategy, ReconciledUnion):
+        return strategy.answers(workload, y)
     y = np.asarray(y, dtype=float)
     if y.shape != (strategy.matrix.shape[0],):
         raise WorkloadError(f"expected {strategy.matrix.shape[0]} measurements, got shape {y.shape}")
@@ -217,6 +220,8 @@ def nonnegative(workload: Workload, strategy: Strategy, y: np.ndarray, max_itera
         return nonnegative(strategy.reduction.apply(workload), strategy.inner, y, max_iterations, seconds, integer)
     if _hierarchical(strategy):
         return topdown(workload, strategy, y, integer)
+    if isinstance(strategy, ReconciledUnion):
+        return strategy.answers(workload, y, nonnegative=True, integer=integer)
     A = strategy.matrix
     N = A.shape[1]
     if N > NONNEGATIVE_LIMIT:

@@ -47,6 +47,7 @@ from dpsql.hdmm.matrix import (
     Transpose,
     VStack,
     Weighted,
+    constant_row,
     kron_terms,
 )
 from dpsql.hdmm.workload import Term, Workload
@@ -499,6 +500,16 @@ class MarginalStrategy(Strategy):
                                                                    for j in range(len(R))]))
                 cov = cov + (np.where(contrib != 0, np.nan, 0.0) if lam[t] <= 0 else contrib / lam[t])
         return wa * wb * cov
+
+
+def measured_cells(strategy: Strategy) -> int:
+    """How big a measurement of ``strategy`` is: its rows, or the cells of the largest marginal it is
+    computed from if more (a block's marginal spans the attributes whose factor is not ``c·1ᵀ``, which
+    sum their attribute out), from public shapes only."""
+    largest = 0
+    for _, factors in kron_terms(strategy.matrix):
+        largest = max(largest, math.prod(f.shape[1] for f in factors if constant_row(f) is None))
+    return max(largest, strategy.matrix.shape[0])
 
 
 def _check_cross(*sizes: int) -> None:

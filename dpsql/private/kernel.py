@@ -58,9 +58,9 @@ import duckdb
 import numpy as np
 
 from dpsql.errors import MeasurementError, PrivacyError
-from dpsql.hdmm.matrix import Kronecker, Matrix, Ones, kron_terms
+from dpsql.hdmm.matrix import Kronecker, Matrix, constant_row, kron_terms
 from dpsql.hdmm.reduction import ReducedStrategy
-from dpsql.hdmm.strategy import Strategy
+from dpsql.hdmm.strategy import Strategy, measured_cells
 from dpsql.limits import check_measured_cells
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.backend import Backend, BackendError, backend_for
@@ -98,16 +98,6 @@ class Measurement:
     time: str
 
 
-def _constant_row(f: Matrix) -> float | None:
-    """``c`` when ``f`` is the single query ``c·1ᵀ`` (it sums its attribute out), else None."""
-    if f.shape[0] != 1:
-        return None
-    if isinstance(f, Ones):
-        return 1.0
-    row = f.dense().ravel()
-    return float(row[0]) if np.all(row == row[0]) else None
-
-
 def _block_plan(strategy: Strategy) -> list[tuple[float, tuple[int, ...], Matrix | None]]:
     """Per strategy block, in row order: (scalar, measured attributes, block on them).
 
@@ -121,7 +111,7 @@ def _block_plan(strategy: Strategy) -> list[tuple[float, tuple[int, ...], Matrix
     for w, factors in terms:
         scalar, kept = w, []
         for i, f in enumerate(factors):
-            c = _constant_row(f)
+            c = constant_row(f)
             if c is None:
                 kept.append(i)
             else:
@@ -193,13 +183,6 @@ def on_cells(strategy: Strategy, attributes: Sequence[Attribute] = ()) -> tuple[
         return strategy, list(attributes)
     r = strategy.reduction
     return strategy.inner, [attributes[i].grouped(r.labels[i]) for i in r.kept] if attributes else []
-
-
-def measured_cells(strategy: Strategy) -> int:
-    """How big a measurement of ``strategy`` is: its largest marginal's cells, or its rows if more."""
-    domain = [f.shape[1] for f in kron_terms(strategy.matrix)[0][1]]
-    largest = max(math.prod(domain[a] for a in s) for s in required_marginals(strategy))
-    return max(largest, strategy.matrix.shape[0])
 
 
 class PrivateTable:

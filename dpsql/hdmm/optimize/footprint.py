@@ -50,7 +50,7 @@ def estimate_bytes(name: str, workload: Workload) -> int:
         return 8 * sum(VECTOR_COPIES * n if name != "OPT_0" and
                        symmetric_attribute(n, [fs[i] for _, fs in workload.terms]) is not None
                        else GRAM_COPIES * n * n for i, n in enumerate(workload.domain))
-    if name == "OPT_H":  # a tree's vectors for a hierarchy, Grams for the other attributes
+    if name in ("OPT_H", "OPT_Hplus"):  # a tree's vectors for a hierarchy, Grams for the other attributes
         return sum(8 * GRAM_COPIES * n * n if n * n <= DENSE_LIMIT else 8 * VECTOR_COPIES * 4 * n for n in workload.domain)
     if name == "direct":
         return 8 * GRAM_COPIES * sum(_factor_entries(f) for _, fs in workload.terms for f in fs)

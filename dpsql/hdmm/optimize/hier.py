@@ -48,10 +48,15 @@ def hierarchies(workload: Workload) -> list[Tree | None]:
     return out
 
 
-def opt_hier(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> KronStrategy:
+def opt_hier(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0,
+             shared: "dict[int, Tree] | None" = None) -> KronStrategy:
     """OPT_H's strategy for ``workload``; a :class:`~dpsql.errors.WorkloadError` if no attribute is
-    hierarchical, or another is too large for a dense Gram."""
+    hierarchical, or another is too large for a dense Gram. ``shared``: trees to measure attributes on
+    instead of the workload's own (each must hold every group of the attribute in the workload): the
+    parts of a larger workload then all measure one tree (:mod:`~dpsql.hdmm.optimize.hierplus`)."""
     trees = hierarchies(workload)
+    for i, tree in (shared or {}).items():
+        trees[i] = tree
     if not any(t is not None for t in trees):
         raise WorkloadError("no attribute is queried at nested levels")
     for t, n in zip(trees, workload.domain):

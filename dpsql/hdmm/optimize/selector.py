@@ -51,6 +51,7 @@ from dpsql.hdmm.marginals import in_algebra
 from dpsql.hdmm.optimize.baseline import direct, direct_applies, identity, identity_applies
 from dpsql.hdmm.optimize.footprint import estimate_bytes
 from dpsql.hdmm.optimize.hier import hierarchies, opt_hier
+from dpsql.hdmm.optimize.hierplus import opt_hier_plus, split
 from dpsql.hdmm.optimize.kron import opt_kron
 from dpsql.hdmm.optimize.marginal import MAX_SEARCH_ATTRIBUTES, opt_marginal
 from dpsql.hdmm.optimize.maxvar import opt_max_marginal
@@ -59,9 +60,9 @@ from dpsql.hdmm.optimize.threads import dense_threads
 from dpsql.hdmm.optimize.union import opt_plus, product_groups
 from dpsql.hdmm.reduction import Reduction, reduce_domain
 from dpsql.hdmm.stacking import Stacking, stack_terms
-from dpsql.hdmm.strategy import Strategy
+from dpsql.hdmm.strategy import Strategy, measured_cells
 from dpsql.hdmm.workload import Workload
-from dpsql.limits import MAX_CANDIDATE_BYTES
+from dpsql.limits import MAX_CANDIDATE_BYTES, MAX_MEASURED_CELLS
 from dpsql.privacy import NoiseModel
 
 log = logging.getLogger("dpsql.hdmm.optimize")
@@ -76,7 +77,7 @@ OBJECTIVES = ("total", "max")
 
 #: Operators given the workload's own terms, not stacked ones: the direct candidate stands for
 #: answering each statement alone (its terms, the budget split among them), the bound it keeps.
-TERMWISE = frozenset({"direct", "OPT_H"})
+TERMWISE = frozenset({"direct", "OPT_H", "OPT_Hplus"})
 
 
 def opt_marginal_max(workload: Workload, noise: NoiseModel, restarts: int = 1, seed: int = 0) -> Strategy:
@@ -93,6 +94,7 @@ OPERATORS: dict[str, Callable[..., Strategy]] = {
     "identity": identity,
     "direct": direct,
     "OPT_H": opt_hier,
+    "OPT_Hplus": opt_hier_plus,
 }
 
 
@@ -103,8 +105,11 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
     nested levels (state and county: its factors are laminar partitions, a tree) is answered by OPT_H,
     among others, from one data vector, so that its levels add up: the operators answering each term
     from its own measurements (OPT_+, direct) are left out. A filter and a total, or one GROUP BY and a
-    total, are not such levels (OPT_⊗'s closed form covers them). ``terms``: the workload unstacked
-    (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H runs on it)."""
+    total, are not such levels (OPT_⊗'s closed form covers them). Where one product over every attribute
+    would count more than :data:`~dpsql.limits.MAX_MEASURED_CELLS` cells and a hierarchy splits the
+    statements into groups on disjoint attributes, OPT_H+ measures each group on its own and reconciles
+    them (:mod:`~dpsql.hdmm.optimize.hierplus`). ``terms``: the workload unstacked
+    (:mod:`~dpsql.hdmm.stacking`), where the levels are seen (OPT_H and OPT_H+ run on it)."""
     ops = []
     unstacked = terms if terms is not None else workload
     trees = hierarchies(unstacked)
@@ -127,6 +132,8 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
         ops.append("direct")
     if nested:
         ops.append("OPT_H")
+    if math.prod(unstacked.domain) > MAX_MEASURED_CELLS and split(unstacked) is not None:
+        ops.append("OPT_Hplus")
     return ops
 
 
@@ -241,6 +248,12 @@ def _select(W: Workload, stacking: Stacking, noise: NoiseModel, names: Sequence[
         start = time.perf_counter()
         try:
             strategy = run(name, W, stacking, noise, restarts, seed + 7919 * i)
+            cells = measured_cells(strategy)
+            if cells > MAX_MEASURED_CELLS:  # the kernel would refuse to count it
+                refused.append(f"{name}: its measurement counts {cells:,} cells, more than the limit of "
+                               f"{MAX_MEASURED_CELLS:,}")
+                too_large += 1
+                continue
             candidates.append(_candidate(name, strategy, W, noise, start, objective))
         except WorkloadError as e:  # beyond this operator (a Gram too large to hold, say): the others may answer
             refused.append(f"{name}: {e}")
