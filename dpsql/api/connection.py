@@ -76,7 +76,7 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
             ledger: "str | os.PathLike | None" = None, *, cache: "bool | str | os.PathLike" = True,
             progress: bool | None = None, source_of_noise: UniformSource | None = None,
             public_tables: Sequence[str] = (), dialect: str | None = None,
-            validate: bool | None = None) -> "Connection":
+            validate: bool | None = None, snapshot: bool | None = None) -> "Connection":
     """Open a private table for differentially private queries.
 
     ``source``: a DuckDB connection holding ``table``, a ``.duckdb`` database
@@ -107,12 +107,17 @@ def connect(source: "duckdb.DuckDBPyConnection | str | os.PathLike | Backend | A
     Parquet, data frames), not for a database, which may be large. Whatever
     ``validate`` is, a table lacking a declared column, or with a column whose
     SQL type holds none of its domain, is refused.
+    ``snapshot``: validate and index the table once, now, into small-integer columns on the
+    owner's connection (:func:`~dpsql.private.measure.take_snapshot`), so that each measurement
+    is a plain ``GROUP BY`` of them; rows the owner changes in the table afterwards are not seen.
+    None (the default) takes one for the sources dpsql opens itself (files), whose rows nobody
+    else changes; for a table in the owner's own DuckDB connection, give True when it is fixed.
     """
     global _last
     check = opened_by_dpsql(source) if validate is None else validate
     dataset = Dataset.open(source, table, schema, budget, ledger, cache=cache, progress=progress,
                            source_of_noise=source_of_noise, public_tables=public_tables,
-                           owner_check=owner_report if check else None)
+                           owner_check=owner_report if check else None, snapshot=snapshot)
     conn = Connection(dataset, dialect)
     _last = conn
     return conn

@@ -8,7 +8,8 @@ hierarchy. Every group gets OPT_H's product strategy for its own terms
 its marginal covers the hierarchy and the group's attributes only, not the product of every
 attribute. The groups share the budget as OPT_+'s parts do
 (:func:`~dpsql.hdmm.optimize.union.budget_weights`). The terms on the hierarchy alone (the totals
-by level) are optimized for in every group, with their weight shared equally. They are answered
+by level) are either optimized for in every group, their weight shared equally, or measured by a
+product of their own; of the two, the one with the lower expected error is kept. They are answered
 from the groups' combined estimate of the hierarchy
 (:class:`~dpsql.hdmm.reconcile.ReconciledUnion`), so every level of every table adds up.
 
@@ -31,6 +32,7 @@ import math
 import numpy as np
 
 from dpsql.errors import WorkloadError
+from dpsql.hdmm.hierarchy import Tree
 from dpsql.hdmm.matrix import constant_row
 from dpsql.hdmm.optimize.hier import hierarchies, opt_hier
 from dpsql.hdmm.optimize.union import budget_weights
@@ -89,16 +91,26 @@ def opt_hier_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed
         raise WorkloadError("no hierarchy splits this workload into groups of statements on disjoint attributes")
     h, groups, totals = found
     tree = hierarchies(workload)[h]
-    share = 1.0 / math.sqrt(len(groups))
+    folded = _union(workload, noise, h, tree, groups, totals, restarts, seed)
+    if not totals:
+        return folded
+    alone = _union(workload, noise, h, tree, groups + [[]], totals, restarts, seed)
+    return min((folded, alone), key=lambda A: A.trace_error(workload))
+
+
+def _union(workload: Workload, noise: NoiseModel, h: int, tree: Tree, groups: list[list[int]], totals: list[int],
+           restarts: int, seed: int) -> ReconciledUnion:
+    """Each group's OPT_H product with the totals by level beside its own terms (their weight shared
+    equally), or, for an empty group, the totals' own product; the budget split as OPT_+ splits it."""
+    own = any(not terms for terms in groups)  # the totals have a product of their own
+    share = 1.0 if own else 1.0 / math.sqrt(len(groups))
     parts, errors = [], []
     for g, terms in enumerate(groups):
-        own = Workload(workload.domain, [workload.terms[k] for k in terms])
-        with_totals = Workload(workload.domain, own.terms + [(w * share, fs) for w, fs in
-                                                            (workload.terms[k] for k in totals)])
-        part = opt_hier(with_totals, noise, restarts=restarts, seed=seed + 104729 * g, shared={h: tree})
-        sensitivity = part.sensitivity(noise.norm)
+        beside = [] if own and terms else [(w * share, fs) for w, fs in (workload.terms[k] for k in totals)]
+        part_workload = Workload(workload.domain, [workload.terms[k] for k in terms] + beside)
+        part = opt_hier(part_workload, noise, restarts=restarts, seed=seed + 104729 * g, shared={h: tree})
         parts.append(part)
-        errors.append(part.trace_error(with_totals) * sensitivity**2)
+        errors.append(part.trace_error(part_workload) * part.sensitivity(noise.norm) ** 2)
     weights = budget_weights(np.array(errors), noise.norm)
-    weights = [float(c) / p.sensitivity(noise.norm) for c, p in zip(weights, parts)]
-    return ReconciledUnion(parts, weights, groups, totals, h)
+    return ReconciledUnion(parts, [float(c) / p.sensitivity(noise.norm) for c, p in zip(weights, parts)], groups,
+                           totals, h)
