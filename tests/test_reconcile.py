@@ -184,3 +184,10 @@ def test_a_cached_strategy_answers_as_the_selected_one(case, tmp_path):
     y = D @ np.arange(D.shape[1], dtype=float)
     assert np.array_equal(least_squares(W, back, y), least_squares(W, A, y))
     assert np.array_equal(np.concatenate(back.query_variances(W)), np.concatenate(A.query_variances(W)))
+
+
+def test_sensitivity_is_the_largest_column_norm(case):
+    """The noise is calibrated to it: each part's columns add up, in L1 and in L2."""
+    _, A, D, _ = case
+    assert math.isclose(A.sensitivity(1), np.abs(D).sum(axis=0).max(), rel_tol=1e-12)
+    assert math.isclose(A.sensitivity(2), np.sqrt((D**2).sum(axis=0)).max(), rel_tol=1e-12)
