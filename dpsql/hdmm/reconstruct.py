@@ -22,6 +22,8 @@ workload is answered by small per-attribute products::
 whose sizes are those of the queries and the measurements, never the domain.
 A union strategy (OPT_+) answers each workload term from its own part,
 "local least squares", matching :meth:`dpsql.hdmm.strategy.UnionStrategy.query_variances`.
+A reconciled union (OPT_H+) answers every term by the generalized least squares of all its
+parts, across their shared hierarchy (:meth:`dpsql.hdmm.reconcile.ReconciledUnion.answers`).
 
 :func:`nonnegative` is the optional alternative for users who want
 non-negative, mutually consistent answers: one ``x̂ ≥ 0`` minimizing
