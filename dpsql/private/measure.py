@@ -102,6 +102,12 @@ _FLAT_CASES = 16
 #: runs, and took minutes and gigabytes), the string one byte per value and digit.
 _SEARCHED_RUNS = 1024
 
+#: Above this many values, a string's index is looked up in the domain as a relation
+#: (:func:`_relation_lookup`, a hash join in DuckDB) rather than by a binary search of nested CASEs,
+#: which cost several syntax nodes per value to build, render and evaluate (85,000 tract codes:
+#: 3.5 MB of SQL, minutes per snapshot).
+_JOINED_VALUES = 1024
+
 #: Index of a value outside the domain, and the key of a column a grouping set omits.
 _OUTSIDE, _OMITTED = -1, -2
 
@@ -185,6 +191,37 @@ def _lookup(x: exp.Expression, keys: list[tuple[exp.Expression, Any, int]], outs
         return _case([(exp.LT(this=x.copy(), expression=keys[mid][0].copy()), build(lo, mid))], build(mid, hi))
 
     return build(0, len(keys))
+
+
+def _relation_lookup(x: exp.Expression, values: Sequence[str], outside: int | None) -> exp.Expression:
+    """Index of string ``x`` (already ``COLLATE "binary"``) in ``values``, else ``outside``: a scalar
+    subquery over the domain as a relation of (value, index), both unnested from literals::
+
+        COALESCE((SELECT d.i FROM (SELECT UNNEST(STRING_SPLIT('<values, joined by sep>', sep)) AS v,
+                                          UNNEST(RANGE(n)) AS i) AS d
+                  WHERE (d.v COLLATE "binary") = x), outside)
+
+    DuckDB decorrelates it into a hash join of the distinct ``x`` with the domain, built once per
+    query: constant work per row, and one string literal whatever the domain's size. ``sep`` is a
+    character no value holds, so the split gives back exactly ``values``; both sides are compared
+    byte by byte, so the match is exact whatever the connection's default collation, and a NULL
+    ``x`` matches nothing. DuckDB only (the scalar subquery is not aggregated, which Spark refuses)."""
+    used = set().union(*map(set, values))
+    sep = next(chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF and chr(c) not in used)
+    # names the correlated ``x`` does not use, so that the subquery cannot capture its columns
+    taken = {i.name.lower() for i in x.find_all(exp.Identifier)}
+    rel, val, idx = (_free_name(n, taken) for n in ("_dpsql_domain", "_dpsql_value", "_dpsql_index"))
+    text = exp.Literal.string(sep.join(values))
+    domain = exp.select(
+        exp.alias_(exp.Unnest(expressions=[exp.Anonymous(this="STRING_SPLIT", expressions=[
+            text, exp.Literal.string(sep)])]), _ident(val)),
+        exp.alias_(exp.Unnest(expressions=[exp.Anonymous(this="RANGE", expressions=[_int(len(values))])]),
+                   _ident(idx)))
+    found = exp.select(_col(idx, rel)).from_(
+        exp.Subquery(this=domain, alias=exp.TableAlias(this=_ident(rel))), copy=False).where(
+        exp.EQ(this=_binary(_col(val, rel)), expression=x), copy=False)
+    index: exp.Expression = exp.Subquery(this=found)
+    return index if outside is None else exp.Coalesce(this=index, expressions=[_int(outside)])
 
 
 def _bins(v: exp.Expression, edges: Sequence[float], outside: int | None) -> exp.Expression:
@@ -281,7 +318,7 @@ def _label_lookup(value: exp.Expression, labels: np.ndarray) -> exp.Expression:
 # -- index expressions -------------------------------------------------------------------
 
 def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None, *,
-                     outside: int | None = None) -> exp.Expression:
+                     outside: int | None = None, dialect: str | None = None) -> exp.Expression:
     """A sqlglot expression giving the domain index of ``expr`` (a column
     reference) under ``column``, or NULL when the value is outside the domain
     (or the integer ``outside``, e.g. -1, when given).
@@ -299,6 +336,10 @@ def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None,
     is ``TRY_CAST`` to the kind's natural type first (VARCHAR for string
     categoricals, DOUBLE for numbers, BOOLEAN).
 
+    ``dialect`` is the SQL the expression will be rendered in (None: DuckDB). A string
+    categorical of more than :data:`_JOINED_VALUES` values is looked up in its domain as a
+    relation (:func:`_relation_lookup`) on DuckDB, and by a binary search of CASEs on Spark.
+
     Nothing here can raise on a data value: every cast is a ``TRY_CAST`` (or
     cannot fail) and comparisons only widen the data.
 
@@ -308,13 +349,14 @@ def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None,
     'CASE WHEN age BETWEEN 17 AND 90 THEN TRY_CAST(age AS BIGINT) - 17 END'
     """
     family = sql_type_family(sql_type)
-    value = _value_index(column, expr, family, outside)
+    value = _value_index(column, expr, family, outside, dialect)
     if column.nullable:
         return _case([(exp.Is(this=expr.copy(), expression=exp.null()), _int(len(column.values)))], value)
     return value
 
 
-def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None) -> exp.Expression:
+def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None,
+                 dialect: str | None) -> exp.Expression:
     """Index of a non-NULL value; ``outside`` for NULL or an out-of-domain value."""
     if family in ("null", "other"):
         return _nothing(outside)
@@ -339,6 +381,8 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         else:
             return _nothing(outside)
         x = _binary(x)
+        if len(column.values) > _JOINED_VALUES and dialect not in _SPARK:
+            return _relation_lookup(x, column.values, outside)
         return _lookup(x, [(exp.Literal.string(s), s, i) for i, s in enumerate(column.values)], outside)
     if family == "string":  # numbers only from here on
         return _nothing(outside)
@@ -479,7 +523,7 @@ class _Plan:
         read = [cols[i] for i in used]
         others = [c for c in cols if position[c.name] not in used]
         in_domain = exp.and_(*[exp.GTE(this=index_expression(c, _col(c.name), types.get(c.name.lower()),
-                                                              outside=_OUTSIDE), expression=_int(0))
+                                                              outside=_OUTSIDE, dialect=dialect), expression=_int(0))
                                for c in others]) if others and not indexed else None
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
@@ -526,7 +570,8 @@ class _Plan:
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
         indices = [exp.alias_(_col(c.name) if indexed else
-                              index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
+                              index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE,
+                                               dialect=dialect),
                               _ident(n)) for c, n in zip(read, idx_names)]
         # a split column's upper share reads its index: the raw values are carried through
         raw = {j: f"x{j}" for j in weighted}  # beside the i* names: the outputs are these alone
