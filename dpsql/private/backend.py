@@ -54,6 +54,7 @@ import csv
 import decimal
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -219,10 +220,14 @@ class DuckDBBackend(Backend):
             raise _duckdb_failure(e) from None
 
     def check(self, query: exp.Select) -> None:
+        """Bind and plan ``query`` as a prepared statement, dropped at once. (Not ``EXPLAIN``, which
+        plans the same but then prints the plan: 0.8 s for the literal of an 85,000-value domain.)"""
+        name = f"_dpsql_check_{secrets.token_hex(8)}"
         try:
-            self.con.execute("EXPLAIN " + self.render(query)).fetchall()
+            self.con.execute(f"PREPARE {name} AS {self.render(query)}")
         except duckdb.Error as e:
             raise _duckdb_failure(e) from None
+        self.con.execute(f"DEALLOCATE {name}")
 
     def source(self, table: "str | exp.Table") -> exp.Expression:
         """``table``, or for a view, its definition made safe (:func:`safe_view`)."""

@@ -102,6 +102,12 @@ _FLAT_CASES = 16
 #: runs, and took minutes and gigabytes), the string one byte per value and digit.
 _SEARCHED_RUNS = 1024
 
+#: Above this many values, a categorical's index is looked up in the domain as a relation
+#: (:func:`_relation_lookup`, a hash join in DuckDB) rather than by a binary search of nested CASEs,
+#: which cost several syntax nodes per value to build, render and evaluate (85,000 tract codes:
+#: 3.5 MB of SQL, minutes per snapshot).
+_JOINED_VALUES = 1024
+
 #: Index of a value outside the domain, and the key of a column a grouping set omits.
 _OUTSIDE, _OMITTED = -1, -2
 
@@ -185,6 +191,52 @@ def _lookup(x: exp.Expression, keys: list[tuple[exp.Expression, Any, int]], outs
         return _case([(exp.LT(this=x.copy(), expression=keys[mid][0].copy()), build(lo, mid))], build(mid, hi))
 
     return build(0, len(keys))
+
+
+def _split(texts: Sequence[str], sep: str, to: str | None = None) -> exp.Expression:
+    """``UNNEST(STRING_SPLIT('<texts joined by sep>', sep))``, its elements cast ``to`` a type:
+    one string literal whatever the number of elements (``sep`` must be in none of them)."""
+    parts: exp.Expression = exp.Anonymous(this="STRING_SPLIT", expressions=[
+        exp.Literal.string(sep.join(texts)), exp.Literal.string(sep)])
+    if to is not None:
+        parts = exp.cast(parts, exp.DataType.build(f"{to}[]"))
+    return exp.Unnest(expressions=[parts])
+
+
+def _relation_lookup(x: exp.Expression, keys: Sequence[tuple[str, int]], key_type: str | None,
+                     outside: int | None) -> exp.Expression:
+    """Index of ``x`` among ``keys`` = (key as text, index), else ``outside``: a scalar subquery
+    over the domain as a relation of (value, index), both unnested from string literals::
+
+        COALESCE((SELECT d.i FROM (SELECT UNNEST(STRING_SPLIT('<keys joined by sep>', sep)) AS v,
+                                          UNNEST(RANGE(n)) AS i) AS d
+                  WHERE (d.v COLLATE "binary") = x), outside)
+
+    DuckDB decorrelates it into a hash join of the distinct ``x`` with the domain, built once per
+    query: constant work per row, and two literals whatever the domain's size. Without
+    ``key_type`` the keys are strings and ``x`` is text ``COLLATE "binary"``: both sides are
+    compared byte by byte, exact whatever the connection's default collation, and ``sep`` is a
+    character no key holds, so the split gives back exactly the keys. With one (``BIGINT``,
+    ``DOUBLE``) the keys are numbers written so that the cast reads them back exactly (``repr``
+    of a float), compared with ``x`` of that type (DuckDB's ``-0.0 = 0.0`` holds in the join as in
+    a CASE; no key is NaN). A NULL ``x`` matches nothing. DuckDB only: Spark refuses a correlated
+    scalar subquery that does not aggregate."""
+    texts = [k for k, _ in keys]
+    used = set().union(*map(set, texts))
+    sep = next(chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF and chr(c) not in used)
+    # names the correlated ``x`` does not use, so that the subquery cannot capture its columns
+    taken = {i.name.lower() for i in x.find_all(exp.Identifier)}
+    rel, val, idx = (_free_name(n, taken) for n in ("_dpsql_domain", "_dpsql_value", "_dpsql_index"))
+    indices = [i for _, i in keys]
+    numbers = (exp.Unnest(expressions=[exp.Anonymous(this="RANGE", expressions=[_int(len(keys))])])
+               if indices == list(range(len(keys))) else _split([str(i) for i in indices], ",", "BIGINT"))
+    domain = exp.select(exp.alias_(_split(texts, sep, key_type), _ident(val)), exp.alias_(numbers, _ident(idx)))
+    value = _col(val, rel)
+    found = exp.select(_col(idx, rel)).from_(
+        exp.Subquery(this=domain, alias=exp.TableAlias(this=_ident(rel))), copy=False).where(
+        exp.EQ(this=_binary(value) if key_type is None else value, expression=x), copy=False)
+    index: exp.Expression = exp.Subquery(this=found)
+    return index if outside is None else exp.Coalesce(this=index, expressions=[_int(outside)])
 
 
 def _bins(v: exp.Expression, edges: Sequence[float], outside: int | None) -> exp.Expression:
@@ -281,7 +333,7 @@ def _label_lookup(value: exp.Expression, labels: np.ndarray) -> exp.Expression:
 # -- index expressions -------------------------------------------------------------------
 
 def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None, *,
-                     outside: int | None = None) -> exp.Expression:
+                     outside: int | None = None, dialect: str | None = None) -> exp.Expression:
     """A sqlglot expression giving the domain index of ``expr`` (a column
     reference) under ``column``, or NULL when the value is outside the domain
     (or the integer ``outside``, e.g. -1, when given).
@@ -299,6 +351,11 @@ def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None,
     is ``TRY_CAST`` to the kind's natural type first (VARCHAR for string
     categoricals, DOUBLE for numbers, BOOLEAN).
 
+    ``dialect`` is the SQL the expression will be rendered in (None: DuckDB). A categorical of
+    more than :data:`_JOINED_VALUES` values is looked up in its domain as a relation
+    (:func:`_relation_lookup`) on DuckDB, and by a binary search of CASEs on Spark (and for
+    integers beyond BIGINT).
+
     Nothing here can raise on a data value: every cast is a ``TRY_CAST`` (or
     cannot fail) and comparisons only widen the data.
 
@@ -308,13 +365,14 @@ def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None,
     'CASE WHEN age BETWEEN 17 AND 90 THEN TRY_CAST(age AS BIGINT) - 17 END'
     """
     family = sql_type_family(sql_type)
-    value = _value_index(column, expr, family, outside)
+    value = _value_index(column, expr, family, outside, dialect)
     if column.nullable:
         return _case([(exp.Is(this=expr.copy(), expression=exp.null()), _int(len(column.values)))], value)
     return value
 
 
-def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None) -> exp.Expression:
+def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None,
+                 dialect: str | None) -> exp.Expression:
     """Index of a non-NULL value; ``outside`` for NULL or an out-of-domain value."""
     if family in ("null", "other"):
         return _nothing(outside)
@@ -339,6 +397,8 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
         else:
             return _nothing(outside)
         x = _binary(x)
+        if len(column.values) > _JOINED_VALUES and dialect not in _SPARK:
+            return _relation_lookup(x, [(s, i) for i, s in enumerate(column.values)], None, outside)
         return _lookup(x, [(exp.Literal.string(s), s, i) for i, s in enumerate(column.values)], outside)
     if family == "string":  # numbers only from here on
         return _nothing(outside)
@@ -354,6 +414,11 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
             x = _try_cast(c, "DOUBLE")
             keys = [(_double(v), float(v), i) for i, v in enumerate(column.values)
                     if isinstance(v, float) or float(v) == v]  # an int no DOUBLE equals is unreachable
+        if len(keys) > _JOINED_VALUES and dialect not in _SPARK:
+            if not integral:
+                return _relation_lookup(x, [(repr(float(k)), i) for _, k, i in keys], "DOUBLE", outside)
+            if all(-2 ** 63 <= k < 2 ** 63 for _, k, _ in keys):  # no value outside BIGINT can equal one
+                return _relation_lookup(_try_cast(c, "BIGINT"), [(str(k), i) for _, k, i in keys], "BIGINT", outside)
         return _lookup(x, keys, outside)
     if isinstance(column, IntegerRange):
         lo, hi = column.min, column.max
@@ -479,7 +544,7 @@ class _Plan:
         read = [cols[i] for i in used]
         others = [c for c in cols if position[c.name] not in used]
         in_domain = exp.and_(*[exp.GTE(this=index_expression(c, _col(c.name), types.get(c.name.lower()),
-                                                              outside=_OUTSIDE), expression=_int(0))
+                                                              outside=_OUTSIDE, dialect=dialect), expression=_int(0))
                                for c in others]) if others and not indexed else None
         src = exp.select(*([_col(c.name) for c in read] or [exp.alias_(_int(1), _ident("one"))]))
         unit = schema.privacy_unit
@@ -526,7 +591,8 @@ class _Plan:
         # 2. every read column's index (-1 outside the domain), computed once
         idx_names = [f"i{j}" for j in range(len(read))]
         indices = [exp.alias_(_col(c.name) if indexed else
-                              index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE),
+                              index_expression(c, _col(c.name), types.get(c.name.lower()), outside=_OUTSIDE,
+                                               dialect=dialect),
                               _ident(n)) for c, n in zip(read, idx_names)]
         # a split column's upper share reads its index: the raw values are carried through
         raw = {j: f"x{j}" for j in weighted}  # beside the i* names: the outputs are these alone
