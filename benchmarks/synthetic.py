@@ -75,6 +75,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import kdd99
+
+# the checkout this script is in is the one measured (run as a script, its folder is on the path, not the checkout,
+# and an installed dpsql, such as another worktree's editable install, would be measured instead)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 import dpsql
