@@ -175,9 +175,8 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
     predicts there, locally): :func:`_gain`. The model starts as a spanning forest of the pairs
     of most gain (:func:`_spanning_tree`, as MST), then each step adds the set with the most
     gain per cell it adds to the model, among those that keep it within ``max_cells`` and
-    :data:`GREEDY_CELLS`. A measured
-    set the model cannot hold is fitted through its projections on the largest parts it can,
-    each with the noise of the cells it sums.
+    :data:`GREEDY_CELLS`. A measured set the model cannot hold is fitted through its
+    projections on the largest parts it can, each with the noise of the cells it sums.
     """
     domain = tuple(domain)
     full = junction_tree(domain, [o.subset for o in observations])
