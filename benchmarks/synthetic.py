@@ -67,6 +67,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +75,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import kdd99
+
+# the checkout this script is in is the one measured (run as a script, its folder is on the path, not the checkout,
+# and an installed dpsql, such as another worktree's editable install, would be measured instead)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 import dpsql
@@ -329,9 +334,21 @@ def run_peer(data: Data, peer: str, epsilon: float, marginals, seed: int, model_
     return records, seconds
 
 
+@functools.lru_cache(maxsize=1)
+def code_version() -> str | None:
+    """The commit of the code measured (``git describe --always --dirty``), or None outside a checkout."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def log_run(path: str | None, data: str, epsilon: float, who: str, run: int, outcome: tuple) -> None:
     """Print one finished run, and append it to the JSON-lines file ``path`` if given, with the
-    1-minute load average when it ended (the machine is shared: times depend on it)."""
+    1-minute load average when it ended (the machine is shared: times depend on it) and the
+    commit measured (:func:`code_version`)."""
     load = os.getloadavg()[0]
     print(f"      run {run + 1}: {epsilon:g} {who}: max error {outcome[0]:.4f}, mean TV {outcome[1]:.4f}, "
           f"{outcome[2]:.1f} s, load {load:.1f}", flush=True)
@@ -339,7 +356,7 @@ def log_run(path: str | None, data: str, epsilon: float, who: str, run: int, out
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"data": data, "epsilon": epsilon, "method": who, "run": run + 1,
                                  "max_error": outcome[0], "mean_tv": outcome[1], "seconds": outcome[2],
-                                 "load": load, "workload": WORKLOAD.get("given")}) + "\n")
+                                 "load": load, "workload": WORKLOAD.get("given"), "code": code_version()}) + "\n")
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
