@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from measure_scale import timed  # noqa: E402  (the median of repeated runs, as there)
 
 import dpsql  # noqa: E402
 from dpsql.engine.dataset import Dataset  # noqa: E402
@@ -45,15 +46,6 @@ def tract_codes(rng: np.random.Generator) -> list[str]:
     county = np.sort(rng.integers(0, 3200, TRACTS))
     within = np.arange(TRACTS) - np.searchsorted(county, county)
     return [f"{c // 62:02d}{c:03d}{t:06d}" for c, t in zip(county, within)]
-
-
-def timed(fn, repeats: int) -> float:
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def main() -> int:
