@@ -82,7 +82,8 @@ def test_laplace_selection_answers_every_query():
 
 
 def test_split_groups_terms_by_the_attributes_they_read():
-    assert split(workload()) == (0, [[0, 1, 2], [3, 4]], [5, 6, 7, 8])
+    h, tree, groups, totals = split(workload())
+    assert (h, groups, totals) == (0, [[0, 1, 2], [3, 4]], [5, 6, 7, 8]) and tree.n == 10
 
 
 def test_each_part_measures_its_own_marginal_only(case):

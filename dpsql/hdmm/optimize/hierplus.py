@@ -43,17 +43,18 @@ from dpsql.privacy import NoiseModel
 __all__ = ["opt_hier_plus", "split"]
 
 
-def split(workload: Workload) -> tuple[int, list[list[int]], list[int]] | None:
-    """The hierarchical attribute to split ``workload`` on, its groups of terms (each term in the group of
-    the other attributes it reads) and its terms on the hierarchy alone; None unless there are two groups
-    or more. Of several hierarchical attributes, the one giving the most groups."""
+def split(workload: Workload, trees: "list[Tree | None] | None" = None) -> tuple[int, Tree, list[list[int]],
+                                                                              list[int]] | None:
+    """The hierarchical attribute to split ``workload`` on and its tree, its groups of terms (each term in
+    the group of the other attributes it reads) and its terms on the hierarchy alone; None unless there
+    are two groups or more. Of several hierarchical attributes, the one giving the most groups.
+    ``trees``: :func:`~dpsql.hdmm.optimize.hier.hierarchies` of ``workload``, if known."""
     best = None
     reads = [[constant_row(f) is None for f in fs] for _, fs in workload.terms]
-    for h, tree in enumerate(hierarchies(workload)):
+    for h, tree in enumerate(hierarchies(workload) if trees is None else trees):
         if tree is None:
             continue
-        owner: dict[int, int] = {}  # attribute -> group number, merged as terms join them
-        parent: list[int] = []
+        parent = list(range(len(workload.domain)))  # attributes joined when a term reads them together
 
         def find(a: int) -> int:
             while parent[a] != a:
@@ -67,19 +68,14 @@ def split(workload: Workload) -> tuple[int, list[list[int]], list[int]] | None:
             if not attrs:
                 totals.append(k)
                 continue
-            roots = {find(owner[i]) for i in attrs if i in owner}
-            root = len(parent)
-            parent.append(root)
-            for r in roots:
-                parent[r] = root
-            for i in attrs:
-                owner[i] = root
-            members.append((k, root))
+            for i in attrs[1:]:
+                parent[find(i)] = find(attrs[0])
+            members.append((k, attrs[0]))
         groups: dict[int, list[int]] = {}
-        for k, root in members:
-            groups.setdefault(find(root), []).append(k)
-        if len(groups) >= 2 and (best is None or len(groups) > len(best[1])):
-            best = (h, sorted(groups.values()), totals)
+        for k, a in members:
+            groups.setdefault(find(a), []).append(k)
+        if len(groups) >= 2 and (best is None or len(groups) > len(best[2])):
+            best = (h, tree, sorted(groups.values()), totals)
     return best
 
 
@@ -89,8 +85,7 @@ def opt_hier_plus(workload: Workload, noise: NoiseModel, restarts: int = 1, seed
     found = split(workload)
     if found is None:
         raise WorkloadError("no hierarchy splits this workload into groups of statements on disjoint attributes")
-    h, groups, totals = found
-    tree = hierarchies(workload)[h]
+    h, tree, groups, totals = found
     folded = _union(workload, noise, h, tree, groups, totals, restarts, seed)
     if not totals:
         return folded

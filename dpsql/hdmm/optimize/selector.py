@@ -132,7 +132,7 @@ def feasible(workload: Workload, noise: NoiseModel | None = None, objective: str
         ops.append("direct")
     if nested:
         ops.append("OPT_H")
-    if math.prod(unstacked.domain) > MAX_MEASURED_CELLS and split(unstacked) is not None:
+    if math.prod(unstacked.domain) > MAX_MEASURED_CELLS and split(unstacked, trees) is not None:
         ops.append("OPT_Hplus")
     return ops
 
