@@ -292,9 +292,10 @@ class Connection:
           (:mod:`dpsql.synth.aim`; options ``rounds``, ``iterations``,
           ``max_model_size``, ``sweeps``).
 
-        ``workload``: the marginals to preserve (default: every 3-way marginal as AIM's target,
-        which ``"pgm"`` then selects adaptively, as ``"aim"``, under a zCDP or ``(ε, δ)`` spend),
-        as ``k`` (all k-way
+        ``workload``: the marginals to preserve (default: every 3-way marginal as AIM's target;
+        under a zCDP or ``(ε, δ)`` spend ``"pgm"`` measures them all when one model of at most
+        :data:`~dpsql.synth.pgm.GREEDY_CELLS` cells holds every attribute, else selects them
+        adaptively, as ``"aim"``), as ``k`` (all k-way
         marginals), a list of tuples of column names (e.g. from
         :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is

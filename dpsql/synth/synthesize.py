@@ -64,6 +64,7 @@ from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_st
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
+    GREEDY_CELLS,
     PGM_ITERATIONS,
     PGMResult,
     marginal_weights,
@@ -435,12 +436,15 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     if private.has_table(name):
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
-    if workload is None:  # AIM's default: every 3-way marginal the target, selected adaptively under the model size
+    widened = wide(attributes, schema)
+    if workload is None:  # AIM's default: every 3-way marginal the target
         workload = min(DEFAULT_WAY, len(attributes))
-        if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]):
+        if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]) and \
+                math.prod(a.cells for a in binned(attributes, widened)) > \
+                min(_ModelOptions.of(options, PGM_ITERATIONS).max_cells, GREEDY_CELLS):
             method = "aim"
     marginals = workload_marginals(workload, schema, attributes)
-    request = _Request(budget, total, marginals, rows, columns, seed, wide(attributes, schema))
+    request = _Request(budget, total, marginals, rows, columns, seed, widened)
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
     gaussian = request.zcdp or total.delta > 0  # pgm (so) and aim measure every one-way marginal themselves
