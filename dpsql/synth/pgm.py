@@ -59,7 +59,7 @@ from dpsql.synth.refine import refine
 
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "RELATIVE_TOLERANCE",
-           "marginal_weights", "measurement", "model_structure", "one_way_counts", "one_way_observations",
+           "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations",
            "planned_model", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights"]
 
@@ -180,7 +180,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
     """
     domain = tuple(domain)
     full = junction_tree(domain, [o.subset for o in observations])
-    if full.size <= min(max_cells, GREEDY_CELLS):
+    if full.size <= model_limit(max_cells):
         return full, list(observations)
     candidates: dict[tuple[int, ...], Observation] = {}
     for o in observations:
@@ -189,7 +189,7 @@ def model_structure(domain: Sequence[int], observations: Sequence[Observation],
                 projected = _projection(domain, o, part)
                 if part not in candidates or projected.variances.sum() < candidates[part].variances.sum():
                     candidates[part] = projected
-    limit = min(max_cells, GREEDY_CELLS)
+    limit = model_limit(max_cells)
     tree = _spanning_tree(domain, candidates, limit)
     cache: dict[tuple, float] = {}
     while True:
@@ -243,6 +243,16 @@ def _spanning_tree(domain: tuple[int, ...], candidates: dict[tuple[int, ...], Ob
     return tree
 
 
+def model_limit(max_cells: int) -> int:
+    """The most cells a model of :func:`model_structure` may have under ``max_cells``: also
+    :data:`GREEDY_CELLS`, past which a model of every measured set is not fitted whole.
+
+    >>> model_limit(10**9) == GREEDY_CELLS, model_limit(100)
+    (True, 100)
+    """
+    return min(max_cells, GREEDY_CELLS)
+
+
 def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max_cells: int) -> tuple[int, int]:
     """From public values alone, the size of the model :func:`model_structure` will fit to
     measurements of ``subsets`` within ``max_cells``, and the cells one step of its fit passes
@@ -254,7 +264,7 @@ def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max
     (8, 16)
     """
     full = junction_tree(domain, subsets)
-    limit = min(max_cells, GREEDY_CELLS)
+    limit = model_limit(max_cells)
     if full.size <= limit:
         sizes = [math.prod(domain[a] for a in c) for c in full.cliques]
         return full.size, full.size + sum(sizes[full.home(s)] for s in set(subsets))

@@ -64,11 +64,11 @@ from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_st
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
-    GREEDY_CELLS,
     PGM_ITERATIONS,
     PGMResult,
     marginal_weights,
     measurement,
+    model_limit,
     one_way_counts,
     one_way_weights,
     pgm,
@@ -442,7 +442,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
         workload = min(DEFAULT_WAY, len(attributes))
         if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]) and \
                 math.prod(a.cells for a in binned(attributes, widened)) > \
-                min(_ModelOptions.of(options, PGM_ITERATIONS).max_cells, GREEDY_CELLS):
+                model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
             method = "aim"
     marginals = workload_marginals(workload, schema, attributes)
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
