@@ -138,12 +138,13 @@ def _drawn(counts: np.ndarray) -> np.ndarray:
     1, 0.7 to 0.8 from 1 to 10, 1.1 to 1.3 to 100, 1.9 to 2.8 to 1,000, and 3.4 to 5.9 above,
     within ``c^¼`` (1 to 1.6 of its standard deviations). Refining toward the model's counts with
     no slack moved records by that chance alone, many into cells the drawing had left empty (each
-    taking the cell's values beside the rest of an unrelated record's): on the same fits sampled
-    both ways (three, two on ADULT's triples), the mean total variation fell from 0.267 to 0.250 (the salary proxy,
-    ε = 1), 0.134 to 0.124 (ADULT as published, workload=2, ε = 1), 0.071 to 0.068 and 0.187 to
-    0.185 (ADULT, 64 triples, ε = 1 and 0.1), with the max error as it was (0.0014 to 0.0015,
-    0.0121 to 0.0112, 0.0091 to 0.0087, 0.034 to 0.034). A slack of ``√c`` took the mean total
-    variation lower still (0.247, 0.121), but the max error up (0.0019 on the salary proxy)."""
+    taking the cell's values beside the rest of an unrelated record's). On the same fits sampled
+    both ways (three; two on ADULT's triples), the mean total variation fell from 0.267 to 0.250
+    (the salary proxy, ε = 1), 0.134 to 0.124 (ADULT as published, workload=2, ε = 1), 0.071 to
+    0.068 and 0.187 to 0.185 (ADULT, 64 triples, ε = 1 and 0.1), with the max error as it was
+    (0.0014 to 0.0015, 0.0121 to 0.0112, 0.0091 to 0.0087, 0.034 to 0.034). A slack of ``√c``
+    took the mean total variation lower still (0.247, 0.121), but the max error up (0.0019 on
+    the salary proxy)."""
     return np.maximum(counts, 1.0) ** 0.25
 
 
