@@ -664,8 +664,8 @@ def test_refining_a_fresh_draw_toward_the_models_own_counts_moves_no_record():
 
 def test_refining_scales_the_measured_counts_to_the_rows_drawn():
     """A table of half the model's rows is refined toward half of each measured count: the
-    unheld (0, 2) gets much closer to it. Unscaled, every cell looked short of its target and
-    the records barely moved (L1 441 to 286 here)."""
+    unheld (0, 2) gets much closer to it. Unscaled, most cells looked short of their targets
+    and the records moved little (L1 441 to 286 here)."""
     n = 5000
     domain, _, both, counts = _chain_result(n)
     target = counts * 0.5

@@ -114,7 +114,8 @@ class PGMResult:
         measurements on the others, which a model of bounded size could not join, each scaled
         from the model's total to ``n`` records. A cell is left alone within twice its
         target's standard deviation: the noise's on a measurement, the drawing's chance
-        (:func:`_drawn`) on the model's counts. Over the full domain: a compressed domain's merged values are expanded."""
+        (:func:`_drawn`) on the model's counts. Over the full domain: a compressed domain's
+        merged values are expanded."""
         records = self.model.sample(n, rng)
         held = self.model.tree.home
         scale = n / self.model.total if self.model.total > 0 else 0.0
