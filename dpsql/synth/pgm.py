@@ -125,7 +125,7 @@ class PGMResult:
                 counts = scale * self.model.marginal(o.subset)
                 targets.append((o.subset, counts, _drawn(counts)))
             else:
-                targets.append((o.subset, scale * o.values, scale * np.sqrt(o.variances)))
+                targets.append((o.subset, scale * o.values, scale * o.std))
         records = refine(records, self.model.tree.domain, targets, rng, sweeps) if sweeps else records
         return records if self.compression is None else self.compression.expand(records, rng)
 
