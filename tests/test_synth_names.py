@@ -41,6 +41,32 @@ def test_sql_for_the_private_table_runs_unchanged_on_the_synthetic_one(people):
     assert syn.sql("SELECT COUNT(*) FROM adult").fetchall() == [(len(syn.df),)]  # each its own
 
 
+@pytest.mark.parametrize("method", ["pgm", "mwem"])
+def test_the_synthetic_frame_has_the_types_its_duckdb_table_has(method):
+    """A synthetic table's ``df`` was all ``object`` columns but the text ones (``describe()`` then
+    counts values instead of averaging them); each column now has the dtype that DuckDB's ``.df()``
+    gives the registered table: integers, bin midpoints (NaN for NULL), booleans, text."""
+    rng = np.random.default_rng(2)
+    n = 600
+    frame = pd.DataFrame({"age": rng.integers(17, 30, n), "hours": rng.uniform(0, 60, n),
+                          "owner": rng.integers(0, 2, n).astype(bool), "sex": rng.choice(["F", "M"], n),
+                          "kids": pd.array(rng.choice([0, 1, 2, None], n), dtype="Int64")})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE people AS SELECT * FROM frame")
+    schema = {"table": "people", "columns": {"age": {"type": "integer", "min": 17, "max": 29},
+                                             "hours": {"type": "numeric", "bins": [0, 20, 40, 60], "nullable": True},
+                                             "owner": {"type": "boolean"},
+                                             "sex": {"type": "categorical", "values": ["F", "M"]},
+                                             "kids": {"type": "integer", "min": 0, "max": 2, "nullable": True}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1e4), cache=False, progress=False)
+    syn = db.synthesize(method, workload=[("age", "owner")], epsilon=1e4, seed=0, name="s")
+    registered = db.released.sql("SELECT * FROM s").df()
+    assert syn.df.dtypes.to_dict() == registered.dtypes.to_dict()
+    assert [str(t) for t in syn.df.dtypes[["age", "hours", "owner"]]] == ["int64", "float64", "bool"]
+    pd.testing.assert_frame_equal(syn.df, registered)
+
+
 def test_no_workload_targets_every_three_way_marginal_selected_adaptively_when_no_one_model_holds_them(people):
     syn = people.synthesize(rho=0.5, seed=0, name="s", max_model_size=20 * 8 / 2**20)  # 20 cells, not 60
     assert syn.method == "aim"  # pgm's default under zCDP: AIM's adaptive selection toward every triple

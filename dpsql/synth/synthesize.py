@@ -216,7 +216,9 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
 def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema") -> "pd.DataFrame":
     """Domain-index records back to column values (None is NULL), in schema column order: a
     binned column's value is its bin's midpoint, so that it stays a number, which SQL written
-    for the private table compares and averages (its bin label is text)."""
+    for the private table compares and averages (its bin label is text). Each column has the
+    dtype DuckDB's ``.df()`` gives the registered table (:func:`_typed`), not ``object`` (on
+    which ``describe()`` counts values instead of averaging them)."""
     import pandas as pd
 
     data = {}
@@ -226,8 +228,24 @@ def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema
             col = schema.column(col_name)
             values = ([(lo + hi) / 2 for lo, hi, _ in col.intervals()] + ([None] if col.nullable else [])
                       if isinstance(col, Binned) else list(col.labels))
-            data[col_name] = pd.Series(np.asarray(values, dtype=object)[col_idx])
+            data[col_name] = _typed(values, col_idx)
     return pd.DataFrame({c.name: data[c.name] for c in schema.columns})
+
+
+def _typed(values: Sequence[Any], index: np.ndarray) -> "pd.Series":
+    """The column of ``values[index]`` in the dtype DuckDB's ``.df()`` gives it: numpy's for
+    integers, floats, booleans and its text dtype; with a NULL (None) drawn, pandas' nullable
+    ``Int64`` or ``boolean`` for integers or booleans (floats take NaN)."""
+    import pandas as pd
+
+    series = pd.Series(np.asarray(values, dtype=object)[index])
+    present = [v for v in values if v is not None]
+    if present and series.isna().any():
+        if all(isinstance(v, (bool, np.bool_)) for v in present):
+            return series.astype("boolean")
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in present):
+            return series.astype("Int64")
+    return series.infer_objects()
 
 
 def synthesize(private: PrivateTable, released: "ReleasedData", schema: "Schema",
