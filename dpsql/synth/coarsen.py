@@ -43,7 +43,8 @@ WIDE_VALUES = 1024
 #: The equal-width bins over a wide column's declared domain (besides the logarithmic ones).
 EQUAL_BINS = 32
 #: The share of a request that measures its wide columns' one-way marginals at full resolution,
-#: for the methods that measure no one-way marginal of their own (the values drawn in each bin).
+#: for the methods that measure no one-way marginal of their own (the values drawn in each bin);
+#: also those of the columns no workload marginal names, one bin each for those methods.
 WIDE_SHARE = 0.1
 
 

@@ -463,12 +463,16 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
                 model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
             method = "aim"
     marginals = workload_marginals(workload, schema, attributes)
+    # mwem, fem and dualquery measure no one-way marginal: a column no workload marginal names is
+    # one bin for them, its values drawn by its own measured one-way counts (pgm and aim measure it)
+    alone = [] if method in ("pgm", "aim") else [a for a in range(len(attributes)) if not any(a in m for m in marginals)]
+    widened = {**widened, **{a: np.zeros(attributes[a].size, dtype=np.int64) for a in alone}}
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
     gaussian = request.zcdp or total.delta > 0  # pgm (so) and aim measure every one-way marginal themselves
     if request.wide and not (method == "aim" or method == "pgm" and gaussian):
-        run = _plan_binned(private, attributes, request, planner, dict(options))
+        run = _plan_binned(private, attributes, request, planner, dict(options), alone)
     else:
         run = planner(private, attributes, request, dict(options))
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
@@ -528,18 +532,32 @@ def _refine(error: PrivacyError, what: str) -> PrivacyError:
 
 # -- wide columns --------------------------------------------------------------------------------
 
+def _note_alone(report: "pd.DataFrame", names: Sequence[str]) -> None:
+    """Record on ``report`` the columns fitted only through their one-way marginals, with a warning."""
+    report.attrs["one_way_only"] = list(names)
+    if names:
+        report.attrs["warnings"] = [*report.attrs.get("warnings", []),
+                                    f"fitted only through their one-way marginals (each keeps its distribution, "
+                                    f"not its relation to the other columns): {', '.join(names)}"]
+
+
 def _plan_binned(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
-                 planner: Callable[[PrivateTable, Sequence[Attribute], _Request, dict], _Run], options: dict) -> _Run:
+                 planner: Callable[[PrivateTable, Sequence[Attribute], _Request, dict], _Run], options: dict,
+                 alone: Sequence[int] = ()) -> _Run:
     """A method that measures no one-way marginal (mwem, fem, dualquery; pgm under a pure ``ε``)
-    on a request with wide columns (:mod:`dpsql.synth.coarsen`): :data:`~dpsql.synth.coarsen.WIDE_SHARE`
-    of the request measures the wide columns' one-way marginals at full resolution (Laplace noise
+    on a request with wide columns (:mod:`dpsql.synth.coarsen`), or with columns no workload
+    marginal names (``alone``, each one bin): :data:`~dpsql.synth.coarsen.WIDE_SHARE` of the
+    request measures those columns' one-way marginals at full resolution (Laplace noise
     under a pure ``ε`` or an ``(ε, δ)`` spend, Gaussian under a ``ρ`` one), the method runs with
     the rest on the attributes with those columns in bins, and each sampled bin becomes one of
-    its values, drawn by those counts (:func:`~dpsql.synth.coarsen.coarsen`). The two spends
-    compose: they add up (basic composition; zCDP's, Bun & Steinke 2016, Lemma 2.3)."""
+    its values, drawn by those counts (:func:`~dpsql.synth.coarsen.coarsen`): a column ``alone``
+    keeps its distribution, not its relation to the others, and the report lists it. The two
+    spends compose: they add up (basic composition; zCDP's, Bun & Steinke 2016, Lemma 2.3)."""
     total, budget = request.total, request.budget
     which = sorted(request.wide)
     names = ", ".join(attributes[a].name for a in which)
+    what = "wide columns" if not alone else "columns no workload marginal names" if len(alone) == len(which) \
+        else "wide columns and those no workload marginal names"
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=WIDE_SHARE * total.rho)
         cost, rest = Cost.gaussian(budget, rho=WIDE_SHARE * total.rho), Cost(rho=(1 - WIDE_SHARE) * total.rho)
@@ -550,7 +568,7 @@ def _plan_binned(private: PrivateTable, attributes: Sequence[Attribute], request
     try:
         private.plan(measurement(full, one_way_weights(which)), noise)
     except PrivacyError as e:
-        raise _refine(e, f"the wide columns' one-way marginals ({names}) get {WIDE_SHARE:g} of "
+        raise _refine(e, f"the one-way marginals of the {what} ({names}) get {WIDE_SHARE:g} of "
                          f"{budget.describe(total)}, too little") from None
     inner = planner(private, binned(attributes, request.wide), dataclasses.replace(request, total=rest, wide={}),
                     options)
@@ -560,6 +578,8 @@ def _plan_binned(private: PrivateTable, attributes: Sequence[Attribute], request
         records, report, oracle, spent = inner.execute(bar, rng)
         laplace = isinstance(noise, Laplace)
         values = coarsen(compress(full, []), request.wide, one_way, laplace=laplace).expand(records, rng)
+        if alone:
+            _note_alone(report, [attributes[a].name for a in alone])
         return values, report, oracle, cost + spent
 
     return _Run(cost + inner.cost, execute)
@@ -938,12 +958,8 @@ class _ModelOptions:
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
         report = _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
         joined = {a for o in learned.observations if len(o.subset) > 1 for a in o.subset}
-        alone = [a.name for i, a in enumerate(attributes) if i not in joined]
-        report.attrs["one_way_only"] = alone
         report.attrs["estimate"] = self.estimate
-        if alone:
-            report.attrs["warnings"] = [f"fitted only through their one-way marginals (each keeps its distribution, "
-                                        f"not its relation to the other columns): {', '.join(alone)}"]
+        _note_alone(report, [a.name for i, a in enumerate(attributes) if i not in joined])
         return records, report
 
 
