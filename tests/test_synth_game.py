@@ -244,12 +244,13 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
     db = _db(con, tmp_path, Budget(epsilon=40.0, delta=1e-5))
     eps, delta, eps0 = 20.0, 1e-6, 0.5
     syn = db.synthesize("fem", workload=2, epsilon=eps, delta=delta, eps0=eps0, samples=20, seed=1, name="f")
-    T = fem_rounds(eps, delta, eps0)
-    assert len(syn.records) == 20 * T and syn.method == "fem"
+    T = fem_rounds(0.95 * eps, delta, eps0)  # count_share 0.05 of eps counts the rows (Laplace)
+    assert abs(len(syn.records) - 3000) < 20 and syn.method == "fem"  # the noisy count, not 20 * T records
     assert syn.oracle == {"heuristic": 20 * T} and "records by heuristic" in repr(syn)
-    assert syn.epsilon == pytest.approx(zcdp_epsilon(T * eps0 ** 2 / 8, delta)) and syn.epsilon <= eps
+    run = zcdp_epsilon(T * eps0 ** 2 / 8, delta)
+    assert syn.epsilon == pytest.approx(0.05 * eps + run) and syn.epsilon <= eps
     entries = Ledger(tmp_path / "l").entries()
-    assert len(entries) == 1 and entries[0].cost == Cost(epsilon=syn.epsilon, delta=delta)
+    assert [e.cost for e in entries] == [Cost(epsilon=0.05 * eps), Cost(epsilon=run, delta=delta)]
     marginals = list(itertools.combinations(range(4), 2))
     report = evaluate(con, "t", SCHEMA, syn.records, marginals)
     assert bool(report["private"].any()) is False
@@ -258,7 +259,7 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
     assert report.max_error.iloc[-1] < 0.1 < 0.3 < zeros.max_error.iloc[-1]
     assert syn.report["times_selected"].sum() == T
     # the table answers SQL, with the schema's values
-    assert db.released.sql("SELECT COUNT(*) FROM f").fetchall()[0][0] == 20 * T
+    assert db.released.sql("SELECT COUNT(*) FROM f").fetchall()[0][0] == len(syn.records)
     assert set(db.released.sql("SELECT DISTINCT d FROM f").df()["d"]) <= {"x", "y"}
 
 
@@ -281,10 +282,17 @@ def test_fem_warns_up_front_of_its_error_floor_and_of_wide_columns_from_public_v
 
 def test_fem_under_zcdp_spends_rho():
     con, _ = make_table(500)
-    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = dpsql.connect(con, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False,
+                       source_of_noise=np.random.default_rng(0))
     syn = db.synthesize("fem", workload=1, rho=0.01, eps0=0.05, samples=5, seed=0)
-    T = math.floor(0.01 / (0.05 ** 2 / 8) + 1e-9)
-    assert db.spent().rho == pytest.approx(T * 0.05 ** 2 / 8) and len(syn.records) == 5 * T
+    T = math.floor(0.95 * 0.01 / (0.05 ** 2 / 8) + 1e-9)  # count_share 0.05 of rho counts the rows
+    count, run = db.ledger.entries()
+    assert count.cost.rho == pytest.approx(0.05 * 0.01) and run.cost.rho == pytest.approx(T * 0.05 ** 2 / 8)
+    # the noisy count of 500 rows (Laplace of scale 1/sqrt(2 * 0.05 * 0.01) = 32), not 5 * T = 150 records
+    assert syn.report["times_selected"].sum() == T and abs(len(syn.records) - 500) < 6 * 32
+    fixed = db.synthesize("fem", workload=1, rho=0.01, eps0=0.05, samples=5, rows=77, seed=0, name="g")
+    assert len(fixed.records) == 77 and db.ledger.entries()[-1].cost.rho == pytest.approx(
+        math.floor(0.01 / (0.05 ** 2 / 8) + 1e-9) * 0.05 ** 2 / 8)  # rows given: no count, all of rho
 
 
 def test_fem_runs_its_oracle_in_one_process_unless_asked(monkeypatch):

@@ -282,7 +282,7 @@ class Connection:
           ``time_limit``);
         * ``"fem"``: zCDP-accounted FEM, converted to (ε, δ) with ``delta``
           (:mod:`dpsql.synth.fem`; options ``eps0``, ``rounds``, ``samples``,
-          ``noise``, ``oracle``, ``time_limit``, ``processes``);
+          ``count_share``, ``noise``, ``oracle``, ``time_limit``, ``processes``);
         * ``"pgm"``: the workload's marginals measured once with OPT_M's weights
           (Gaussian under ``rho`` or ``delta``, Laplace under a pure ``epsilon``) and a
           graphical model fitted to them (:mod:`dpsql.synth.pgm`; options ``iterations``,
@@ -301,8 +301,8 @@ class Connection:
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is
         checked against the budget before any data is read, and what the run
         actually spends (never more) is in the result and the ledger. ``rows``
-        defaults to the noisy row count (MWEM, DualQuery, PGM, AIM) or the records FEM
-        made, capped by :data:`dpsql.limits.MAX_SYNTHETIC_CELLS`. ``seed``
+        defaults to the noisy row count (FEM and DualQuery spend ``count_share`` of the
+        request on it), capped by :data:`dpsql.limits.MAX_SYNTHETIC_CELLS`. ``seed``
         drives only public randomness. Any SQL over the synthetic table is
         free post-processing. Every option, size and name is checked before
         the first draw: a refused request raises a :class:`dpsql.Error` and

@@ -319,7 +319,8 @@ class NameTakenError(WorkloadError):
 #:   nothing); with ``rounds``, ``eta`` is the largest that fits (it always exists).
 #: * ``fem``: ``eps0`` (float > 0) or ``rounds`` (int >= 1) or both, ``samples`` (int >= 1, 50),
 #:   ``noise`` (float > 0), ``oracle`` (``"heuristic"``, ``"auto"`` or ``"mip"``), ``time_limit``,
-#:   ``processes`` (int >= 1, 1), ``bounded_range`` (bool, True).
+#:   ``processes`` (int >= 1, 1), ``bounded_range`` (bool, True), ``count_share`` (float in (0, 1),
+#:   0.05: the noisy row count, its default rows, measured only when ``rows`` is not given).
 #: * ``pgm``: ``iterations`` (int >= 1, 10,000: the most steps of the model fit, which stops
 #:   once it converges), ``max_model_size`` (megabytes of float64 cells the graphical model may
 #:   hold, > 0, 10), ``sweeps`` (int >= 0, 30) refining the sampled records toward every measured
@@ -343,7 +344,8 @@ class NameTakenError(WorkloadError):
 OPTIONS = {
     "mwem": ("rounds", "replays", "init", "average", "max_seconds"),
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit", "max_seconds"),
-    "fem": ("eps0", "rounds", "samples", "noise", "oracle", "time_limit", "processes", "bounded_range", "max_seconds"),
+    "fem": ("eps0", "rounds", "samples", "count_share", "noise", "oracle", "time_limit", "processes", "bounded_range",
+            "max_seconds"),
     "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress", "max_seconds"),
     "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress", "max_seconds"),
 }
@@ -411,7 +413,7 @@ class _Request:
         rho = (gaussian_rho if gaussian else zcdp_rho)(total.epsilon, total.delta)
         return rho, Cost(epsilon=total.epsilon, delta=total.delta)
 
-    def default_rows(self, count: float, what: str, stacklevel: int = 6, in_time: int | None = None) -> int:
+    def default_rows(self, count: float, what: str, in_time: int | None = None) -> int:
         """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
         allows, or ``in_time``, the most the run has time to make within ``max_seconds``, with a
         warning: after the spend a too-large default is capped, never refused."""
@@ -420,12 +422,12 @@ class _Request:
         if n > cap:
             warnings.warn(f"the {what} is {n:,} rows, more than a synthetic table of {self.columns} columns may "
                           f"hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); sampling {cap:,} rows (pass rows= to choose)",
-                          stacklevel=stacklevel)
+                          stacklevel=_caller())
             n = cap
         if in_time is not None and n > in_time:
             warnings.warn(f"the {what} is {n:,} rows, more than the run has time to make within max_seconds; "
                           f"sampling {in_time:,} rows (pass rows= or a larger max_seconds to choose)",
-                          stacklevel=stacklevel)
+                          stacklevel=_caller())
             n = in_time
         return n
 
@@ -468,7 +470,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     alone = [] if method in ("pgm", "aim") else [a for a in range(len(attributes)) if not any(a in m for m in marginals)]
     widened = {**widened, **{a: np.zeros(attributes[a].size, dtype=np.int64) for a in alone}}
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
-    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem, "pgm": _plan_pgm,
+    planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem_rows, "pgm": _plan_pgm,
                "aim": _plan_aim}[method]
     gaussian = request.zcdp or total.delta > 0  # pgm (so) and aim measure every one-way marginal themselves
     if request.wide and not (method == "aim" or method == "pgm" and gaussian):
@@ -645,7 +647,6 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
     at least 1, whose draws are uniform and cost nothing) or, given ``rounds``, ``eta`` (the
     cost is continuous in ``eta``: the largest that fits, :func:`~dpsql.synth.accounting.dualquery_eta`).
     Nothing can be refused after the count is drawn."""
-    total, budget = request.total, request.budget
     given = [k for k in ("eta", "rounds", "samples") if options.get(k) is not None]
     if len(given) == 3 or {"eta", "rounds"} <= set(given):
         raise PrivacyError(f"DualQuery got {', '.join(f'{k}={options[k]!r}' for k in given)}, but its spend "
@@ -676,16 +677,7 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
     if rounds is not None:
         Work("DualQuery", [(f"rounds={rounds} with samples={samples}", seconds(rounds))]).check(time_budget)
     max_rounds = synthetic_rows_cap(request.columns)  # one record a round
-    count_eps = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
-    count_strategy = marginal_strategy([a.cells for a in attributes], ())
-    try:
-        count_cost = Cost.laplace(count_eps, budget)
-        private.plan(count_strategy, Laplace(count_eps))
-    except PrivacyError as e:
-        raise _refine(e, f"DualQuery's noisy row count gets count_share={share!r} of {budget.describe(total)}, "
-                         f"epsilon={count_eps!r}, too little to measure") from None
-    rest = Cost(rho=(1.0 - share) * total.rho) if request.zcdp else \
-        Cost(epsilon=(1.0 - share) * total.epsilon, delta=total.delta)
+    count_cost, rest, count = _plan_count(private, attributes, request, share, "DualQuery")
 
     def cost_of(eta: float, rounds: int, n: float) -> Cost:
         if rounds == 1:  # the first round's draws are uniform: 0-DP, whatever eta
@@ -711,9 +703,7 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         return dualquery_eta(rest.epsilon, rest.delta, rounds, samples, n, upper=MAX_ETA), rounds
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        count = private.measure(attributes, count_strategy, Laplace(count_eps), count_cost,
-                                "DualQuery noisy row count").values[0]
-        n = max(float(count), 1.0) / private.rows_per_unit
+        n = max(count(), 1.0) / private.rows_per_unit
         step, run_rounds = schedule(n)
         cost = cost_of(step, run_rounds, n)
         reservation = private.reserve(cost, f"DualQuery: eta={step!r}, T={run_rounds}, s={samples}, n={n!r}",
@@ -731,6 +721,45 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
             count_cost + cost
 
     return _Run(count_cost + rest, execute)
+
+
+def _caller() -> int:
+    """The ``stacklevel`` at which a warning points at the user's call: the first frame, counted
+    from the one calling :func:`warnings.warn`, outside the dpsql package (however many of its
+    planners wrap one another)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _plan_count(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, share: float,
+                method: str) -> tuple[Cost, Cost, Callable[[], float]]:
+    """A noisy row count for ``method`` (DualQuery's public ``n``, FEM's default rows), planned
+    within the request: ``share`` of its spend, a Laplace count of ``ε = share·ε`` (``ε``-DP), or
+    of ``ε = √(2·share·ρ)`` under zCDP (``ε²/2 = share·ρ``-zCDP, Bun & Steinke 2016, Prop. 1.4).
+    Returns the count's cost, the rest of the request (they compose by adding up), and the
+    measurement, taken when called (the noisy count of rows, a float)."""
+    total, budget = request.total, request.budget
+    epsilon = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
+    strategy = marginal_strategy([a.cells for a in attributes], ())
+    try:
+        cost = Cost.laplace(epsilon, budget)
+        private.plan(strategy, Laplace(epsilon))
+    except PrivacyError as e:
+        raise _refine(e, f"{method}'s noisy row count gets count_share={share!r} of {budget.describe(total)}, "
+                         f"epsilon={epsilon!r}, too little to measure") from None
+    rest = Cost(rho=(1.0 - share) * total.rho) if request.zcdp else \
+        Cost(epsilon=(1.0 - share) * total.epsilon, delta=total.delta)
+
+    def count() -> float:
+        return float(private.measure(attributes, strategy, Laplace(epsilon), cost,
+                                     f"{method} noisy row count").values[0])
+
+    return cost, rest, count
 
 
 def _resample(records: np.ndarray, n: int, rows: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -794,12 +823,12 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
         if rounds > max_rounds:
             warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than a synthetic "
                           f"table may hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); running {max_rounds:,} rounds, "
-                          "which spends less", stacklevel=6)
+                          "which spends less", stacklevel=_caller())
             rounds = max_rounds
         if rounds > in_time:
             warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than it has time "
                           f"for within max_seconds={limit:g} (about {round_seconds:.3g} s a round); running {in_time:,} "
-                          "rounds, which spends less", stacklevel=6)
+                          "rounds, which spends less", stacklevel=_caller())
             rounds = in_time
     if not math.isfinite(noise * math.sqrt(rounds)):
         raise ArgumentError(f"noise={noise!r} times the square root of rounds={rounds} is not a finite number")
@@ -814,7 +843,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
                            f"the {budget.describe(total)} asked for; give eps0 or rounds and the spend sets the other")
     notes = fem_warnings(eps0, cells.offsets[-1], [(a.name, a.cells) for a in attributes], request.marginals)
     for note in notes:  # up front: before anything is spent
-        warnings.warn(note, stacklevel=6)
+        warnings.warn(note, stacklevel=_caller())
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"FEM: eps0={eps0:g}, T={rounds}", "fem")
@@ -832,6 +861,28 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
         return records, report, learned.oracle_summary(), cost
 
     return _Run(cost, execute)
+
+
+def _plan_fem_rows(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+                   options: dict) -> _Run:
+    """FEM (:func:`_plan_fem`) whose default rows are a noisy row count (``count_share`` of the
+    spend, 0.05, :func:`_plan_count`) instead of the records it made (``rounds × samples``, 68,000
+    for 3,000 rows: ``COUNT(*)`` on the synthetic table was 23 times the private one's); FEM
+    runs with the rest, and its records are resampled to that count. With ``rows`` given, no
+    count is measured."""
+    share = real("count_share", option(options, "count_share", 0.05), below_one=True)
+    if request.rows is not None:
+        return _plan_fem(private, attributes, request, options)
+    count_cost, rest, count = _plan_count(private, attributes, request, share, "FEM")
+    inner = _plan_fem(private, attributes, dataclasses.replace(request, total=rest), options)
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        n = count()
+        records, report, oracle, spent = inner.execute(bar, rng)
+        return _resample(records, request.default_rows(n, "noisy row count"), None, rng), report, oracle, \
+            count_cost + spent
+
+    return _Run(count_cost + inner.cost, execute)
 
 
 #: Columns with more values than this make FEM's oracle slow (it weighs every value of each attribute).
@@ -952,7 +1003,7 @@ class _ModelOptions:
         marginals = len({o.subset for o in learned.observations})
         in_time = fitting(self.max_seconds, self.fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
-        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", 7, in_time)
+        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", in_time)
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
