@@ -1,5 +1,7 @@
 """Issue 42's finds 1 and 2: every column measured (by every method), and the fit's cost known before the charge."""
 
+import warnings
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -48,7 +50,10 @@ def test_the_methods_that_measure_no_one_way_marginal_keep_an_unnamed_columns_di
     values are drawn by those counts, each independently of the others; the report names them."""
     con, schema, frame = binary_table(6, 4000)
     db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1e5, delta=1e-5), cache=False, progress=False)
-    syn = db.synthesize(method, workload=[("c0", "c1")], rows=4000, seed=0, name="s", **spend, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        syn = db.synthesize(method, workload=[("c0", "c1")], rows=4000, seed=0, name="s", **spend, **options)
+    assert [w.filename for w in caught] == [__file__] * len(caught)  # through every planner, at this call
     for c in ["c2", "c3", "c4", "c5"]:  # true at 3/8 ... 6/8, never 1/2 by chance
         assert syn.df[c].astype(int).mean() == pytest.approx(frame[c].mean(), abs=0.03), c
     assert syn.report.attrs["one_way_only"] == ["c2", "c3", "c4", "c5"]
