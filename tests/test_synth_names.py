@@ -67,6 +67,16 @@ def test_the_synthetic_frame_has_the_types_its_duckdb_table_has(method):
     pd.testing.assert_frame_equal(syn.df, registered)
 
 
+@pytest.mark.parametrize("workload", [["age", "agee"], "agee", ["agee"]])
+def test_a_misspelt_column_in_the_workload_is_named_as_unknown(people, workload):
+    """A bare word that is no column was taken for SQL: "this workload mixes column names ('age')
+    with SQL", or a parse error, for a typo. Now the error names the word and the columns; nothing
+    is spent."""
+    with pytest.raises(dpsql.Error, match=r"unknown column 'agee' in the workload; the columns are age, sex, smoker"):
+        people.synthesize("pgm", workload=workload, rho=0.5, name="s")
+    assert people.ledger.entries() == []
+
+
 def test_no_workload_targets_every_three_way_marginal_selected_adaptively_when_no_one_model_holds_them(people):
     syn = people.synthesize(rho=0.5, seed=0, name="s", max_model_size=20 * 8 / 2**20)  # 20 cells, not 60
     assert syn.method == "aim"  # pgm's default under zCDP: AIM's adaptive selection toward every triple

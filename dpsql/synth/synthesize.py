@@ -174,6 +174,11 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     if texts and all(isinstance(w, str) and w.lower() in names for w in texts):
         workload = [(w,) for w in texts]  # column names, not SQL: one-way marginals
     elif texts and all(isinstance(w, str) for w in texts):
+        unknown = [w for w in texts if w.strip().isidentifier() and w.strip().lower() not in names]
+        if unknown:  # a bare word is a column name, never a statement
+            columns = [c for a in attributes for c in a.columns]
+            raise WorkloadError(f"unknown column {unknown[0].strip()!r:.80} in the workload; the columns are "
+                                f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''}")
         known = [w for w in texts if w.lower() in names]
         if known:
             raise WorkloadError(f"this workload mixes column names ({known[0]!r}) with SQL: give names alone, "
