@@ -40,7 +40,7 @@ def test_a_column_the_workload_never_names_keeps_its_distribution_and_the_report
 
 @pytest.mark.parametrize("method, spend, options", [
     ("mwem", {"epsilon": 1e4}, {}),
-    ("dualquery", {"epsilon": 1e4}, {"oracle": "heuristic"}),
+    ("dualquery", {"epsilon": 1e4}, {"oracle": "heuristic", "rounds": 5}),
     ("fem", {"epsilon": 1e4, "delta": 1e-6}, {"oracle": "heuristic", "rounds": 5}),
 ], ids=["mwem", "dualquery", "fem"])
 def test_the_methods_that_measure_no_one_way_marginal_keep_an_unnamed_columns_distribution(method, spend, options):
