@@ -77,6 +77,15 @@ def test_a_misspelt_column_in_the_workload_is_named_as_unknown(people, workload)
     assert people.ledger.entries() == []
 
 
+def test_the_report_has_one_row_per_measured_set(people):
+    """A set measured twice (here age: once with every one-way marginal, once as the workload's)
+    had a row per measurement, each against its own noisy counts; now one row, against their
+    precision-weighted mean."""
+    syn = people.synthesize("pgm", workload=[("age",), ("age", "sex")], rho=0.5, seed=0, name="s")
+    assert syn.report.marginal.is_unique
+    assert set(syn.report.marginal) == {"age", "sex", "smoker", "region", "age x sex"}
+
+
 def test_no_workload_targets_every_three_way_marginal_selected_adaptively_when_no_one_model_holds_them(people):
     syn = people.synthesize(rho=0.5, seed=0, name="s", max_model_size=20 * 8 / 2**20)  # 20 cells, not 60
     assert syn.method == "aim"  # pgm's default under zCDP: AIM's adaptive selection toward every triple

@@ -57,6 +57,7 @@ from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
 from dpsql.synth.compress import THRESHOLD, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
+from dpsql.synth.estimate import pool
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
@@ -1012,7 +1013,8 @@ class _ModelOptions:
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
-        report = _report([(o.subset, o.values) for o in learned.observations], total, counted, axes, n)
+        # one row a measured set: its measurements' precision-weighted mean (aim re-measures sets)
+        report = _report([(o.subset, o.values) for o in pool(learned.observations)], total, counted, axes, n)
         joined = {a for o in learned.observations if len(o.subset) > 1 for a in o.subset}
         report.attrs["estimate"] = self.estimate
         _note_alone(report, [a.name for i, a in enumerate(attributes) if i not in joined])
