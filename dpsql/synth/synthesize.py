@@ -366,6 +366,9 @@ ONE_WAY_SHARE = 0.3
 #: The least share of pgm's budget for every one-way marginal, measured always (about AIM's: its
 #: ``d`` first rounds of ``16d`` take 0.9/16 of its budget).
 MIN_ONE_WAY_SHARE = 0.05
+#: The default share of the spend (DualQuery's and FEM's ``count_share``) for a noisy row count
+#: (:func:`_plan_count`).
+COUNT_SHARE = 0.05
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
@@ -473,7 +476,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     marginals = workload_marginals(workload, schema, attributes)
     # mwem, fem and dualquery measure no one-way marginal: a column no workload marginal names is
     # one bin for them, its values drawn by its own measured one-way counts (pgm and aim measure it)
-    alone = [] if method in ("pgm", "aim") else [a for a in range(len(attributes)) if not any(a in m for m in marginals)]
+    alone = [] if method in ("pgm", "aim") else _unnamed(len(attributes), marginals)
     widened = {**widened, **{a: np.zeros(attributes[a].size, dtype=np.int64) for a in alone}}
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem_rows, "pgm": _plan_pgm,
@@ -539,6 +542,15 @@ def _refine(error: PrivacyError, what: str) -> PrivacyError:
 
 
 # -- wide columns --------------------------------------------------------------------------------
+
+def _unnamed(attributes: int, marginals: Sequence[tuple[int, ...]]) -> list[int]:
+    """The positions of the ``attributes`` that no marginal names.
+
+    >>> _unnamed(4, [(0, 2)])
+    [1, 3]
+    """
+    return [a for a in range(attributes) if not any(a in m for m in marginals)]
+
 
 def _note_alone(report: "pd.DataFrame", names: Sequence[str]) -> None:
     """Record on ``report`` the columns fitted only through their one-way marginals, with a warning."""
@@ -661,7 +673,7 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
     eta = None if options.get("eta") is None else real("eta", options["eta"], high=MAX_ETA)
     rounds = None if options.get("rounds") is None else integer("rounds", options["rounds"])
     samples = DEFAULT_SAMPLES if options.get("samples") is None else integer("samples", options["samples"])
-    share = real("count_share", option(options, "count_share", 0.05), below_one=True)
+    share = real("count_share", option(options, "count_share", COUNT_SHARE), below_one=True)
     oracle = choice("oracle", option(options, "oracle", "auto"), ORACLES)
     time_limit = real("time_limit", option(options, "time_limit", 10.0), high=MAX_TIME_LIMIT)
     time_budget = max_seconds(options)
@@ -876,7 +888,7 @@ def _plan_fem_rows(private: PrivateTable, attributes: Sequence[Attribute], reque
     for 3,000 rows: ``COUNT(*)`` on the synthetic table was 23 times the private one's); FEM
     runs with the rest, and its records are resampled to that count. With ``rows`` given, no
     count is measured."""
-    share = real("count_share", option(options, "count_share", 0.05), below_one=True)
+    share = real("count_share", option(options, "count_share", COUNT_SHARE), below_one=True)
     if request.rows is not None:
         return _plan_fem(private, attributes, request, options)
     count_cost, rest, count = _plan_count(private, attributes, request, share, "FEM")
@@ -1069,7 +1081,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         sorted({p for m in request.marginals for p in itertools.combinations(m, min(len(m), 2))})
     given = option(options, "one_way_share", None)
     share, threshold = _compression(options, domain, gaussian)
-    unnamed = [a for a in range(len(domain)) if not any(a in m for m in measured)]
+    unnamed = _unnamed(len(domain), measured)
     if not gaussian:
         if share is not None:
             raise ArgumentError("one_way_share is the one-way marginals' share of a Gaussian measurement: give rho "
