@@ -113,8 +113,11 @@ def _scalar(value: Any) -> str:
 
 
 def _one(backend: DuckDBBackend, *items: exp.Expression, source: exp.Expression) -> tuple:
-    return tuple(v[0] for v in backend.run(exp.select(*[exp.alias_(e, f"v{i}") for i, e in enumerate(items)])
-                                           .from_(source)).values())
+    """The one row of ``items`` over ``source``, a NULL as None (DuckDB's numpy result masks a NULL
+    integer, which ``int()`` cannot read: the MIN of a column of NULLs only)."""
+    return tuple(None if v[0] is np.ma.masked else v[0]
+                 for v in backend.run(exp.select(*[exp.alias_(e, f"v{i}") for i, e in enumerate(items)])
+                                      .from_(source)).values())
 
 
 def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_values: int) -> str:
