@@ -4,7 +4,8 @@ Writing a schema by hand for a wide table is slow; :func:`draft_schema` reads th
 column and writes YAML that :func:`dpsql.load_schema` accepts: a column of numbers becomes an
 ``integer`` (from its smallest to its largest value, when that is at most
 :data:`MAX_INTEGER_VALUES` values) or ``numeric`` column (:data:`BINS` equal bins over the same
-range), a column of booleans a ``boolean``, a column of text a ``categorical`` with its distinct
+range); a floating-point column of whole numbers (pandas' integers beside a NaN) is an integer
+column, and its NaN and infinities, outside every domain, are left out of its range; a column of booleans a ``boolean``, a column of text a ``categorical`` with its distinct
 values (at most ``max_values`` of them; a column with more is left out, in a comment), and a
 column holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
@@ -123,13 +124,13 @@ def _one(backend: DuckDBBackend, *items: exp.Expression, source: exp.Expression)
 def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_values: int) -> str:
     """The YAML line of column ``name`` (of type ``family``), or a comment saying why it is left out."""
     c = exp.column(exp.to_identifier(name, quoted=True))
+    null = c.copy().is_(exp.null())
     source = table_expression(table)
     text = family == "string"
     if text:  # a CSV's text, or a text column: numbers or booleans if every value reads as one
         as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
         as_bool = exp.TryCast(this=c.copy(), to=exp.DataType.build("BOOLEAN"), safe=True)
-        whole = exp.EQ(this=exp.Mod(this=as_double.copy(), expression=exp.Literal.number(1)),
-                       expression=exp.Literal.number(0))
+        whole = _whole(as_double)
         words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in
                                                                     ("true", "false", "t", "f")])
         values, numbers, wholes, booleans = _one(
@@ -142,7 +143,11 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
             family, c = "int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True)
         elif values and numbers == values:
             family, c = "float", as_double
-    nulls, distinct, low, high = _one(backend, exp.func("count_if", c.copy().is_(exp.null())),
+    if family in ("float", "decimal"):  # the domain of its finite values (a NaN or an infinity is outside any)
+        c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
+        values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
+        family = "int" if values and wholes == values else family  # pandas' integers beside a NaN are floats
+    nulls, distinct, low, high = _one(backend, exp.func("count_if", null),
                                       exp.Count(this=exp.Distinct(expressions=[c.copy()])), exp.Min(this=c.copy()),
                                       exp.Max(this=c.copy()), source=source)
     spec: dict[str, Any] = {}
@@ -166,6 +171,11 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     if nulls:
         spec["nullable"] = True
     return f"  {_scalar(name)}: {_scalar(spec)}"
+
+
+def _whole(number: exp.Expression) -> exp.Expression:
+    """Whether ``number`` is a whole number (NULL for NULL)."""
+    return exp.EQ(this=exp.Mod(this=number.copy(), expression=exp.Literal.number(1)), expression=exp.Literal.number(0))
 
 
 def _edges(low: float, high: float) -> list:
