@@ -3,8 +3,28 @@ of NULLs only, an empty synthetic table, a one-valued column, names in a workloa
 expected to work or to be refused with a clear message before anything is spent."""
 
 import duckdb
+import numpy as np
+import pandas as pd
+import pytest
 
+import dpsql
+from dpsql import Budget
 from dpsql.owner.draft import draft_schema
+
+
+@pytest.fixture()
+def shapes():
+    """A connection to 300 rows of an integer, a text, a boolean and a binned column."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.integers(-2, 1, 300), "s": rng.choice(["x", "y"], 300),
+                          "b": rng.integers(0, 2, 300).astype(bool), "f": rng.uniform(0, 10, 300)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": -2, "max": 0},
+                                        "s": {"type": "categorical", "values": ["x", "y"]},
+                                        "b": {"type": "boolean"}, "f": {"type": "numeric", "bins": [0, 5, 10]}}}
+    return dpsql.connect(con, schema=schema, budget=Budget(rho=10.0), cache=False, progress=False)
 
 
 def test_a_drafted_schema_leaves_out_an_integer_column_of_nulls_only():
@@ -29,3 +49,12 @@ def test_a_drafted_schema_reads_whole_floats_as_integers_and_ranges_over_finite_
     assert draft_schema(con, "t").split("\n\n", 1)[1].splitlines()[3:] == [
         "  kids: {type: integer, min: 0, max: 2, nullable: true}",
         "  hours: {type: numeric, bins: [0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5]}"]
+
+
+def test_an_empty_synthetic_table_has_its_columns_types(shapes):
+    """With ``rows=0`` (or a noisy row count of 0 on an empty table) every column of ``syn.df`` was
+    ``object``: an empty series infers no type."""
+    empty = shapes.synthesize("mwem", workload=2, rho=0.1, rows=0, seed=0, name="empty", rounds=1)
+    some = shapes.synthesize("mwem", workload=2, rho=0.1, rows=5, seed=0, name="some", rounds=1)
+    assert empty.df.empty and dict(empty.df.dtypes) == dict(some.df.dtypes)
+    assert [str(t) for t in empty.df.dtypes[["a", "b", "f"]]] == ["int64", "bool", "float64"]

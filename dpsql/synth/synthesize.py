@@ -241,7 +241,8 @@ def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema
 def _typed(values: Sequence[Any], index: np.ndarray) -> "pd.Series":
     """The column of ``values[index]`` in the dtype DuckDB's ``.df()`` gives it: numpy's for
     integers, floats, booleans and its text dtype; with a NULL (None) drawn, pandas' nullable
-    ``Int64`` or ``boolean`` for integers or booleans (floats take NaN)."""
+    ``Int64`` or ``boolean`` for integers or booleans (floats take NaN). With no row drawn, the
+    dtype of the domain's values (not ``object``, which is what an empty series infers)."""
     import pandas as pd
 
     series = pd.Series(np.asarray(values, dtype=object)[index])
@@ -251,6 +252,8 @@ def _typed(values: Sequence[Any], index: np.ndarray) -> "pd.Series":
             return series.astype("boolean")
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in present):
             return series.astype("Int64")
+    if present and series.empty:
+        return series.astype(pd.Series(present, dtype=object).infer_objects().dtype)
     return series.infer_objects()
 
 
