@@ -58,3 +58,21 @@ def test_an_empty_synthetic_table_has_its_columns_types(shapes):
     some = shapes.synthesize("mwem", workload=2, rho=0.1, rows=5, seed=0, name="some", rounds=1)
     assert empty.df.empty and dict(empty.df.dtypes) == dict(some.df.dtypes)
     assert [str(t) for t in empty.df.dtypes[["a", "b", "f"]]] == ["int64", "bool", "float64"]
+
+
+def test_a_column_measured_only_beside_a_one_valued_column_is_reported_as_fitted_alone():
+    """Under a pure epsilon, OPT_M's weights measured ``c`` in the marginal ``c x k`` of a column
+    ``k`` of one value: ``c``'s relation to the others was never measured, but the report's
+    ``one_way_only`` left it out (and ``print(syn)`` did not warn), as if it were."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.integers(0, 3, 200), "b": rng.integers(0, 3, 200), "c": rng.integers(0, 3, 200),
+                          "k": np.zeros(200, dtype=int)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    three = {"type": "integer", "min": 0, "max": 2}
+    schema = {"table": "t", "columns": {"a": three, "b": three, "c": three, "k": {"type": "integer", "min": 0, "max": 0}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=1.0), cache=False, progress=False)
+    syn = db.synthesize("pgm", workload=1, epsilon=1.0, seed=0, name="s", iterations=50)
+    assert list(syn.report.marginal) == ["a x b x k", "c x k"]
+    assert syn.report.attrs["one_way_only"] == ["c", "k"] and "other columns): c, k\n" in repr(syn)

@@ -1030,7 +1030,10 @@ class _ModelOptions:
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
         # one row a measured set: its measurements' precision-weighted mean (aim re-measures sets)
         report = _report([(o.subset, o.values) for o in pool(learned.observations)], total, counted, axes, n)
-        joined = {a for o in learned.observations if len(o.subset) > 1 for a in o.subset}
+        # joined: measured with another column of more than one value (one of a single value, which
+        # OPT_M's Laplace weights add to a marginal for free, relates nothing)
+        varied = [{a for a in o.subset if attributes[a].size > 1} for o in learned.observations]
+        joined = set().union(*(v for v in varied if len(v) > 1))
         report.attrs["estimate"] = self.estimate
         _note_alone(report, [a.name for i, a in enumerate(attributes) if i not in joined])
         return records, report
