@@ -9,6 +9,7 @@ import pytest
 
 import dpsql
 from dpsql import Budget
+from dpsql.errors import WorkloadError
 from dpsql.owner.draft import draft_schema
 
 
@@ -76,3 +77,16 @@ def test_a_column_measured_only_beside_a_one_valued_column_is_reported_as_fitted
     syn = db.synthesize("pgm", workload=1, epsilon=1.0, seed=0, name="s", iterations=50)
     assert list(syn.report.marginal) == ["a x b x k", "c x k"]
     assert syn.report.attrs["one_way_only"] == ["c", "k"] and "other columns): c, k\n" in repr(syn)
+
+
+@pytest.mark.parametrize("workload, marginal", [("a, s", "('a', 's')"), ('"a", "b"', "('a', 'b')"),
+                                                ('"s"', "('s',)")])
+def test_column_names_in_a_workload_string_are_refused_with_the_tuple_to_write(shapes, workload, marginal):
+    """``workload="a, s"`` (the command line's ``--workload a,s``) was compiled as SQL: "syntax
+    error: unexpected 'a'; a statement starts with SELECT". Refused, spending nothing, with the
+    tuple that says it."""
+    with pytest.raises(WorkloadError) as e:
+        shapes.synthesize("pgm", workload=workload, rho=0.1, name="s")
+    assert str(e.value) == f"{workload!r} names columns, not a statement: give a marginal as a tuple of " \
+                           f"names, workload=[{marginal}]"
+    assert shapes.spent().rho == 0
