@@ -52,6 +52,18 @@ def test_a_drafted_schema_reads_whole_floats_as_integers_and_ranges_over_finite_
         "  hours: {type: numeric, bins: [0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5]}"]
 
 
+def test_a_drafted_schema_keeps_codes_with_leading_zeros_as_text(tmp_path):
+    """A CSV column of ZIP codes was drafted as integers (02134 read as 2134): the synthetic table
+    then held numbers, 2134 and codes that are none (a value between two codes)."""
+    path = tmp_path / "people.csv"
+    path.write_text("zip,code,age\n" + "".join(f"{z},{c},{a}\n" for z, c, a in
+                                               [("02134", "007", 30), ("10001", "12", 41), ("02134", "7", 52)]))
+    assert draft_schema(path).split("\n\n", 1)[1].splitlines()[3:] == [
+        "  zip: {type: categorical, values: ['02134', '10001']}",
+        "  code: {type: categorical, values: ['007', '12', '7']}",
+        "  age: {type: integer, min: 30, max: 52}"]
+
+
 def test_an_empty_synthetic_table_has_its_columns_types(shapes):
     """With ``rows=0`` (or a noisy row count of 0 on an empty table) every column of ``syn.df`` was
     ``object``: an empty series infers no type."""

@@ -9,7 +9,8 @@ column, and its NaN and infinities, outside every domain, are left out of its ra
 values (at most ``max_values`` of them; a column with more is left out, in a comment), and a
 column holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
-number is an integer, any number a numeric one, ``true``/``false`` a boolean.
+number is an integer, any number a numeric one, ``true``/``false`` a boolean, and text with a
+number of leading zeros (a ZIP code ``02134``) stays text.
 
 **The draft is not a schema to publish as it is.** A schema is public, and every value, minimum
 and maximum here was read from the private rows: the oldest person's exact age, the one rare
@@ -133,16 +134,16 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         whole = _whole(as_double)
         words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in
                                                                     ("true", "false", "t", "f")])
-        values, numbers, wholes, booleans = _one(
+        padded = exp.RegexpLike(this=c.copy(), expression=exp.Literal.string(r"^\s*[-+]?0[0-9]"))
+        values, numbers, wholes, booleans, codes = _one(
             backend, exp.Count(this=c.copy()), exp.Count(this=as_double),
             exp.func("count_if", whole), exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())),
-            source=source)
+            exp.func("count_if", padded), source=source)
         if values and booleans == values:
             family, c = "bool", as_bool
-        elif values and wholes == values:
-            family, c = "int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True)
-        elif values and numbers == values:
-            family, c = "float", as_double
+        elif values and numbers == values and not codes:  # a leading zero ("02134") makes a code: text
+            family, c = ("int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True)) \
+                if wholes == values else ("float", as_double)
     if family in ("float", "decimal"):  # the domain of its finite values (a NaN or an infinity is outside any)
         c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
         values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
