@@ -181,7 +181,7 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
             raise WorkloadError(f"unknown column {unknown[0].strip()!r:.80} in the workload; the columns are "
                                 f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''}")
         listed = next((w for w in texts if all(c.strip().strip('"').lower() in names for c in w.split(","))), None)
-        if listed is not None:  # "age, sex", as the command line's --workload writes a marginal
+        if listed is not None:  # "age, sex": a marginal spelt as the command line's --workload spells it
             marginal = tuple(c.strip().strip('"') for c in listed.split(","))
             raise WorkloadError(f"{listed!r:.80} names columns, not a statement: give a marginal as a tuple of "
                                 f"names, workload=[{marginal!r:.80}]")
