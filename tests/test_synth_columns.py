@@ -10,7 +10,9 @@ import pytest
 import dpsql
 from dpsql import Budget
 from dpsql.errors import ResourceLimitError
-from dpsql.synth.coarsen import WIDE_SHARE
+from dpsql.synth.coarsen import WIDE_SHARE, WIDE_VALUES, coarsen
+from dpsql.synth.compress import compress
+from dpsql.synth.estimate import Observation
 
 
 def binary_table(columns: int, rows: int, seed: int = 0) -> tuple[duckdb.DuckDBPyConnection, dict, pd.DataFrame]:
@@ -61,6 +63,25 @@ def test_the_methods_that_measure_no_one_way_marginal_keep_an_unnamed_columns_di
     first, *rest = db.ledger.entries()
     assert first.cost.epsilon == pytest.approx(WIDE_SHARE * spend["epsilon"])  # Laplace, also under (eps, delta)
     assert rest and sum(e.cost.epsilon for e in [first, *rest]) <= spend["epsilon"] * (1 + 1e-9)
+
+
+def test_an_unnamed_columns_values_below_the_noise_keep_their_share():
+    """An unnamed column is one bin, its values drawn by its noisy one-way counts (coarsen). The
+    rule for a wide column's bins (values counted below 3 noise standard deviations share their
+    total only when that total is significant) drew a first-hour user's 11-value column as its
+    most common value alone, in every row. A narrow column's values below the noise share their
+    total (clipped at 0) in proportion to their counts clipped at 0, as a compressed domain's do;
+    a wide column's keep the rule."""
+    one_bin = {0: np.zeros(4, dtype=np.int64)}
+    counts = Observation((0,), np.array([250.0, 80.0, 90.0, 85.0]), 70.0)  # Laplace: 3 sd is 210
+    shares = coarsen(compress((4,), []), one_bin, [counts], laplace=True).shares[0]
+    assert shares == pytest.approx(np.array([250, 80, 90, 85]) / 505)
+    negative = Observation((0,), np.array([250.0, 80.0, -120.0, 10.0]), 70.0)  # below-noise total -30
+    assert coarsen(compress((4,), []), one_bin, [negative], laplace=True).shares[0] == pytest.approx([1, 0, 0, 0])
+    size = WIDE_VALUES + 3
+    wide = Observation((0,), np.concatenate([[400.0], np.full(size - 1, 1.0)]), 70.0)  # 1,026 below 3 sd
+    assert coarsen(compress((size,), []), {0: np.zeros(size, dtype=np.int64)}, [wide],
+                   laplace=True).shares[0][:3] == pytest.approx([1, 0, 0])
 
 
 def test_a_fit_that_cannot_finish_in_max_seconds_is_refused_before_the_charge():
