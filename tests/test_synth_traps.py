@@ -2,6 +2,8 @@
 of NULLs only, an empty synthetic table, a one-valued column, names in a workload string), each
 expected to work or to be refused with a clear message before anything is spent."""
 
+import warnings
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -102,3 +104,45 @@ def test_column_names_in_a_workload_string_are_refused_with_the_tuple_to_write(s
     assert str(e.value) == f"{workload!r} names columns, not a statement: give a marginal as a tuple of " \
                            f"names, workload=[{marginal}]"
     assert shapes.spent().rho == 0
+
+
+@pytest.mark.parametrize("method, spend, options", [
+    ("pgm", {"epsilon": 1e-3, "delta": 1e-9}, {"iterations": 50}),
+    ("pgm", {"epsilon": 1e-3}, {"iterations": 50}),
+    ("aim", {"rho": 1e-8}, {"rounds": 3, "iterations": 50}),
+    ("mwem", {"epsilon": 1e-3}, {"rounds": 2}),
+    ("dualquery", {"epsilon": 1e-2}, {"rounds": 2}),
+    ("fem", {"epsilon": 1e-2, "delta": 1e-9}, {"rounds": 2}),
+])
+def test_a_default_row_count_that_is_mostly_noise_is_warned_about(method, spend, options):
+    """At a tiny spend a 300-row table's default size was its noisy row count alone: 84,000 rows
+    (pgm), 2.2 million (aim). The count and its noise's standard deviation are released, so a
+    count less than 3 of them is warned about, naming both; at a sound spend nothing is said.
+    DualQuery's count is a Laplace count of ``0.05 ε``: standard deviation ``√2 / (0.05 ε)``."""
+    def synthesize(**given):
+        budget = Budget(rho=100.0) if "rho" in spend else Budget(epsilon=100.0, delta=1e-5)
+        db = dpsql.connect(_table(), schema=_SCHEMA, budget=budget, cache=False, progress=False,
+                           source_of_noise=np.random.default_rng(0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            db.synthesize(method, workload=2, seed=0, name="s", **given, **options)
+        return [str(w.message) for w in caught if "mostly noise" in str(w.message)]
+
+    [message] = synthesize(**spend)
+    assert message.startswith("the noisy row count is ") and message.endswith(
+        "at this spend the table's size is mostly noise (pass rows= to choose it)")
+    if method == "dualquery":
+        assert f"less than 3 times its noise's standard deviation ({2 ** 0.5 / (0.05 * spend['epsilon']):,.0f})" in message
+    assert synthesize(**{k: (v if k == "delta" else 1.0) for k, v in spend.items()}) == []
+
+
+_SCHEMA = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in "abc"}}
+
+
+def _table() -> duckdb.DuckDBPyConnection:
+    """300 rows of three 3-value columns."""
+    rng = np.random.default_rng(1)
+    con = duckdb.connect()
+    con.register("frame", pd.DataFrame({c: rng.integers(0, 3, 300) for c in "abc"}))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    return con

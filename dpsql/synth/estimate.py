@@ -36,7 +36,7 @@ import numpy as np
 from dpsql.synth.graphical import GraphicalModel, expand, project
 from dpsql.synth.junction import JunctionTree, junction_tree
 
-__all__ = ["Observation", "estimate", "estimate_total", "pool", "uniform_std"]
+__all__ = ["Observation", "estimate", "estimate_total", "pool", "total_std", "uniform_std"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,24 @@ class Observation:
 def estimate_total(observations: Sequence[Observation]) -> float:
     """The records' number from the observations: each one's sum is a noisy total of variance
     ``Σ σ²`` over its cells; their precision-weighted mean, at least 1."""
-    precision = np.array([1.0 / float(o.variances.sum()) for o in observations])
+    precision = _total_precisions(observations)
     sums = np.array([float(np.sum(o.values)) for o in observations])
     return max(float(precision @ sums / precision.sum()), 1.0) if observations else 1.0
+
+
+def total_std(observations: Sequence[Observation]) -> float:
+    """The standard deviation of :func:`estimate_total`'s mean: ``(Σ 1/Σσ²)^-½``, the observations'
+    totals being independent (infinite with no observation).
+
+    >>> total_std([Observation((0,), np.array([5.0, 5.0]), 1.0), Observation((), np.array([10.0]), 2 ** 0.5)])
+    1.0
+    """
+    precision = float(_total_precisions(observations).sum())
+    return precision**-0.5 if precision > 0 else math.inf
+
+
+def _total_precisions(observations: Sequence[Observation]) -> np.ndarray:
+    return np.array([1.0 / float(o.variances.sum()) for o in observations])
 
 
 def pool(observations: Sequence[Observation]) -> list[Observation]:

@@ -57,7 +57,7 @@ from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
 from dpsql.synth.compress import THRESHOLD, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
-from dpsql.synth.estimate import pool
+from dpsql.synth.estimate import pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
@@ -180,7 +180,8 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
             columns = [c for a in attributes for c in a.columns]
             raise WorkloadError(f"unknown column {unknown[0].strip()!r:.80} in the workload; the columns are "
                                 f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''}")
-        listed = next((w for w in texts if all(c.strip().strip('"').lower() in names for c in w.split(","))), None)
+        listed = next((w for w in texts if w.lower() not in names and
+                       all(c.strip().strip('"').lower() in names for c in w.split(","))), None)
         if listed is not None:  # "age, sex": a marginal spelt as the command line's --workload spells it
             marginal = tuple(c.strip().strip('"') for c in listed.split(","))
             raise WorkloadError(f"{listed!r:.80} names columns, not a statement: give a marginal as a tuple of "
@@ -374,6 +375,9 @@ ONE_WAY_SHARE = 0.3
 #: The least share of pgm's budget for every one-way marginal, measured always (about AIM's: its
 #: ``d`` first rounds of ``16d`` take 0.9/16 of its budget).
 MIN_ONE_WAY_SHARE = 0.05
+#: A default row count within this many noise standard deviations of 0 is warned about: noise
+#: alone makes one that large with probability 0.1% (Gaussian) or 0.7% (Laplace).
+NOISY_COUNT = 3.0
 #: The default share of the spend (DualQuery's and FEM's ``count_share``) for a noisy row count
 #: (:func:`_plan_count`).
 COUNT_SHARE = 0.05
@@ -430,12 +434,19 @@ class _Request:
         rho = (gaussian_rho if gaussian else zcdp_rho)(total.epsilon, total.delta)
         return rho, Cost(epsilon=total.epsilon, delta=total.delta)
 
-    def default_rows(self, count: float, what: str, in_time: int | None = None) -> int:
-        """``count`` rows (a noisy count: released), or the most :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS`
-        allows, or ``in_time``, the most the run has time to make within ``max_seconds``, with a
-        warning: after the spend a too-large default is capped, never refused."""
+    def default_rows(self, count: float, what: str, std: float, in_time: int | None = None) -> int:
+        """``count`` rows (a noisy count of standard deviation ``std``: released), or the most
+        :data:`~dpsql.limits.MAX_SYNTHETIC_CELLS` allows, or ``in_time``, the most the run has time
+        to make within ``max_seconds``, with a warning: after the spend a too-large default is
+        capped, never refused. A count within :data:`NOISY_COUNT` standard deviations of 0 is warned
+        about too: at a tiny spend, a 300-row table's default was 84,000 rows (pgm) or 2.2 million
+        (aim), though the count told nothing of the table's size."""
         cap = synthetic_rows_cap(self.columns)
         n = max(int(round(count)), 0)
+        if n < NOISY_COUNT * std:
+            warnings.warn(f"the {what} is {n:,}, less than {NOISY_COUNT:g} times its noise's standard deviation "
+                          f"({std:,.0f}): at this spend the table's size is mostly noise (pass rows= to choose it)",
+                          stacklevel=_caller())
         if n > cap:
             warnings.warn(f"the {what} is {n:,} rows, more than a synthetic table of {self.columns} columns may "
                           f"hold ({limits.MAX_SYNTHETIC_CELLS:,} cells); sampling {cap:,} rows (pass rows= to choose)",
@@ -653,8 +664,8 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         bar.total = rounds
         learned = mwem(private, attributes, request.marginals, step_eps, step_cost, rounds=rounds,
                        replays=replays, init=init, average=average, progress=_advance(bar))
-        n = request.rows if request.rows is not None else \
-            request.default_rows(learned.distribution.total, "noisy row count")
+        n = request.rows if request.rows is not None else request.default_rows(
+            learned.distribution.total, "noisy row count", math.sqrt(Laplace(step_eps).variance(private.rows_per_unit)))
         records = learned.distribution.sample(n, rng)
         report = _report(learned.measurements, learned.distribution.total, records, attributes, n)
         return records, report, {}, cost
@@ -729,7 +740,8 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         return dualquery_eta(rest.epsilon, rest.delta, rounds, samples, n, upper=MAX_ETA), rounds
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        n = max(count(), 1.0) / private.rows_per_unit
+        counted, std = count()
+        n = max(counted, 1.0) / private.rows_per_unit
         step, run_rounds = schedule(n)
         cost = cost_of(step, run_rounds, n)
         reservation = private.reserve(cost, f"DualQuery: eta={step!r}, T={run_rounds}, s={samples}, n={n!r}",
@@ -742,7 +754,8 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         finally:
             reservation.close()
         records = _resample(learned.records, request.rows if request.rows is not None else
-                            request.default_rows(n * private.rows_per_unit, "noisy row count"), request.rows, rng)
+                            request.default_rows(n * private.rows_per_unit, "noisy row count", std), request.rows,
+                            rng)
         return records, _game_report(learned, request.marginals, attributes), learned.oracle_summary(), \
             count_cost + cost
 
@@ -763,12 +776,12 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _plan_count(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, share: float,
-                method: str) -> tuple[Cost, Cost, Callable[[], float]]:
+                method: str) -> tuple[Cost, Cost, Callable[[], tuple[float, float]]]:
     """A noisy row count for ``method`` (DualQuery's public ``n``, FEM's default rows), planned
     within the request: ``share`` of its spend, a Laplace count of ``ε = share·ε`` (``ε``-DP), or
     of ``ε = √(2·share·ρ)`` under zCDP (``ε²/2 = share·ρ``-zCDP, Bun & Steinke 2016, Prop. 1.4).
     Returns the count's cost, the rest of the request (they compose by adding up), and the
-    measurement, taken when called (the noisy count of rows, a float)."""
+    measurement, taken when called (the noisy count of rows and its noise's standard deviation)."""
     total, budget = request.total, request.budget
     epsilon = math.sqrt(2.0 * share * total.rho) if request.zcdp else share * total.epsilon
     strategy = marginal_strategy([a.cells for a in attributes], ())
@@ -781,9 +794,9 @@ def _plan_count(private: PrivateTable, attributes: Sequence[Attribute], request:
     rest = Cost(rho=(1.0 - share) * total.rho) if request.zcdp else \
         Cost(epsilon=(1.0 - share) * total.epsilon, delta=total.delta)
 
-    def count() -> float:
-        return float(private.measure(attributes, strategy, Laplace(epsilon), cost,
-                                     f"{method} noisy row count").values[0])
+    def count() -> tuple[float, float]:
+        measured = private.measure(attributes, strategy, Laplace(epsilon), cost, f"{method} noisy row count")
+        return float(measured.values[0]), measured.noise_std
 
     return cost, rest, count
 
@@ -903,9 +916,9 @@ def _plan_fem_rows(private: PrivateTable, attributes: Sequence[Attribute], reque
     inner = _plan_fem(private, attributes, dataclasses.replace(request, total=rest), options)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        n = count()
+        n, std = count()
         records, report, oracle, spent = inner.execute(bar, rng)
-        return _resample(records, request.default_rows(n, "noisy row count"), None, rng), report, oracle, \
+        return _resample(records, request.default_rows(n, "noisy row count", std), None, rng), report, oracle, \
             count_cost + spent
 
     return _Run(count_cost + inner.cost, execute)
@@ -1029,7 +1042,8 @@ class _ModelOptions:
         marginals = len({o.subset for o in learned.observations})
         in_time = fitting(self.max_seconds, self.fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
-        n = request.rows if request.rows is not None else request.default_rows(total, "noisy row count", in_time)
+        n = request.rows if request.rows is not None else \
+            request.default_rows(total, "noisy row count", total_std(learned.observations), in_time)
         records = learned.sample(n, rng, self.sweeps)
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
