@@ -34,10 +34,10 @@ def test_a_drafted_schema_leaves_out_an_integer_column_of_nulls_only():
     """``dpsql schema draft`` on a table with an unused INTEGER column stopped on an unexpected
     MaskError: DuckDB's numpy result masks a NULL integer, and the draft read its MIN with ``int()``."""
     con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT NULL::INTEGER AS unused, NULL::UTINYINT AS spare, range AS age "
-                "FROM range(5)")
+    con.execute("CREATE TABLE t AS SELECT NULL::INTEGER AS unused, NULL::UTINYINT AS spare, NULL::BOOLEAN AS flag, "
+                "range AS age FROM range(5)")
     assert draft_schema(con, "t").split("\n\n", 1)[1].splitlines()[3:] == [
-        "  # unused: only NULLs; left out", "  # spare: only NULLs; left out",
+        "  # unused: only NULLs; left out", "  # spare: only NULLs; left out", "  # flag: only NULLs; left out",
         "  age: {type: integer, min: 0, max: 4}"]
 
 

@@ -152,7 +152,7 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
                                       exp.Count(this=exp.Distinct(expressions=[c.copy()])), exp.Min(this=c.copy()),
                                       exp.Max(this=c.copy()), source=source)
     spec: dict[str, Any] = {}
-    if family == "bool":
+    if family == "bool" and distinct:
         spec["type"] = "boolean"
     elif family in ("int", "uint") and high is not None and int(high) - int(low) < MAX_INTEGER_VALUES:
         spec.update(type="integer", min=int(low), max=int(high))
