@@ -130,7 +130,19 @@ def test_a_declared_column_the_table_lacks_is_refused_with_the_nearest_name(tmp_
             r"its columns are age, sex, smoker, hours_per_week$", con, schema, tmp_path)
     refused(r"privacy_unit\.column: the table has no such column", con,
             {**SCHEMA, "privacy_unit": {"column": "person_id"}}, tmp_path)
-    refused(r"table: the source has no table or view 'persons'", con, {**SCHEMA, "table": "persons"}, tmp_path)
+    refused(r"table: the source has no table or view 'persons'$", con, {**SCHEMA, "table": "persons"}, tmp_path)
+
+
+def test_a_table_of_another_database_schema_is_refused_with_the_view_to_make(tmp_path):
+    """``table: s.people`` said only that the source had no such table, though it has."""
+    con = duckdb.connect()
+    con.execute("CREATE SCHEMA s; CREATE TABLE s.people (age INTEGER, sex VARCHAR, smoker BOOLEAN)")
+    refused(r"table: the source has no table or view 's\.people'; a table is named alone, as in its default "
+            r"schema: create a view of it there \(CREATE VIEW people AS SELECT \* FROM s\.people\) and declare "
+            r"that$", con, {**SCHEMA, "table": "s.people"}, tmp_path)
+    con.execute("CREATE VIEW people AS SELECT * FROM s.people")
+    db = dpsql.connect(con, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+    assert db.query("SELECT COUNT(*) AS n FROM people", epsilon=0.5).df.columns[0] == "n"  # the view is read
 
 
 def test_a_column_whose_type_holds_none_of_its_domain_is_refused(tmp_path):

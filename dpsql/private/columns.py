@@ -76,6 +76,19 @@ def _described(column: Column) -> str:
     return f"{column.kind} domain"
 
 
+def _qualified(table: str) -> str:
+    """How to declare a table of another database schema, named ``table`` qualified (else nothing).
+
+    >>> _qualified("s.people")
+    '; a table is named alone, as in its default schema: create a view of it there (CREATE VIEW people AS SELECT * FROM s.people) and declare that'
+    """
+    if "." not in table:
+        return ""
+    alone = table.rsplit(".", 1)[1]
+    return (f"; a table is named alone, as in its default schema: create a view of it there "
+            f"(CREATE VIEW {alone} AS SELECT * FROM {table}) and declare that")
+
+
 def check_columns(backend: Backend, table: str, schema: Schema) -> None:
     """Refuse a table that lacks a declared column (or the privacy unit's), or has one whose SQL type
     holds none of its domain's values: a :class:`~dpsql.errors.SchemaError` listing each, with the
@@ -83,7 +96,8 @@ def check_columns(backend: Backend, table: str, schema: Schema) -> None:
     column names and types are what the owner declared or loaded, not data."""
     try:
         if not backend.has_table(table):
-            raise SchemaError([("table", f"the source has no table or view {table!r}")], f"table {table}")
+            raise SchemaError([("table", f"the source has no table or view {table!r}{_qualified(table)}")],
+                              f"table {table}")
         types = backend.column_types(table)
     except BackendError as e:
         raise SchemaError([("table", f"cannot read the columns of {table!r}: {e.reason}")], f"table {table}") from None
