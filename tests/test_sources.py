@@ -8,6 +8,7 @@ a file read through :func:`~dpsql.private.backend.csv_view` has exactly one row 
 
 from __future__ import annotations
 
+import csv
 import warnings
 
 import duckdb
@@ -61,6 +62,32 @@ def test_a_large_crlf_csv_reads_each_line_once(tmp_path):
     con = duckdb.connect()
     con.execute(csv_view(path, "people", dpsql.load_schema(SCHEMA)))
     assert con.sql("SELECT count(*) FROM people").fetchall() == [(lines,)]
+
+
+@pytest.mark.parametrize("delimiter", [",", ";", "\t", "|"])
+@pytest.mark.parametrize("trim", [False, True])
+def test_quoted_fields_may_hold_the_delimiter(tmp_path, delimiter, trim):
+    """A passenger list names each passenger "Braund, Mr. Owen Harris": the comma inside quotes
+    made every line one field too long, so every line was dropped (and ``schema draft`` said each
+    column held only NULLs). Oracle: Python's csv module on each well-formed line; a malformed
+    line (text after a closing quote, a field too many) is dropped alone, and a quote that does
+    not close is text, as before."""
+    d = delimiter
+    fields = [["3", "Braund, Mr. Owen Harris", "male"], ["1", 'Cumings, Mrs. John ("Florence")', "female"],
+              ["", "Heikkinen; Miss. Laina|x", ""], ["2", "plain", "female"], ["2", f"ends with a{d}", "x"]]
+    def quoted(f):
+        return '"' + f.replace('"', '""') + '"' if any(c in f for c in f'"{d},;|\t') else f
+    good = [d.join((" " + quoted(f) + " ") if trim and i == 1 else quoted(f) for i, f in enumerate(row))
+            for row in fields]
+    bad = [f'4{d}"closed"after{d}male', f'5{d}"x"{d}male{d}extra']
+    loose = f'6{d}"unclosed{d}male'  # three fields: a quote that does not close is text
+    path = tmp_path / "people.csv"
+    path.write_text("\n".join([d.join(["class", "name", "sex"]), good[0], *bad, *good[1:], loose]) + "\n")
+    con = duckdb.connect()
+    con.execute(csv_view(path, "people", None, d, trim=trim))
+    want = [tuple(None if v == "" else v.strip(" ") if trim else v for v in row)  # TRIM strips spaces
+            for row in csv.reader(good, delimiter=d, skipinitialspace=trim)]
+    assert con.sql("SELECT * FROM people").fetchall() == [*want, ("6", '"unclosed', "male")]
 
 
 def _file(tmp_path, name, content=b"not a database"):
