@@ -66,6 +66,23 @@ def test_a_drafted_schema_keeps_codes_with_leading_zeros_as_text(tmp_path):
         "  age: {type: integer, min: 30, max: 52}"]
 
 
+def test_a_drafted_schema_marks_a_column_of_row_identifiers():
+    """A passenger list's PassengerId (1..1,309, one a row) was drafted as ten numeric bins, with
+    nothing to say that a row's identifier is of no use to a query or a synthetic table. An integer
+    column whose every value differs, over at least MIN_IDENTIFIER_ROWS rows, is commented; one
+    that repeats a value, or a short table's, is not."""
+    from dpsql.owner.draft import MIN_IDENTIFIER_ROWS
+    con = duckdb.connect()
+    rows = MIN_IDENTIFIER_ROWS
+    con.execute(f"CREATE TABLE t AS SELECT range + 1 AS id, range % 7 AS day, range + (range = 5)::INT AS near "
+                f"FROM range({rows})")
+    assert draft_schema(con, "t").split("\n\n", 1)[1].splitlines()[3:] == [
+        f"  id: {{type: integer, min: 1, max: {rows}}}  # every value distinct: an identifier? leave it out",
+        "  day: {type: integer, min: 0, max: 6}", f"  near: {{type: integer, min: 0, max: {rows - 1}}}"]
+    con.execute(f"DELETE FROM t WHERE id = {rows}")
+    assert "identifier" not in draft_schema(con, "t")
+
+
 def test_an_empty_synthetic_table_has_its_columns_types(shapes):
     """With ``rows=0`` (or a noisy row count of 0 on an empty table) every column of ``syn.df`` was
     ``object``: an empty series infers no type."""

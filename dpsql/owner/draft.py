@@ -46,12 +46,15 @@ from sqlglot import exp
 from dpsql.errors import ArgumentError, MeasurementError
 from dpsql.private.backend import BackendError, DuckDBBackend, open_source, opened_by_dpsql, table_expression
 
-__all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_VALUES"]
+__all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
 
 #: Most distinct text values a drafted categorical column lists.
 MAX_VALUES = 50
 #: Widest range of integers drafted as an ``integer`` column; a wider one gets :data:`BINS` bins.
 MAX_INTEGER_VALUES = 200
+#: An integer column whose every value differs, over at least this many rows, is commented as a
+#: likely identifier (fewer rows are all distinct by chance often).
+MIN_IDENTIFIER_ROWS = 100
 #: Bins of a drafted ``numeric`` column.
 BINS = 10
 
@@ -148,9 +151,9 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
         values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
         family = "int" if values and wholes == values else family  # pandas' integers beside a NaN are floats
-    nulls, distinct, low, high = _one(backend, exp.func("count_if", null),
-                                      exp.Count(this=exp.Distinct(expressions=[c.copy()])), exp.Min(this=c.copy()),
-                                      exp.Max(this=c.copy()), source=source)
+    nulls, distinct, low, high, rows = _one(backend, exp.func("count_if", null),
+                                            exp.Count(this=exp.Distinct(expressions=[c.copy()])), exp.Min(this=c.copy()),
+                                            exp.Max(this=c.copy()), exp.Count(this=exp.Star()), source=source)
     spec: dict[str, Any] = {}
     if family == "bool" and distinct:
         spec["type"] = "boolean"
@@ -171,7 +174,11 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         return f"  # {name}: {why}; left out"
     if nulls:
         spec["nullable"] = True
-    return f"  {_scalar(name)}: {_scalar(spec)}"
+    # a whole number in every row, each a different one: a row's identifier, which a query or a
+    # synthetic table has no use for (and whose range would tell the row count)
+    identifier = family in ("int", "uint") and rows >= MIN_IDENTIFIER_ROWS and distinct == rows
+    return f"  {_scalar(name)}: {_scalar(spec)}" + ("  # every value distinct: an identifier? leave it out"
+                                                    if identifier else "")
 
 
 def _whole(number: exp.Expression) -> exp.Expression:
