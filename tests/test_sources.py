@@ -125,6 +125,8 @@ BAD_SOURCES = {
                               r"can match other files than .*p\?\.csv: rename it"),
     "repeated in another case": (lambda d: {"source": _file(d, "c.csv", b"sex,age,AGE\nF,1,2\n")},
                                  r"names fields 2 and 3 the same \(names are compared case-insensitively\)"),
+    "two-character delimiter": (lambda d: {"source": dpsql.CSV(_file(d, "t.csv", b"age||sex\n1||F\n"), delimiter="||")},
+                                r"a CSV delimiter is one character, not a double quote or a line break; got '\|\|'"),
 }
 
 

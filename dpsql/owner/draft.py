@@ -5,9 +5,10 @@ column and writes YAML that :func:`dpsql.load_schema` accepts: a column of numbe
 ``integer`` (from its smallest to its largest value, when that is at most
 :data:`MAX_INTEGER_VALUES` values) or ``numeric`` column (:data:`BINS` equal bins over the same
 range); a floating-point column of whole numbers (pandas' integers beside a NaN) is an integer
-column, and its NaN and infinities, outside every domain, are left out of its range; a column of booleans a ``boolean``, a column of text a ``categorical`` with its distinct
-values (at most ``max_values`` of them; a column with more is left out, in a comment), and a
-column holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
+column, and its NaN and infinities, outside every domain, are left out of its range; a column
+of booleans a ``boolean``, a column of text a ``categorical`` with its distinct values (at
+most ``max_values`` of them; a column with more is left out, in a comment), and a column
+holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
 number is an integer, any number a numeric one, ``true``/``false`` a boolean, and text with a
 number of leading zeros (a ZIP code ``02134``) stays text.

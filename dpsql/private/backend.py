@@ -904,6 +904,9 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", del
     >>> con.sql("SELECT * FROM p").fetchall()
     [(30, 'F'), (41, 'M'), (None, 'F'), (5, '"M'), (9, 'F'), (None, 'M')]
     """
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
+        raise ArgumentError(f"source: a CSV delimiter is one character, not a double quote or a line break; "
+                            f"got {delimiter!r:.20}")
     header = names is None
     names = _csv_header(path, delimiter) if names is None else _given_names(names)
     separator = "\x1e" if delimiter == "\x1f" else "\x1f"  # never in text: each line is one field
