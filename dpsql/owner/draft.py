@@ -90,9 +90,16 @@ def draft_schema(source: Any, table: str | None = None, *, max_values: int = MAX
         lines = [_column(backend, read, name, family, max_values) for name, family in families.items()]
     except BackendError as e:
         raise MeasurementError(f"schema draft: reading table {table!r} failed: {e.reason}") from None
-    shown = os.fspath(getattr(source, "path", source)) if opened_by_dpsql(source) else "a database"
     body = [f"table: {_scalar(table)}", "privacy_unit: row", "columns:", *lines]
-    return HEADER.format(source=shown) + "\n" + "\n".join(body) + "\n"
+    return HEADER.format(source=_shown(source)) + "\n" + "\n".join(body) + "\n"
+
+
+def _shown(source: Any) -> str:
+    """How the header names ``source``: a file's path, else what it is."""
+    path = getattr(source, "path", source)
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    return "a data frame" if opened_by_dpsql(source) else "a database"
 
 
 def _default_table(source: Any) -> str:
