@@ -7,8 +7,10 @@ punctuation in the column names). Each test is one find of running ``schema draf
 
 from __future__ import annotations
 
+import duckdb
 import pandas as pd
 
+import dpsql
 from dpsql.owner.draft import draft_schema
 
 
@@ -24,3 +26,15 @@ def test_a_data_frame_is_drafted():
     text = draft_schema(frame, "people")
     assert "drafted by `dpsql schema draft` from a data frame." in text
     assert body(text) == ["  age: {type: integer, min: 30, max: 52}", "  sex: {type: categorical, values: [F, M]}"]
+
+
+def test_numbers_stored_as_text_in_a_database_stay_text():
+    """A VARCHAR column of numbers in a database (or a frame read with ``dtype=str``) was drafted as an
+    integer column, which connecting then refused (a text column holds no integer): only a CSV
+    file's fields, which every schema type is cast from, are read as numbers."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT (range % 3)::VARCHAR AS kids, range % 5 AS age FROM range(30)")
+    text = draft_schema(con, "t")
+    assert body(text) == ["  kids: {type: categorical, values: ['0', '1', '2']}", "  age: {type: integer, min: 0, max: 4}"]
+    db = dpsql.connect(con, schema=text, budget=dpsql.Budget(epsilon=1.0), cache=False, validate=True)
+    assert (db.validation.rows, db.validation.clean_rows) == (30, 30)

@@ -11,7 +11,8 @@ most ``max_values`` of them; a column with more is left out, in a comment), and 
 holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
 number is an integer, any number a numeric one, ``true``/``false`` a boolean, and text with a
-number of leading zeros (a ZIP code ``02134``) stays text.
+number of leading zeros (a ZIP code ``02134``) stays text. A text column of a database or a data
+frame stays text, numbers or not (connecting reads it as text, which no numeric domain holds).
 
 **The draft is not a schema to publish as it is.** A schema is public, and every value, minimum
 and maximum here was read from the private rows: the oldest person's exact age, the one rare
@@ -45,7 +46,14 @@ import yaml
 from sqlglot import exp
 
 from dpsql.errors import ArgumentError, MeasurementError
-from dpsql.private.backend import BackendError, DuckDBBackend, open_source, opened_by_dpsql, table_expression
+from dpsql.private.backend import (
+    BackendError,
+    DuckDBBackend,
+    open_source,
+    opened_by_dpsql,
+    reads_as_csv,
+    table_expression,
+)
 
 __all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
 
@@ -87,7 +95,8 @@ def draft_schema(source: Any, table: str | None = None, *, max_values: int = MAX
             read = "dpsql_draft"
             backend.con.execute(f"CREATE TEMP TABLE {read} AS SELECT * FROM {table_expression(table).sql('duckdb')}")
         families = backend.column_types(read)
-        lines = [_column(backend, read, name, family, max_values) for name, family in families.items()]
+        lines = [_column(backend, read, name, family, max_values, reads_as_csv(source))
+                 for name, family in families.items()]
     except BackendError as e:
         raise MeasurementError(f"schema draft: reading table {table!r} failed: {e.reason}") from None
     body = [f"table: {_scalar(table)}", "privacy_unit: row", "columns:", *lines]
@@ -133,13 +142,14 @@ def _one(backend: DuckDBBackend, *items: exp.Expression, source: exp.Expression)
                                       .from_(source)).values())
 
 
-def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_values: int) -> str:
-    """The YAML line of column ``name`` (of type ``family``), or a comment saying why it is left out."""
+def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_values: int, csv: bool) -> str:
+    """The YAML line of column ``name`` (of type ``family``), or a comment saying why it is left out. With
+    ``csv`` (a CSV file's column, text cast to the schema's types when read), text may read as numbers
+    or booleans; a database's text column stays text, as connecting reads it."""
     c = exp.column(exp.to_identifier(name, quoted=True))
     null = c.copy().is_(exp.null())
     source = table_expression(table)
-    text = family == "string"
-    if text:  # a CSV's text, or a text column: numbers or booleans if every value reads as one
+    if csv and family == "string":  # a CSV's text: numbers or booleans if every value reads as one
         as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
         as_bool = exp.TryCast(this=c.copy(), to=exp.DataType.build("BOOLEAN"), safe=True)
         whole = _whole(as_double)

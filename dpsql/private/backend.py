@@ -69,7 +69,7 @@ from dpsql.errors import ArgumentError
 if TYPE_CHECKING:
     from dpsql.schema import Schema
 
-__all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view",
+__all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view", "reads_as_csv",
            "duckdb_type_family", "is_spark_session", "open_source", "opened_by_dpsql", "public_table", "safe_view", "scans_python_object",
            "spark_type_family", "table_expression"]
 
@@ -634,6 +634,17 @@ def opened_by_dpsql(source: Any) -> bool:
     return isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() not in _DATABASE_SUFFIXES
 
 
+def reads_as_csv(source: Any) -> bool:
+    """Whether :func:`open_source` reads ``source`` as a delimited text file, every field text cast to
+    its schema column's type (:func:`csv_view`): a :class:`CSV`, or a path ending in ``.csv`` or ``.tsv``.
+
+    >>> reads_as_csv("people.CSV"), reads_as_csv(CSV("adult.data")), reads_as_csv("people.parquet")
+    (True, True, False)
+    """
+    return isinstance(source, CSV) or (isinstance(source, (str, os.PathLike))
+                                       and Path(source).suffix.lower() in _CSV_DELIMITERS)
+
+
 def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     """Where ``dpsql.connect`` finds the private table ``table``, as a backend.
 
@@ -677,7 +688,7 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
         raise ArgumentError(f"source: cannot tell the format of {path} from its name: use .duckdb, .csv, .tsv or "
                             ".parquet (compressed files are not read: decompress them first), or "
                             "dpsql.CSV(path) for a delimited text file of another name")
-    if csv_options is None and suffix in _CSV_DELIMITERS:
+    if csv_options is None and reads_as_csv(path):
         csv_options = CSV(path)
     if suffix not in _DATABASE_SUFFIXES and any(c in str(path) for c in "*?["):
         raise ArgumentError(f"source: DuckDB reads *, ? and [ in a file's path as a pattern, which can match other "
