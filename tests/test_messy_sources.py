@@ -38,3 +38,15 @@ def test_numbers_stored_as_text_in_a_database_stay_text():
     assert body(text) == ["  kids: {type: categorical, values: ['0', '1', '2']}", "  age: {type: integer, min: 0, max: 4}"]
     db = dpsql.connect(con, schema=text, budget=dpsql.Budget(epsilon=1.0), cache=False, validate=True)
     assert (db.validation.rows, db.validation.clean_rows) == (30, 30)
+
+
+def test_accents_are_written_as_they_are(tmp_path):
+    """Names with accents (``JOSÉ``, ``Español``, ``中文``) were drafted as YAML escapes
+    (``"GARCIA, JOS\\xC9"``), which the owner has to review by eye; the draft now holds the text as it
+    is, and loads back to the same values."""
+    path = tmp_path / "staff.csv"
+    path.write_text('Name,Language\n"GARCIA, JOSÉ",Español\n"LEE, WEI",中文\n', encoding="utf-8")
+    text = draft_schema(path)
+    assert body(text) == ["  Name: {type: categorical, values: ['GARCIA, JOSÉ', 'LEE, WEI']}",
+                          "  Language: {type: categorical, values: [Español, 中文]}"]
+    assert dpsql.load_schema(text).column("Language").values == ("Español", "中文")

@@ -129,8 +129,10 @@ def _default_table(source: Any) -> str:
 
 
 def _scalar(value: Any) -> str:
-    """``value`` as a YAML scalar on one line (quoted where YAML would read it otherwise)."""
-    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30).strip() \
+    """``value`` as a YAML scalar on one line (quoted where YAML would read it otherwise), its letters as
+    they are (``José``, not ``"Jos\\xE9"``: the owner reads the draft)."""
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30,
+                          allow_unicode=True).strip() \
         .removesuffix("\n...").strip()
 
 
