@@ -50,3 +50,13 @@ def test_accents_are_written_as_they_are(tmp_path):
     assert body(text) == ["  Name: {type: categorical, values: ['GARCIA, JOSÉ', 'LEE, WEI']}",
                           "  Language: {type: categorical, values: [Español, 中文]}"]
     assert dpsql.load_schema(text).column("Language").values == ("Español", "中文")
+
+
+def test_a_value_yaml_reads_as_a_line_break_stays_escaped():
+    """Written as they are, a NEL or a line separator in a value (``x\\x85y``) would be a line break
+    to YAML and to a reader: such a value keeps YAML's escapes and loads back the same."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('x\x85y'), ('a\u2028b'), ('é')) v(s)")
+    text = draft_schema(con, "t")
+    assert body(text) == ['  s: {type: categorical, values: ["a\\Lb", "x\\Ny", "\\xE9"]}']
+    assert dpsql.load_schema(text).column("s").values == ("a\u2028b", "x\x85y", "é")

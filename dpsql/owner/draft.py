@@ -130,10 +130,15 @@ def _default_table(source: Any) -> str:
 
 def _scalar(value: Any) -> str:
     """``value`` as a YAML scalar on one line (quoted where YAML would read it otherwise), its letters as
-    they are (``José``, not ``"Jos\\xE9"``: the owner reads the draft)."""
-    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30,
-                          allow_unicode=True).strip() \
-        .removesuffix("\n...").strip()
+    they are (``José``, not ``"Jos\\xE9"``: the owner reads the draft), unless that text would not be one
+    line or would not read back as ``value`` (a NEL or a line separator in it, which YAML reads as a line
+    break): then with YAML's escapes."""
+    for allow_unicode in (True, False):
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30,
+                              allow_unicode=allow_unicode).strip().removesuffix("\n...").strip()
+        if len(text.splitlines()) == 1 and yaml.safe_load(text) == value:
+            break
+    return text
 
 
 def _one(backend: DuckDBBackend, *items: exp.Expression, source: exp.Expression) -> tuple:
