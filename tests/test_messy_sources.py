@@ -7,6 +7,9 @@ punctuation in the column names). Each test is one find of running ``schema draf
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import duckdb
 import pandas as pd
 
@@ -60,3 +63,37 @@ def test_a_value_yaml_reads_as_a_line_break_stays_escaped():
     text = draft_schema(con, "t")
     assert body(text) == ['  s: {type: categorical, values: ["a\\Lb", "x\\Ny", "\\xE9"]}']
     assert dpsql.load_schema(text).column("s").values == ("a\u2028b", "x\x85y", "é")
+
+
+def salaries(path: Path) -> list[list[str]]:
+    """A city's salary table as ``SF Salaries`` has it, written to ``path``: quoted names with a comma,
+    pay with cents, a few negative, "Not Provided" in a few rows and no benefits in the first year.
+    Returns the rows as Python's csv module reads them back (the oracle)."""
+    rows = [[str(i + 1), f"LEE, {'JOSÉ' if i % 2 else 'ANN'}",
+             "Not Provided" if i % 50 == 7 else f"{(i - 5) * 310.25:.2f}",
+             "" if i < 100 else "Not Provided" if i % 97 == 3 else f"{20000 + i * 3.5:.2f}",
+             str(2011 + i // 100)] for i in range(300)]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["Id", "EmployeeName", "BasePay", "Benefits", "Year"], *rows])
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.reader(fh))[1:]
+
+
+def test_pay_with_a_few_not_provided_is_drafted_as_numbers(tmp_path):
+    """SF Salaries' BasePay holds "Not Provided" in a few rows among thousands of amounts: the draft
+    called it a text column with 11,881 distinct values and left it out, so no pay could be queried.
+    Numbers in all but a few texts are now numbers, nullable, with a comment saying which texts read
+    as NULL (as connecting reads them). Oracle: the amounts Python's csv module reads."""
+    rows = salaries(tmp_path / "salaries.csv")
+    text = draft_schema(tmp_path / "salaries.csv")
+    assert body(text)[2:4] == [
+        "  BasePay: {type: numeric, bins: [-1552, 7725, 17002, 26279, 35556, 44833, 54110, 63387, 72664, 81941, 91218], "
+        "nullable: true}  # 'Not Provided' (6 rows) is not a number: read as NULL",
+        "  Benefits: {type: numeric, bins: [20353, 20423, 20493, 20563, 20633, 20703, 20773, 20843, 20913, 20983, 21053], "
+        "nullable: true}  # 'Not Provided' (3 rows) is not a number: read as NULL"]
+    db = dpsql.connect(tmp_path / "salaries.csv", schema=text, budget=dpsql.Budget(epsilon=1e12), cache=False)
+    assert (db.validation.rows, db.validation.clean_rows) == (300, 300)
+    df = db.query("SELECT Year, SUM(BasePay) AS pay, COUNT(Benefits) AS n FROM salaries GROUP BY Year", epsilon=1e11).df
+    exact = {y: (sum(float(r[2]) for r in rows if r[4] == str(y) and r[2] != "Not Provided"),
+                 sum(1 for r in rows if r[4] == str(y) and r[3] not in ("", "Not Provided"))) for y in (2011, 2012, 2013)}
+    assert {y: (round(p, 2), round(n)) for y, p, n in zip(df["Year"], df["pay"], df["n"])} == exact

@@ -11,7 +11,9 @@ most ``max_values`` of them; a column with more is left out, in a comment), and 
 holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
 number is an integer, any number a numeric one, ``true``/``false`` a boolean, and text with a
-number of leading zeros (a ZIP code ``02134``) stays text. A text column of a database or a data
+number of leading zeros (a ZIP code ``02134``) stays text; numbers beside at most
+:data:`MAX_PLACEHOLDERS` other texts in fewer rows (``Not Provided``) are numbers, nullable, with a
+comment naming those texts, which read as NULL. A text column of a database or a data
 frame stays text, numbers or not (connecting reads it as text, which no numeric domain holds).
 
 **The draft is not a schema to publish as it is.** A schema is public, and every value, minimum
@@ -55,10 +57,13 @@ from dpsql.private.backend import (
     table_expression,
 )
 
-__all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
+__all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_PLACEHOLDERS", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
 
 #: Most distinct text values a drafted categorical column lists.
 MAX_VALUES = 50
+#: Most distinct texts other than numbers (``Not Provided``, ``N/A``) a CSV column drafted as numbers
+#: may hold (in fewer rows than its numbers); they read as NULL.
+MAX_PLACEHOLDERS = 3
 #: Widest range of integers drafted as an ``integer`` column; a wider one gets :data:`BINS` bins.
 MAX_INTEGER_VALUES = 200
 #: An integer column whose every value differs, over at least this many rows, is commented as a
@@ -154,24 +159,11 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     ``csv`` (a CSV file's column, text cast to the schema's types when read), text may read as numbers
     or booleans; a database's text column stays text, as connecting reads it."""
     c = exp.column(exp.to_identifier(name, quoted=True))
-    null = c.copy().is_(exp.null())
     source = table_expression(table)
-    if csv and family == "string":  # a CSV's text: numbers or booleans if every value reads as one
-        as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
-        as_bool = exp.TryCast(this=c.copy(), to=exp.DataType.build("BOOLEAN"), safe=True)
-        whole = _whole(as_double)
-        words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in
-                                                                    ("true", "false", "t", "f")])
-        padded = exp.RegexpLike(this=c.copy(), expression=exp.Literal.string(r"^\s*[-+]?0[0-9]"))
-        values, numbers, wholes, booleans, codes = _one(
-            backend, exp.Count(this=c.copy()), exp.Count(this=as_double),
-            exp.func("count_if", whole), exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())),
-            exp.func("count_if", padded), source=source)
-        if values and booleans == values:
-            family, c = "bool", as_bool
-        elif values and numbers == values and not codes:  # a leading zero ("02134") makes a code: text
-            family, c = ("int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True)) \
-                if wholes == values else ("float", as_double)
+    note = ""
+    if csv and family == "string":
+        family, c, note = _csv_text(backend, c, source)
+    null = c.copy().is_(exp.null())  # a CSV's empty field, or a text read as NULL ("Not Provided")
     if family in ("float", "decimal"):  # the domain of its finite values (a NaN or an infinity is outside any)
         c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
         values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
@@ -201,9 +193,41 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         spec["nullable"] = True
     # a whole number in every row, each a different one: a row's identifier, which a query or a
     # synthetic table has no use for (and whose range would tell the row count)
-    identifier = family in ("int", "uint") and rows >= MIN_IDENTIFIER_ROWS and distinct == rows
-    return f"  {_scalar(name)}: {_scalar(spec)}" + ("  # every value distinct: an identifier? leave it out"
-                                                    if identifier else "")
+    identifier = bool(family in ("int", "uint") and rows >= MIN_IDENTIFIER_ROWS and distinct == rows)
+    notes = [note] * bool(note) + ["every value distinct: an identifier? leave it out"] * identifier
+    return f"  {_scalar(name)}: {_scalar(spec)}" + (f"  # {'; '.join(notes)}" if notes else "")
+
+
+def _csv_text(backend: DuckDBBackend, c: exp.Expression, source: exp.Expression) -> tuple[str, exp.Expression, str]:
+    """How a CSV file's column ``c`` of text reads: its family, its values, a note for the owner.
+
+    Booleans if every value reads as one (``true``, ``f``). Numbers if every value does, or all but
+    at most :data:`MAX_PLACEHOLDERS` distinct texts in fewer rows than the numbers (SF Salaries'
+    ``Not Provided`` among its pay): those texts read as NULL, as connecting casts them, and the
+    note names them. Text otherwise, or when a number has a leading zero (a ZIP code ``02134``)."""
+    as_double = exp.TryCast(this=c.copy(), to=exp.DataType.build("DOUBLE"), safe=True)
+    as_bool = exp.TryCast(this=c.copy(), to=exp.DataType.build("BOOLEAN"), safe=True)
+    words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in ("true", "false", "t", "f")])
+    padded = exp.RegexpLike(this=c.copy(), expression=exp.Literal.string(r"^\s*[-+]?0[0-9]"))
+    text = exp.If(this=as_double.is_(exp.null()), true=c.copy())
+    values, numbers, wholes, booleans, codes, others = _one(
+        backend, exp.Count(this=c.copy()), exp.Count(this=as_double), exp.func("count_if", _whole(as_double)),
+        exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())), exp.func("count_if", padded),
+        exp.Count(this=exp.Distinct(expressions=[text])), source=source)
+    if values and booleans == values:
+        return "bool", as_bool, ""
+    if not numbers or codes or values - numbers >= numbers or others > MAX_PLACEHOLDERS:
+        return "string", c, ""
+    note = ""
+    if others:
+        found = backend.run(exp.select(exp.alias_(text.copy(), "v"), exp.alias_(exp.Count(this=exp.Star()), "n"))
+                            .from_(source).where(text.copy().is_(exp.null()).not_()).group_by(exp.column("v"))
+                            .order_by(exp.column("v")))
+        listed = ", ".join(f"{str(v)!r} ({int(n):,} row{'' if n == 1 else 's'})" for v, n in zip(found["v"], found["n"]))
+        note = f"{listed} {'is not a number' if others == 1 else 'are not numbers'}: read as NULL"
+    if wholes == numbers:
+        return "int", exp.TryCast(this=c.copy(), to=exp.DataType.build("BIGINT"), safe=True), note
+    return "float", as_double, note
 
 
 def _whole(number: exp.Expression) -> exp.Expression:
