@@ -97,3 +97,19 @@ def test_pay_with_a_few_not_provided_is_drafted_as_numbers(tmp_path):
     exact = {y: (sum(float(r[2]) for r in rows if r[4] == str(y) and r[2] != "Not Provided"),
                  sum(1 for r in rows if r[4] == str(y) and r[3] not in ("", "Not Provided"))) for y in (2011, 2012, 2013)}
     assert {y: (round(p, 2), round(n)) for y, p, n in zip(df["Year"], df["pay"], df["n"])} == exact
+
+
+def test_text_with_spaces_around_it_is_pointed_to_trim(tmp_path):
+    """UCI's ``adult.data`` writes ``, Female``: drafted as it is, the domain was ``[' Female', ' Male']``
+    with nothing to say so, and an analyst's ``WHERE sex = 'Female'`` was refused as outside it. The
+    draft now says to read the file with --trim; drafted with it, the values have no spaces."""
+    path = tmp_path / "adult.csv"
+    path.write_text("age,sex,income\n" + "".join(f"{30 + i % 9}, {['Female', 'Male'][i % 2]},<=50K\n" for i in range(40)))
+    assert body(draft_schema(path))[1] == (
+        "  sex: {type: categorical, values: [' Female', ' Male']}  # spaces around values: read the file with "
+        "--trim (dpsql.CSV(path, trim=True)) and draft again")
+    assert body(draft_schema(dpsql.CSV(path, trim=True)))[1] == "  sex: {type: categorical, values: [Female, Male]}"
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES (' a'), ('b ')) v(s)")
+    assert body(draft_schema(con, "t")) == [
+        "  s: {type: categorical, values: [' a', 'b ']}  # spaces around values: trim them in a view (TRIM(s))"]

@@ -183,6 +183,9 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         found = backend.run(exp.select(exp.alias_(c.copy(), "v")).distinct().from_(source)
                             .where(c.copy().is_(exp.null()).not_()).order_by(exp.column("v")))["v"]
         spec.update(type="categorical", values=[str(v) for v in found])
+        if any(v != v.strip(" ") for v in spec["values"]):  # UCI's ", Female": an analyst writes 'Female'
+            note = "spaces around values: " + ("read the file with --trim (dpsql.CSV(path, trim=True)) and draft again"
+                                               if csv else f"trim them in a view (TRIM({exp.to_identifier(name).sql('duckdb')}))")
     elif family == "string" and distinct:
         return f"  # {name}: {distinct:,} distinct values, too many to list: declare a public list, or leave it out"
     else:
