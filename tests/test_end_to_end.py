@@ -619,7 +619,7 @@ def test_explain_statement_through_query_and_sql():
 
 
 @pytest.mark.parametrize("budget, kwargs", [(HUGE, {}), (HUGE, {"noise": "gaussian", "delta": 1e-6}),
-                                            (Budget(rho=10.0), {})])
+                                            (Budget(rho=100.0), {})])
 def test_std_error_spends_the_least_that_meets_it(budget, kwargs):
     """The largest expected standard error of a COUNT or SUM is known before measuring, and
     falls as the spend grows: the request spends the least that brings it to the target."""

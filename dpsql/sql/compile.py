@@ -78,10 +78,10 @@ class Block:
     """Workload rows ``start:stop`` measuring one of an aggregate's queries, for one statement.
     ``measure`` is 'count', 'sum' or 'sumsq'; for the sums, ``column``'s values are clamped to
     ``bounds`` (and squared for 'sumsq'). Row ``i`` of the block is group ``i`` of the statement;
-    its answer times ``scale`` is the query's. A SUM of squares is measured divided by the power
-    of two at or above the bounds' largest magnitude, so that its weights are on a SUM's scale:
-    otherwise they would dominate the batch's Gram matrix, and the strategy would barely
-    measure the other queries."""
+    its answer times ``scale`` is the query's. A SUM is measured divided by the power of two at or
+    above the bounds' largest magnitude, a SUM of squares by its square, so that their weights are
+    on a COUNT's scale (:func:`_scale`): otherwise they would dominate the batch's Gram matrix, and
+    the strategy would barely measure the other queries."""
 
     statement: int
     aggregate: str
@@ -543,8 +543,7 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                     made[sig] = Block(s_index, agg.name, measure, column, None, row, row, None)
                     blocks.append(made[sig])
                     continue
-                # a power of two, so that dividing and multiplying back are exact in binary floating point
-                scale = 2.0 ** math.ceil(math.log2(agg.sensitivity)) if measure == "sumsq" and agg.sensitivity > 0 else 1.0
+                scale = _scale(measure, agg.sensitivity)
                 factors = []
                 nonempty = np.ones(1, dtype=bool)  # for a SUM: the groups with a cell whose value is not NULL
                 for a, attr in enumerate(attributes):
@@ -558,10 +557,10 @@ def _compile(schema: Schema, plans: list[QueryPlan], split_attributes: tuple[Att
                         if measure == "count":
                             mask = counted
                         elif isinstance(col, Binned):  # a SUM: weights on the endpoint cells
-                            endpoints = (col.name, col.endpoint_weights(agg.bounds))
+                            endpoints = (col.name, col.endpoint_weights(agg.bounds) / scale)
                         else:
                             w = col.sum_weights(agg.bounds) if agg.argument is None else _lookup_weights(col, agg)
-                            w = w * w / scale if measure == "sumsq" else w
+                            w = w * w / scale if measure == "sumsq" else w / scale
                             weights = grids[a].full(grids[a].axis_array(col.name, w)).ravel()
                     if measure == "sum":
                         nonempty = np.kron(nonempty, _factor(attr, grids[a], counted, None, *keys_here).row_sums() > 0)
@@ -666,6 +665,18 @@ def _masks(condition: exp.Expression | None, masks: list[np.ndarray | None], gri
         t = grids[a].full(grids[a].predicate(part)[0]).ravel()
         masks[a] = t if masks[a] is None else (masks[a] & t)
     return masks
+
+
+def _scale(measure: str, sensitivity: float) -> float:
+    """What a block of ``measure`` is measured divided by: for a SUM, the power of two at or above its
+    bound's largest magnitude (a power of two, so that dividing and multiplying back are exact in
+    binary floating point), and its square for a SUM of squares, so that every query's weights are at
+    most 1, as a COUNT's. Otherwise a SUM of pay (bounds in the 100,000s) dominates the batch's Gram
+    matrix, the strategy barely measures the COUNT beside it, and their ratio, an AVG, is noise."""
+    if measure not in ("sum", "sumsq") or not sensitivity > 0:
+        return 1.0
+    power = 2.0 ** math.ceil(math.log2(sensitivity))
+    return power * power if measure == "sumsq" else power
 
 
 def _lookup_weights(col: Column, agg: Aggregate) -> np.ndarray:
