@@ -8,6 +8,7 @@ punctuation in the column names). Each test is one find of running ``schema draf
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import duckdb
@@ -16,6 +17,7 @@ import pytest
 
 import dpsql
 from dpsql.owner.draft import draft_schema
+from dpsql.owner.validate import validate
 
 
 def body(text: str) -> list[str]:
@@ -135,3 +137,32 @@ def test_the_average_pay_is_measured_as_well_as_a_count():
     exact = con.sql(sql).df()
     assert got["a_std_error"].max() < 300 and got["n_std_error"].max() < 10  # were 28,000 to 1e6 (or NaN), and 4,838
     assert (abs(got["a"] - exact["a"]) < 6 * got["a_std_error"]).all()
+
+
+def test_lines_read_as_no_row_are_reported_to_the_owner(tmp_path):
+    """A file saved as Windows-1252 (``JOSÉ`` as the byte 0xC9) lost every line with an accent, and a
+    name with an unquoted comma every line it was on: ``dpsql validate`` said ``9,577 rows ... 0
+    dropped`` of a 12,000-line file, and of a file with no line read, ``0 rows``, while ``schema
+    draft`` called each column "only NULLs". Now the lines read as no row are counted, by reason,
+    in the report, the connecting warning and the draft; with no row left, connecting and the draft
+    are refused. Oracle: the lines written."""
+    path = tmp_path / "pay.csv"
+    good = [f'"LEE, ANN",{100 + i}' for i in range(5)]
+    path.write_bytes(("name,pay\r\n" + "\r\n".join(good) + "\r\n").encode() + b'"Jos\xc9, A",7\r\nJos\xc9,8\r\n'
+                     + b"LEE, ANN,9\r\n\r\n")
+    schema = {"table": "pay", "columns": {"pay": {"type": "integer", "min": 0, "max": 200}}}
+    note = ("3 lines of {} were not read, in no answer: 2 not UTF-8 or too long (save the file as UTF-8), 1 with "
+            "another number of fields than the header or text after a closing quote (a value holding the delimiter "
+            "must be in double quotes)").format(path)
+    report = validate(path, schema)
+    assert (report.rows, report.unread_lines, report.problems()) == (5, {"not_utf8": 2, "fields": 1}, 3)
+    assert str(report).splitlines()[1] == f"  {note}"
+    with pytest.warns(UserWarning, match=re.escape(note)):
+        dpsql.connect(path, schema=schema, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    assert draft_schema(path).splitlines()[6] == f"# NOTE: {note}."
+
+    path.write_text("name,pay\n" + "".join(f"LEE, ANN,{i}\n" for i in range(4)))
+    with pytest.raises(dpsql.SchemaError, match="4 lines of .* not read.*no row is left"):
+        dpsql.connect(path, schema=schema, budget=dpsql.Budget(epsilon=1.0), cache=False)
+    with pytest.raises(dpsql.ArgumentError, match="4 lines of .* not read.*no row to draft from"):
+        draft_schema(path)

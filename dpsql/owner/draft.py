@@ -51,10 +51,11 @@ from dpsql.errors import ArgumentError, MeasurementError
 from dpsql.private.backend import (
     BackendError,
     DuckDBBackend,
+    csv_unread_lines,
     open_source,
     opened_by_dpsql,
-    reads_as_csv,
     table_expression,
+    unread_note,
 )
 
 __all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_PLACEHOLDERS", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
@@ -99,13 +100,27 @@ def draft_schema(source: Any, table: str | None = None, *, max_values: int = MAX
         if opened_by_dpsql(source):  # read a file once, not once per column
             read = "dpsql_draft"
             backend.con.execute(f"CREATE TEMP TABLE {read} AS SELECT * FROM {table_expression(table).sql('duckdb')}")
+        unread = _unread(backend, read)
         families = backend.column_types(read)
-        lines = [_column(backend, read, name, family, max_values, reads_as_csv(source))
+        lines = [_column(backend, read, name, family, max_values, backend.csv is not None)
                  for name, family in families.items()]
     except BackendError as e:
         raise MeasurementError(f"schema draft: reading table {table!r} failed: {e.reason}") from None
     body = [f"table: {_scalar(table)}", "privacy_unit: row", "columns:", *lines]
-    return HEADER.format(source=_shown(source)) + "\n" + "\n".join(body) + "\n"
+    return HEADER.format(source=_shown(source)) + unread + "\n" + "\n".join(body) + "\n"
+
+
+def _unread(backend: DuckDBBackend, read: str) -> str:
+    """For a CSV file with lines read as no row (:func:`~dpsql.private.backend.csv_unread_lines`), a
+    header line saying so; an :class:`~dpsql.errors.ArgumentError` when no line is read, since every
+    column would be drafted as "only NULLs"."""
+    if backend.csv is None:
+        return ""
+    rows = int(backend.con.execute(f"SELECT count(*) FROM {read}").fetchone()[0])
+    unread = csv_unread_lines(backend.con, backend.csv, rows)
+    if unread and not rows:
+        raise ArgumentError(f"schema draft: {unread_note(backend.csv.path, unread)}: no row to draft from")
+    return f"# NOTE: {unread_note(backend.csv.path, unread)}.\n" if unread else ""
 
 
 def _shown(source: Any) -> str:

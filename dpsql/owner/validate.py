@@ -67,8 +67,10 @@ from dpsql.private.backend import (
     BackendError,
     DuckDBBackend,
     _view_definition,
+    csv_unread_lines,
     duckdb_type_family,
     open_source,
+    unread_note,
 )
 from dpsql.private.columns import holds
 from dpsql.private.measure import index_expression
@@ -124,15 +126,26 @@ class ValidationReport:
     missing: list[str] = field(default_factory=list)
     #: expressions of the table's view (and the views it reads) that can raise on a row (:func:`view_hazards`)
     view_warnings: list[str] = field(default_factory=list)
+    #: a CSV file's lines read as no row, by reason (:func:`~dpsql.private.backend.csv_unread_lines`)
+    unread_lines: dict[str, int] = field(default_factory=dict)
+    #: the file those lines are in
+    path: str | None = None
 
     def problems(self) -> int:
-        """Rows with some column out of its domain, plus rows beyond the unit bound, plus missing columns."""
+        """Rows with some column out of its domain, plus rows beyond the unit bound, plus missing columns,
+        plus a CSV file's lines read as no row."""
         over = self.unit.rows_over if self.unit is not None else 0
-        return self.rows - self.clean_rows + over + len(self.missing)
+        return self.rows - self.clean_rows + over + len(self.missing) + sum(self.unread_lines.values())
+
+    def unread(self) -> str | None:
+        """The sentence on a CSV file's lines read as no row, if any."""
+        return unread_note(self.path or "the file", self.unread_lines) if self.unread_lines else None
 
     def __str__(self) -> str:
         lines = [f"table {self.table}: {self.rows:,} rows, {self.clean_rows:,} with every column in its "
                  f"declared domain ({self.rows - self.clean_rows:,} dropped from every answer)"]
+        if self.unread_lines:
+            lines.append(f"  {self.unread()}")
         for name in self.missing:
             lines.append(f"  {name}: MISSING from the table (every query fails)")
         for c in self.columns:
@@ -228,9 +241,13 @@ def owner_report(backend: Backend, name: str, schema: Schema) -> ValidationRepor
                                           "every answer would be noise over an empty table: fix the schema or the "
                                           "reading options (dpsql validate shows examples), or connect with "
                                           "validate=False")], f"table {name}")
+    if report.unread_lines and not report.rows:
+        raise SchemaError([("", f"{report.unread()}: no row is left, so every answer would be noise over an empty "
+                                "table")], f"table {name}")
     if report.problems():
         lines = [f"table {name}: {report.rows - report.clean_rows:,} of {report.rows:,} rows have a column outside "
                  "its declared domain and are dropped from every answer"]
+        lines += [f"  {report.unread()}"] * bool(report.unread_lines)
         lines += [f"  {path}: {message}" for path, message in summary]
         if report.unit is not None and report.unit.rows_over:
             lines.append(f"  privacy unit {report.unit.column}: {report.unit.rows_over:,} rows beyond max_rows")
@@ -322,7 +339,10 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
         unit = UnitReport(pu.column, int(pu.max_rows), int(units), int(largest), int(over), int(rows_over), int(nulls))
     elif pu.column is not None:
         missing.append(pu.column)
-    return ValidationReport(name, int(rows), int(clean), reports, unit, missing, view_hazards(backend.con, name))
+    unread = {} if backend.csv is None else csv_unread_lines(backend.con, backend.csv, int(rows))
+    path = None if backend.csv is None else os.fspath(backend.csv.path)
+    return ValidationReport(name, int(rows), int(clean), reports, unit, missing, view_hazards(backend.con, name),
+                            unread, path)
 
 
 def view_hazards(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:

@@ -69,9 +69,10 @@ from dpsql.errors import ArgumentError
 if TYPE_CHECKING:
     from dpsql.schema import Schema
 
-__all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for", "csv_view", "reads_as_csv",
-           "duckdb_type_family", "is_spark_session", "open_source", "opened_by_dpsql", "public_table", "safe_view", "scans_python_object",
-           "spark_type_family", "table_expression"]
+__all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for",
+           "csv_unread_lines", "csv_view", "duckdb_type_family", "is_spark_session", "open_source", "opened_by_dpsql",
+           "public_table", "safe_view", "scans_python_object", "spark_type_family", "table_expression",
+           "unread_note"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know). ``uint``: unsigned
 #: integers, which hold no negative value (DuckDB compares a UHUGEINT with a negative literal by casting
@@ -203,8 +204,10 @@ class DuckDBBackend(Backend):
 
     dialect = "duckdb"
 
-    def __init__(self, con: "duckdb.DuckDBPyConnection") -> None:
+    def __init__(self, con: "duckdb.DuckDBPyConnection", csv: "CSV | None" = None) -> None:
         self.con = con
+        #: the CSV file the connection's view reads (:func:`open_source`), for the owner's line counts
+        self.csv = csv
 
     def column_types(self, table: "str | exp.Table") -> dict[str, str]:
         try:
@@ -634,17 +637,6 @@ def opened_by_dpsql(source: Any) -> bool:
     return isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() not in _DATABASE_SUFFIXES
 
 
-def reads_as_csv(source: Any) -> bool:
-    """Whether :func:`open_source` reads ``source`` as a delimited text file, every field text cast to
-    its schema column's type (:func:`csv_view`): a :class:`CSV`, or a path ending in ``.csv`` or ``.tsv``.
-
-    >>> reads_as_csv("people.CSV"), reads_as_csv(CSV("adult.data")), reads_as_csv("people.parquet")
-    (True, True, False)
-    """
-    return isinstance(source, CSV) or (isinstance(source, (str, os.PathLike))
-                                       and Path(source).suffix.lower() in _CSV_DELIMITERS)
-
-
 def open_source(source: Any, table: str, schema: "Schema") -> Backend:
     """Where ``dpsql.connect`` finds the private table ``table``, as a backend.
 
@@ -688,7 +680,7 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
         raise ArgumentError(f"source: cannot tell the format of {path} from its name: use .duckdb, .csv, .tsv or "
                             ".parquet (compressed files are not read: decompress them first), or "
                             "dpsql.CSV(path) for a delimited text file of another name")
-    if csv_options is None and reads_as_csv(path):
+    if csv_options is None and suffix in _CSV_DELIMITERS:
         csv_options = CSV(path)
     if suffix not in _DATABASE_SUFFIXES and any(c in str(path) for c in "*?["):
         raise ArgumentError(f"source: DuckDB reads *, ? and [ in a file's path as a pattern, which can match other "
@@ -698,7 +690,7 @@ def open_source(source: Any, table: str, schema: "Schema") -> Backend:
             con = duckdb.connect()
             con.execute(csv_view(path, table, schema, csv_options.delimiter_or_default, names=csv_options.names,
                                  trim=csv_options.trim))
-            return DuckDBBackend(con)
+            return DuckDBBackend(con, csv_options)
         if suffix in _DATABASE_SUFFIXES:
             return DuckDBBackend(duckdb.connect(str(path), read_only=True))
         con = duckdb.connect()
@@ -869,6 +861,75 @@ def _given_names(names: "Sequence[str]") -> list[str]:
     return [n.strip() for n in names]
 
 
+def _csv_lines(path: "str | os.PathLike", header: bool, delimiter: str, encoding: str) -> exp.Expression:
+    """DuckDB's ``read_csv`` of the file ``path`` as its lines (after the header line, with ``header``),
+    each whole in the column ``line``, ``rest`` NULL unless the line holds the separator (see
+    :func:`csv_view`), in ``encoding``; a line that is not in it is skipped."""
+    separator = "\x1e" if delimiter == "\x1f" else "\x1f"  # never in text: each line is one field
+    return exp.func("read_csv", exp.Literal.string(os.fspath(path)),
+                    *[exp.EQ(this=exp.column(k), expression=v) for k, v in (
+                        ("auto_detect", exp.false()), ("header", exp.Boolean(this=header)),
+                        ("encoding", exp.Literal.string(encoding)),
+                        ("delim", exp.Literal.string(separator)), ("quote", exp.Literal.string("")),
+                        ("escape", exp.Literal.string("")),
+                        ("new_line", exp.Literal.string("\\n")),  # the text \n: \r or \n ends a line
+                        ("strict_mode", exp.false()), ("null_padding", exp.true()),
+                        ("nullstr", exp.Literal.string("\n")),  # a real line break: never a field
+                        ("parallel", exp.false()), ("ignore_errors", exp.true()),
+                        ("columns", exp.Struct(expressions=[
+                            exp.PropertyEQ(this=exp.Literal.string(f), expression=exp.Literal.string("VARCHAR"))
+                            for f in ("line", "rest")])))])
+
+
+def csv_unread_lines(con: "duckdb.DuckDBPyConnection", source: CSV, rows: int) -> dict[str, int]:
+    """The lines of ``source``'s file (not empty, after its header line unless ``names`` are given)
+    that :func:`csv_view` read none of its ``rows`` from, by reason: ``not_utf8`` (or longer than
+    DuckDB's ``max_line_size``: lines DuckDB skips), and ``fields`` (another number of fields than
+    the header, text after a closing quote, or a ``\\x1f``); only reasons with a line. For the
+    owner's reports only: counts of the private file."""
+    read = _csv_lines(source.path, source.names is None, source.delimiter_or_default, "utf-8")
+    nonempty = exp.or_(exp.NEQ(this=exp.func("coalesce", exp.column("line", quoted=True), exp.Literal.string("")),
+                               expression=exp.Literal.string("")),
+                       exp.column("rest", quoted=True).is_(exp.null()).not_())
+    utf8 = int(con.execute(exp.select(exp.func("count_if", nonempty)).from_(read).sql("duckdb")).fetchone()[0])
+    lines = _count_lines(source.path) - (source.names is None)
+    return {reason: n for reason, n in (("not_utf8", lines - utf8), ("fields", utf8 - rows)) if n > 0}
+
+
+def _count_lines(path: "str | os.PathLike") -> int:
+    """The lines of the file ``path`` that are not empty, as :func:`csv_view` splits them (``\\n``,
+    ``\\r\\n`` and a lone ``\\r`` each end one), whatever bytes they hold; read a megabyte at a time.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "x.csv"
+    >>> _ = f.write_bytes(b"a\\r\\nb\\rc\\n\\n\\xff\\xfe")
+    >>> _count_lines(f)
+    4
+    """
+    count, tail = 0, b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            pieces = re.split(rb"\r\n|\r|\n", tail + chunk)
+            tail = pieces.pop()  # its line may go on in the next chunk (a \r then \n adds an empty line only)
+            count += sum(1 for piece in pieces if piece)
+    return count + bool(tail)
+
+
+def unread_note(path: "str | os.PathLike", unread: dict[str, int]) -> str:
+    """The owner's sentence on the lines of the CSV file ``path`` read as no row
+    (:func:`csv_unread_lines`), with the fix for each reason.
+
+    >>> unread_note("pay.csv", {"not_utf8": 2, "fields": 1})
+    '3 lines of pay.csv were not read, in no answer: 2 not UTF-8 or too long (save the file as UTF-8), 1 with another number of fields than the header or text after a closing quote (a value holding the delimiter must be in double quotes)'
+    """
+    fixes = {"not_utf8": "not UTF-8 or too long (save the file as UTF-8)",
+             "fields": "with another number of fields than the header or text after a closing quote (a value holding "
+                       "the delimiter must be in double quotes)"}
+    total = sum(unread.values())
+    return (f"{total:,} line{'' if total == 1 else 's'} of {os.fspath(path)} {'was' if total == 1 else 'were'} not "
+            "read, in no answer: " + ", ".join(f"{n:,} {fixes[reason]}" for reason, n in unread.items()))
+
+
 def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", delimiter: str = ",", *,
              names: "Sequence[str] | None" = None, trim: bool = False) -> str:
     """``CREATE VIEW table AS ...``: a CSV file read so that each line is one row, whatever any
@@ -887,7 +948,7 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", del
     itself: a line break always ends a line, quoted or not. A line with the wrong number of
     fields is dropped (as an out-of-domain row would be), and so is one with text between a
     closing quote and the next delimiter (``"a"b``), one that is not UTF-8 or longer than DuckDB's
-    ``max_line_size``; surrounding double quotes are stripped from each field (after the spaces
+    ``max_line_size`` (the owner's reports count them: :func:`csv_unread_lines`); surrounding double quotes are stripped from each field (after the spaces
     around it, with ``trim``), an empty field is NULL, and each schema column is ``TRY_CAST`` to
     its domain's type (a value that does not convert, such as ``17.5`` for an integer, is NULL,
     outside the domain unless the column is nullable); without a schema, every named column is
@@ -920,19 +981,7 @@ def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", del
                             f"got {delimiter!r:.20}")
     header = names is None
     names = _csv_header(path, delimiter) if names is None else _given_names(names)
-    separator = "\x1e" if delimiter == "\x1f" else "\x1f"  # never in text: each line is one field
-    read = exp.func("read_csv", exp.Literal.string(os.fspath(path)),
-                    *[exp.EQ(this=exp.column(k), expression=v) for k, v in (
-                        ("auto_detect", exp.false()), ("header", exp.Boolean(this=header)), ("encoding", exp.Literal.string("utf-8")),
-                        ("delim", exp.Literal.string(separator)), ("quote", exp.Literal.string("")),
-                        ("escape", exp.Literal.string("")),
-                        ("new_line", exp.Literal.string("\\n")),  # the text \n: \r or \n ends a line
-                        ("strict_mode", exp.false()), ("null_padding", exp.true()),
-                        ("nullstr", exp.Literal.string("\n")),  # a real line break: never a field
-                        ("parallel", exp.false()), ("ignore_errors", exp.true()),
-                        ("columns", exp.Struct(expressions=[
-                            exp.PropertyEQ(this=exp.Literal.string(f), expression=exp.Literal.string("VARCHAR"))
-                            for f in ("line", "rest")])))])
+    read = _csv_lines(path, header, delimiter, "utf-8")
     line, split = exp.column("line", quoted=True), exp.column("fields", quoted=True)
     quoted = exp.func("contains", line.copy(), exp.Literal.string('"'))
     lines = exp.select(line.copy(), exp.alias_(exp.Case(
