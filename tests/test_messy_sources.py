@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+import yaml
 
 import dpsql
 from dpsql.owner.draft import draft_schema
@@ -166,3 +167,27 @@ def test_lines_read_as_no_row_are_reported_to_the_owner(tmp_path):
         dpsql.connect(path, schema=schema, budget=dpsql.Budget(epsilon=1.0), cache=False)
     with pytest.raises(dpsql.ArgumentError, match="4 lines of .* not read.*no row to draft from"):
         draft_schema(path)
+
+
+def test_a_semicolon_separated_file_is_read_with_delimiter(tmp_path, capsys):
+    """A European export separates fields with ``;`` (commas are decimal marks): read at commas, its
+    header was one field and no line a row, and the command line had no way to give the delimiter
+    (``dpsql.CSV(path, delimiter=";")`` only). The note on the unread lines now names the fix, and
+    ``--delimiter`` gives it to every command that reads --data."""
+    from dpsql.api.cli import main
+
+    path = tmp_path / "euro.csv"
+    path.write_text("Alter;Geschlecht;Einkommen\n" + "".join(f"{20 + i % 40};{'mw'[i % 2]};{1000 + i},50\n"
+                                                              for i in range(60)))
+    with pytest.raises(dpsql.ArgumentError, match=re.escape(
+            "60 with another number of fields than the header or text after a closing quote (a value holding the "
+            "delimiter must be in double quotes; the header is one field holding ';': give the delimiter, "
+            "--delimiter ';' or dpsql.CSV(path, delimiter=';')): no row to draft from")):
+        draft_schema(path)
+    assert main(["schema", "draft", str(path), "--delimiter", ";"]) == 0
+    assert body(capsys.readouterr().out)[:2] == ["  Alter: {type: integer, min: 20, max: 59}",
+                                                 "  Geschlecht: {type: categorical, values: [m, w]}"]
+    schema = tmp_path / "euro.yaml"
+    schema.write_text(yaml.safe_dump({"table": "euro", "columns": {"Alter": {"type": "integer", "min": 0, "max": 99}}}))
+    assert main(["validate", "--data", str(path), "--schema", str(schema), "--delimiter", ";"]) == 0
+    assert "table euro: 60 rows, 60 with every column in its declared domain" in capsys.readouterr().out

@@ -94,17 +94,21 @@ def _add_table(p: argparse.ArgumentParser) -> None:
 
 
 def _add_csv(p: argparse.ArgumentParser) -> None:
-    """How to read a delimited text file: :class:`dpsql.CSV`'s ``names`` and ``trim``."""
+    """How to read a delimited text file: :class:`dpsql.CSV`'s ``names``, ``delimiter`` and ``trim``."""
     p.add_argument("--names", help="the comma-separated column names of a CSV file without a header line "
                    "(its first line is a row, as in UCI's adult.data)")
+    p.add_argument("--delimiter", help="the one character between a CSV file's fields (default: a comma, a tab for "
+                   "a .tsv name); \\t for a tab")
     p.add_argument("--trim", action="store_true", help="remove the spaces around each CSV value ('39, Female')")
 
 
 def _data(args: argparse.Namespace) -> Any:
-    """``args.data``, read as :class:`dpsql.CSV` with ``--names`` and ``--trim`` when either is given (a
-    comma-separated file whatever its name, as ``adult.data``)."""
+    """``args.data``, read as :class:`dpsql.CSV` with ``--names``, ``--delimiter`` and ``--trim`` when any
+    is given (a delimited file whatever its name, as ``adult.data``)."""
     names = [n.strip() for n in args.names.split(",")] if args.names else None
-    return CSV(args.data, names=names, trim=args.trim) if names or args.trim else args.data
+    delimiter = "\t" if args.delimiter == "\\t" else args.delimiter
+    return CSV(args.data, names=names, delimiter=delimiter, trim=args.trim) if names or args.trim or delimiter \
+        else args.data
 
 
 def _add_source(p: argparse.ArgumentParser) -> None:

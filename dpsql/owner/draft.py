@@ -119,8 +119,8 @@ def _unread(backend: DuckDBBackend, read: str) -> str:
     rows = int(backend.con.execute(f"SELECT count(*) FROM {read}").fetchone()[0])
     unread = csv_unread_lines(backend.con, backend.csv, rows)
     if unread and not rows:
-        raise ArgumentError(f"schema draft: {unread_note(backend.csv.path, unread)}: no row to draft from")
-    return f"# NOTE: {unread_note(backend.csv.path, unread)}.\n" if unread else ""
+        raise ArgumentError(f"schema draft: {unread_note(backend.csv, unread)}: no row to draft from")
+    return f"# NOTE: {unread_note(backend.csv, unread)}.\n" if unread else ""
 
 
 def _shown(source: Any) -> str:

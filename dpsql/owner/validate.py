@@ -128,8 +128,8 @@ class ValidationReport:
     view_warnings: list[str] = field(default_factory=list)
     #: a CSV file's lines read as no row, by reason (:func:`~dpsql.private.backend.csv_unread_lines`)
     unread_lines: dict[str, int] = field(default_factory=dict)
-    #: the file those lines are in
-    path: str | None = None
+    #: what those lines are and the fix, for the owner (:func:`~dpsql.private.backend.unread_note`)
+    unread_note: str | None = None
 
     def problems(self) -> int:
         """Rows with some column out of its domain, plus rows beyond the unit bound, plus missing columns,
@@ -137,15 +137,11 @@ class ValidationReport:
         over = self.unit.rows_over if self.unit is not None else 0
         return self.rows - self.clean_rows + over + len(self.missing) + sum(self.unread_lines.values())
 
-    def unread(self) -> str | None:
-        """The sentence on a CSV file's lines read as no row, if any."""
-        return unread_note(self.path or "the file", self.unread_lines) if self.unread_lines else None
-
     def __str__(self) -> str:
         lines = [f"table {self.table}: {self.rows:,} rows, {self.clean_rows:,} with every column in its "
                  f"declared domain ({self.rows - self.clean_rows:,} dropped from every answer)"]
-        if self.unread_lines:
-            lines.append(f"  {self.unread()}")
+        if self.unread_note:
+            lines.append(f"  {self.unread_note}")
         for name in self.missing:
             lines.append(f"  {name}: MISSING from the table (every query fails)")
         for c in self.columns:
@@ -242,12 +238,12 @@ def owner_report(backend: Backend, name: str, schema: Schema) -> ValidationRepor
                                           "reading options (dpsql validate shows examples), or connect with "
                                           "validate=False")], f"table {name}")
     if report.unread_lines and not report.rows:
-        raise SchemaError([("", f"{report.unread()}: no row is left, so every answer would be noise over an empty "
+        raise SchemaError([("", f"{report.unread_note}: no row is left, so every answer would be noise over an empty "
                                 "table")], f"table {name}")
     if report.problems():
         lines = [f"table {name}: {report.rows - report.clean_rows:,} of {report.rows:,} rows have a column outside "
                  "its declared domain and are dropped from every answer"]
-        lines += [f"  {report.unread()}"] * bool(report.unread_lines)
+        lines += [f"  {report.unread_note}"] * bool(report.unread_note)
         lines += [f"  {path}: {message}" for path, message in summary]
         if report.unit is not None and report.unit.rows_over:
             lines.append(f"  privacy unit {report.unit.column}: {report.unit.rows_over:,} rows beyond max_rows")
@@ -340,9 +336,9 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
     elif pu.column is not None:
         missing.append(pu.column)
     unread = {} if backend.csv is None else csv_unread_lines(backend.con, backend.csv, int(rows))
-    path = None if backend.csv is None else os.fspath(backend.csv.path)
+    note = unread_note(backend.csv, unread) if unread else None
     return ValidationReport(name, int(rows), int(clean), reports, unit, missing, view_hazards(backend.con, name),
-                            unread, path)
+                            unread, note)
 
 
 def view_hazards(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:

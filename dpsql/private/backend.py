@@ -915,19 +915,26 @@ def _count_lines(path: "str | os.PathLike") -> int:
     return count + bool(tail)
 
 
-def unread_note(path: "str | os.PathLike", unread: dict[str, int]) -> str:
-    """The owner's sentence on the lines of the CSV file ``path`` read as no row
-    (:func:`csv_unread_lines`), with the fix for each reason.
+def unread_note(source: CSV, unread: dict[str, int]) -> str:
+    """The owner's sentence on the lines of ``source``'s file read as no row (:func:`csv_unread_lines`),
+    with the fix for each reason: for a header that is one field holding ``;``, a tab or ``|``, the
+    delimiter to give.
 
-    >>> unread_note("pay.csv", {"not_utf8": 2, "fields": 1})
-    '3 lines of pay.csv were not read, in no answer: 2 not UTF-8 or too long (save the file as UTF-8), 1 with another number of fields than the header or text after a closing quote (a value holding the delimiter must be in double quotes)'
+    >>> unread_note(CSV("pay.data", names=["name", "pay"]), {"not_utf8": 2, "fields": 1})
+    '3 lines of pay.data were not read, in no answer: 2 not UTF-8 or too long (save the file as UTF-8), 1 with another number of fields than the header or text after a closing quote (a value holding the delimiter must be in double quotes)'
     """
+    fields = "a value holding the delimiter must be in double quotes"
+    header = _csv_header(source.path, source.delimiter_or_default) if source.names is None and "fields" in unread \
+        else []
+    other = next((d for d in ";\t|" if len(header) == 1 and d in header[0]), None)
+    if other is not None:
+        fields += (f"; the header is one field holding {other!r}: give the delimiter, "
+                   f"--delimiter {other!r} or dpsql.CSV(path, delimiter={other!r})")
     fixes = {"not_utf8": "not UTF-8 or too long (save the file as UTF-8)",
-             "fields": "with another number of fields than the header or text after a closing quote (a value holding "
-                       "the delimiter must be in double quotes)"}
+             "fields": f"with another number of fields than the header or text after a closing quote ({fields})"}
     total = sum(unread.values())
-    return (f"{total:,} line{'' if total == 1 else 's'} of {os.fspath(path)} {'was' if total == 1 else 'were'} not "
-            "read, in no answer: " + ", ".join(f"{n:,} {fixes[reason]}" for reason, n in unread.items()))
+    return (f"{total:,} line{'' if total == 1 else 's'} of {os.fspath(source.path)} {'was' if total == 1 else 'were'} "
+            "not read, in no answer: " + ", ".join(f"{n:,} {fixes[reason]}" for reason, n in unread.items()))
 
 
 def csv_view(path: "str | os.PathLike", table: str, schema: "Schema | None", delimiter: str = ",", *,
