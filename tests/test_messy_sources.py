@@ -191,3 +191,20 @@ def test_a_semicolon_separated_file_is_read_with_delimiter(tmp_path, capsys):
     schema.write_text(yaml.safe_dump({"table": "euro", "columns": {"Alter": {"type": "integer", "min": 0, "max": 99}}}))
     assert main(["validate", "--data", str(path), "--schema", str(schema), "--delimiter", ";"]) == 0
     assert "table euro: 60 rows, 60 with every column in its declared domain" in capsys.readouterr().out
+
+
+def test_an_unknown_column_of_a_workload_is_named_with_the_nearest():
+    """``--workload 'region,Language'`` on a census extract whose column is ``lang`` said only
+    ``unknown column in marginal ('region', 'Language')``: which of the two, and what the columns
+    are, the user had to find. Refused before any spend."""
+    frame = pd.DataFrame({"region": ["South", "West"] * 50, "lang": ["English", "Español"] * 50,
+                          "AGEP": list(range(100))})
+    schema = {"table": "census", "columns": {"region": {"type": "categorical", "values": ["South", "West"]},
+                                             "lang": {"type": "categorical", "values": ["English", "Español"]},
+                                             "AGEP": {"type": "integer", "min": 0, "max": 99}}}
+    db = dpsql.connect(frame, schema=schema, budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+    with pytest.raises(dpsql.WorkloadError) as e:
+        db.synthesize(workload=[("agep",), ("regoin", "lang")], epsilon=0.5)
+    assert str(e.value) == ("unknown column 'regoin' in marginal ('regoin', 'lang') (did you mean region?); the "
+                            "columns are region, lang, AGEP")
+    assert db.remaining().epsilon == 1.0

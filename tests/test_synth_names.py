@@ -72,7 +72,8 @@ def test_a_misspelt_column_in_the_workload_is_named_as_unknown(people, workload)
     """A bare word that is no column was taken for SQL: "this workload mixes column names ('age')
     with SQL", or a parse error, for a typo. Now the error names the word and the columns; nothing
     is spent."""
-    with pytest.raises(dpsql.Error, match=r"unknown column 'agee' in the workload; the columns are age, sex, smoker"):
+    with pytest.raises(dpsql.Error,
+                       match=r"unknown column 'agee' in the workload \(did you mean age\?\); the columns are age, sex, "):
         people.synthesize("pgm", workload=workload, rho=0.5, name="s")
     assert people.ledger.entries() == []
 

@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpsql import limits
-from dpsql.errors import ArgumentError, Error, PrivacyError, ResourceLimitError, WorkloadError
+from dpsql.errors import ArgumentError, Error, PrivacyError, ResourceLimitError, WorkloadError, did_you_mean
 from dpsql.hdmm.matrix import is_total
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
@@ -177,9 +177,7 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     elif texts and all(isinstance(w, str) for w in texts):
         unknown = [w for w in texts if w.strip().isidentifier() and w.strip().lower() not in names]
         if unknown:  # a bare word is a column name, never a statement
-            columns = [c for a in attributes for c in a.columns]
-            raise WorkloadError(f"unknown column {unknown[0].strip()!r:.80} in the workload; the columns are "
-                                f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''}")
+            raise _unknown_column(unknown[0].strip(), "the workload", attributes)
         listed = next((w for w in texts if w.lower() not in names and
                        all(c.strip().strip('"').lower() in names for c in w.split(","))), None)
         if listed is not None:  # "age, sex": a marginal spelt as the command line's --workload spells it
@@ -215,14 +213,22 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
         names = (names,) if isinstance(names, str) else names
         if not isinstance(names, (list, tuple)) or not names or not all(isinstance(c, str) for c in names):
             raise WorkloadError(f"each marginal of the workload is a nonempty tuple of column names, got {names!r:.80}")
-        try:
-            kept = tuple(sorted({by_attribute[c.lower()] if c.lower() in by_attribute
-                                 else position[schema.column(c).name] for c in names}))
-        except (AttributeError, KeyError):
-            raise WorkloadError(f"unknown column in marginal {tuple(names)!r:.200}") from None
+        unknown = next((c for c in names if c.lower() not in by_attribute and schema.column(c) is None), None)
+        if unknown is not None:
+            raise _unknown_column(unknown, f"marginal {tuple(names)!r:.200}", attributes)
+        kept = tuple(sorted({by_attribute[c.lower()] if c.lower() in by_attribute
+                             else position[schema.column(c).name] for c in names}))
         if kept not in out:
             out.append(kept)
     return out
+
+
+def _unknown_column(name: str, where: str, attributes: Sequence[Attribute]) -> WorkloadError:
+    """The error for a workload naming ``name`` (in ``where``), which is no column: with the nearest
+    column's name and the columns (the first 12)."""
+    columns = [c for a in attributes for c in a.columns]
+    return WorkloadError(f"unknown column {name!r:.80} in {where}{did_you_mean(name, columns)}; the columns are "
+                         f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''}")
 
 
 def decode(records: np.ndarray, attributes: Sequence[Attribute], schema: "Schema") -> "pd.DataFrame":
