@@ -208,3 +208,22 @@ def test_an_unknown_column_of_a_workload_is_named_with_the_nearest():
     assert str(e.value) == ("unknown column 'regoin' in marginal ('regoin', 'lang') (did you mean region?); the "
                             "columns are region, lang, AGEP")
     assert db.remaining().epsilon == 1.0
+
+
+def test_a_comment_over_two_lines_is_named_as_the_cause(tmp_path):
+    """A survey export's comment holding a line break (``"Line one\\nline two"``) is read a line at a
+    time: its second line was counted as "another number of fields than the header" with a hint
+    about unquoted delimiters, the wrong fix. The note now counts the lines with an unclosed quote
+    and names the line breaks inside values. Oracle: the lines Python's csv module writes."""
+    path = tmp_path / "survey.csv"
+    with open(path, "w", newline="", encoding="utf-8-sig") as fh:
+        csv.writer(fh, lineterminator="\r\n").writerows(
+            [["Age (years)", "Comments"]] + [[20 + i, ["fine", "Line one\nline two", 'said "ok",\nleft'][i % 3]]
+                                              for i in range(30)])
+    unclosed = sum(line.count('"') % 2 for line in path.read_text(encoding="utf-8-sig").splitlines())
+    report = validate(path, {"table": "survey", "columns": {"Age (years)": {"type": "integer", "min": 0, "max": 99}}})
+    assert (unclosed, report.rows, report.unread_lines) == (40, 20, {"fields": 30})
+    assert report.unread_note.endswith(
+        "; 40 lines of the file hold an unclosed double quote: a quoted value holding a line break is read a line at "
+        "a time (its first line, up to the break, is a row with that value cut short), so replace the line breaks "
+        "inside values)")

@@ -55,7 +55,6 @@ from dpsql.private.backend import (
     open_source,
     opened_by_dpsql,
     table_expression,
-    unread_note,
 )
 
 __all__ = ["draft_schema", "BINS", "MAX_INTEGER_VALUES", "MAX_PLACEHOLDERS", "MAX_VALUES", "MIN_IDENTIFIER_ROWS"]
@@ -117,10 +116,10 @@ def _unread(backend: DuckDBBackend, read: str) -> str:
     if backend.csv is None:
         return ""
     rows = int(backend.con.execute(f"SELECT count(*) FROM {read}").fetchone()[0])
-    unread = csv_unread_lines(backend.con, backend.csv, rows)
+    unread, note = csv_unread_lines(backend.con, backend.csv, rows)
     if unread and not rows:
-        raise ArgumentError(f"schema draft: {unread_note(backend.csv, unread)}: no row to draft from")
-    return f"# NOTE: {unread_note(backend.csv, unread)}.\n" if unread else ""
+        raise ArgumentError(f"schema draft: {note}: no row to draft from")
+    return f"# NOTE: {note}.\n" if unread else ""
 
 
 def _shown(source: Any) -> str:

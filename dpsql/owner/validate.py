@@ -70,7 +70,6 @@ from dpsql.private.backend import (
     csv_unread_lines,
     duckdb_type_family,
     open_source,
-    unread_note,
 )
 from dpsql.private.columns import holds
 from dpsql.private.measure import index_expression
@@ -128,7 +127,7 @@ class ValidationReport:
     view_warnings: list[str] = field(default_factory=list)
     #: a CSV file's lines read as no row, by reason (:func:`~dpsql.private.backend.csv_unread_lines`)
     unread_lines: dict[str, int] = field(default_factory=dict)
-    #: what those lines are and the fix, for the owner (:func:`~dpsql.private.backend.unread_note`)
+    #: what those lines are and the fix, for the owner (:func:`~dpsql.private.backend.csv_unread_lines`)
     unread_note: str | None = None
 
     def problems(self) -> int:
@@ -335,8 +334,7 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
         unit = UnitReport(pu.column, int(pu.max_rows), int(units), int(largest), int(over), int(rows_over), int(nulls))
     elif pu.column is not None:
         missing.append(pu.column)
-    unread = {} if backend.csv is None else csv_unread_lines(backend.con, backend.csv, int(rows))
-    note = unread_note(backend.csv, unread) if unread else None
+    unread, note = ({}, None) if backend.csv is None else csv_unread_lines(backend.con, backend.csv, int(rows))
     return ValidationReport(name, int(rows), int(clean), reports, unit, missing, view_hazards(backend.con, name),
                             unread, note)
 

@@ -71,8 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "SparkBackend", "backend_for",
            "csv_unread_lines", "csv_view", "duckdb_type_family", "is_spark_session", "open_source", "opened_by_dpsql",
-           "public_table", "safe_view", "scans_python_object", "spark_type_family", "table_expression",
-           "unread_note"]
+           "public_table", "safe_view", "scans_python_object", "spark_type_family", "table_expression"]
 
 #: The type families a backend reports (what the domain-index mapping needs to know). ``uint``: unsigned
 #: integers, which hold no negative value (DuckDB compares a UHUGEINT with a negative literal by casting
@@ -881,19 +880,27 @@ def _csv_lines(path: "str | os.PathLike", header: bool, delimiter: str, encoding
                             for f in ("line", "rest")])))])
 
 
-def csv_unread_lines(con: "duckdb.DuckDBPyConnection", source: CSV, rows: int) -> dict[str, int]:
+def csv_unread_lines(con: "duckdb.DuckDBPyConnection", source: CSV, rows: int) -> tuple[dict[str, int], str | None]:
     """The lines of ``source``'s file (not empty, after its header line unless ``names`` are given)
     that :func:`csv_view` read none of its ``rows`` from, by reason: ``not_utf8`` (or longer than
     DuckDB's ``max_line_size``: lines DuckDB skips), and ``fields`` (another number of fields than
-    the header, text after a closing quote, or a ``\\x1f``); only reasons with a line. For the
-    owner's reports only: counts of the private file."""
+    the header, text after a closing quote, or a ``\\x1f``); only reasons with a line. With them,
+    the owner's sentence saying so and how to fix each (:func:`_unread_note`), None when every line
+    is read. For the owner's reports only: counts of the private file."""
     read = _csv_lines(source.path, source.names is None, source.delimiter_or_default, "utf-8")
-    nonempty = exp.or_(exp.NEQ(this=exp.func("coalesce", exp.column("line", quoted=True), exp.Literal.string("")),
-                               expression=exp.Literal.string("")),
+    line = exp.func("coalesce", exp.column("line", quoted=True), exp.Literal.string(""))
+    nonempty = exp.or_(exp.NEQ(this=line, expression=exp.Literal.string("")),
                        exp.column("rest", quoted=True).is_(exp.null()).not_())
-    utf8 = int(con.execute(exp.select(exp.func("count_if", nonempty)).from_(read).sql("duckdb")).fetchone()[0])
+    quotes = exp.Sub(this=exp.Length(this=line.copy()),
+                     expression=exp.Length(this=exp.func("replace", line.copy(), exp.Literal.string('"'),
+                                                         exp.Literal.string(""))))
+    odd = exp.EQ(this=exp.Mod(this=exp.Paren(this=quotes), expression=exp.Literal.number(2)),
+                 expression=exp.Literal.number(1))
+    utf8, unclosed = (int(n) for n in con.execute(exp.select(exp.func("count_if", nonempty), exp.func("count_if", odd))
+                                                  .from_(read).sql("duckdb")).fetchone())
     lines = _count_lines(source.path) - (source.names is None)
-    return {reason: n for reason, n in (("not_utf8", lines - utf8), ("fields", utf8 - rows)) if n > 0}
+    unread = {reason: n for reason, n in (("not_utf8", lines - utf8), ("fields", utf8 - rows)) if n > 0}
+    return unread, _unread_note(source, unread, unclosed) if unread else None
 
 
 def _count_lines(path: "str | os.PathLike") -> int:
@@ -915,12 +922,13 @@ def _count_lines(path: "str | os.PathLike") -> int:
     return count + bool(tail)
 
 
-def unread_note(source: CSV, unread: dict[str, int]) -> str:
+def _unread_note(source: CSV, unread: dict[str, int], unclosed: int) -> str:
     """The owner's sentence on the lines of ``source``'s file read as no row (:func:`csv_unread_lines`),
     with the fix for each reason: for a header that is one field holding ``;``, a tab or ``|``, the
-    delimiter to give.
+    delimiter to give; for ``unclosed`` lines with an odd number of double quotes, the line breaks
+    inside quoted values (a survey's comment on two lines), which :func:`csv_view` never joins.
 
-    >>> unread_note(CSV("pay.data", names=["name", "pay"]), {"not_utf8": 2, "fields": 1})
+    >>> _unread_note(CSV("pay.data", names=["name", "pay"]), {"not_utf8": 2, "fields": 1}, 0)
     '3 lines of pay.data were not read, in no answer: 2 not UTF-8 or too long (save the file as UTF-8), 1 with another number of fields than the header or text after a closing quote (a value holding the delimiter must be in double quotes)'
     """
     fields = "a value holding the delimiter must be in double quotes"
@@ -930,6 +938,10 @@ def unread_note(source: CSV, unread: dict[str, int]) -> str:
     if other is not None:
         fields += (f"; the header is one field holding {other!r}: give the delimiter, "
                    f"--delimiter {other!r} or dpsql.CSV(path, delimiter={other!r})")
+    if unclosed:
+        fields += (f"; {unclosed:,} line{'' if unclosed == 1 else 's'} of the file hold an unclosed double quote: a "
+                   "quoted value holding a line break is read a line at a time (its first line, up to the break, is "
+                   "a row with that value cut short), so replace the line breaks inside values")
     fixes = {"not_utf8": "not UTF-8 or too long (save the file as UTF-8)",
              "fields": f"with another number of fields than the header or text after a closing quote ({fields})"}
     total = sum(unread.values())
