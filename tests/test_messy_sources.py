@@ -227,3 +227,18 @@ def test_a_comment_over_two_lines_is_named_as_the_cause(tmp_path):
         "; 40 lines of the file hold an unclosed double quote: a quoted value holding a line break is read a line at "
         "a time (its first line, up to the break, is a row with that value cut short), so replace the line breaks "
         "inside values)")
+
+
+def test_a_column_name_in_another_case_of_a_non_ascii_letter_is_refused_with_duckdbs_candidate():
+    """DuckDB matches a name in any case for ASCII letters alone, so ``SELECT ünïcode`` does not find the
+    column ``Ünïcode``, as in DuckDB itself; the refusal kept only the first line of DuckDB's message
+    and dropped the name it suggests (its binder reads the schema, never a row). Nothing is spent."""
+    con = duckdb.connect()
+    con.execute('CREATE TABLE t AS SELECT range % 3 AS "Ünïcode" FROM range(50)')
+    db = dpsql.connect(con, schema={"table": "t", "columns": {"Ünïcode": {"type": "integer", "min": 0, "max": 2}}},
+                       budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+    with pytest.raises(dpsql.Error, match=re.escape('Referenced column "ünïcode" not found in FROM clause!; '
+                                                    'Candidate bindings: "Ünïcode")')):
+        db.query("SELECT ünïcode, COUNT(*) FROM t GROUP BY 1", epsilon=0.5)
+    assert db.spent().epsilon == 0
+    assert db.query('SELECT "Ünïcode", COUNT(*) AS n FROM t GROUP BY 1', epsilon=0.5).df.columns[0] == "Ünïcode"

@@ -262,7 +262,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
 
 def _duckdb_names(stmt: Statement, schema: Schema, items: int) -> tuple[list[str] | None, str | None]:
     """DuckDB's names for the statement's select items (:mod:`dpsql.sql.bind`), or why DuckDB's
-    binder refuses it (the first line of its message). Names are None when there is no text to
+    binder refuses it (the first line of its message, with the names it suggests). Names are None when there is no text to
     bind, or DuckDB cannot read it for another reason: a chain of operators longer than its
     parser allows, which dpsql evaluates; dpsql's own names are used then.
 
@@ -275,7 +275,11 @@ def _duckdb_names(stmt: Statement, schema: Schema, items: int) -> tuple[list[str
     try:
         names = output_names(stmt.head, schema)
     except duckdb.BinderException as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        lines = str(e).strip().splitlines()
+        # its first line, and the names it suggests (DuckDB matches ASCII letters alone in any case:
+        # "ünïcode" does not find "Ünïcode"); what it binds is the schema, never a row
+        reason = "; ".join(lines[:1] + [line for line in lines[1:] if line.startswith("Candidate bindings")]) \
+            if lines else type(e).__name__
         return None, reason[:300]
     except duckdb.Error:
         return None, None
