@@ -194,8 +194,9 @@ class Connection:
         non-negative integers that add up. ``confidence`` sets the
         level of the ``ci_low``/``ci_high`` normal intervals. ``objective``:
         ``"total"`` picks the strategy (and noise) with the lowest expected RMSE
-        over all answers, a SUM's in units of its bound (the power of two at or above
-        it, so that a SUM of pay does not crowd out the COUNT of an AVG), ``"max"`` the one whose least accurate answer is most
+        over all answers, a SUM's in units of its bound (the power of two at or
+        above it, so that a SUM of pay does not crowd out the COUNT of an AVG),
+        ``"max"`` the one whose least accurate answer is most
         accurate (the largest standard error is minimized: for tabulations
         where every published cell must meet an accuracy standard).
         ``std_error``, instead of ``epsilon`` or ``rho``: spend the least that
