@@ -24,6 +24,10 @@ Column kinds:
   ``bins[i] <= v < bins[i+1]``, and the last bin also holds ``bins[-1]``.
   Optional ``labels`` name the bins: distinct strings, or distinct numbers (default ``"[lo, hi)"``).
 * ``boolean``: False, True (read from a BOOLEAN column, or from an integer column holding 0 and 1).
+* ``date``: every day from ``min`` to ``max`` inclusive (ISO ``YYYY-MM-DD``), read from a DATE
+  column, a TIMESTAMP one (its day: the time of day is not part of the domain) or ISO text.
+  SQL compares and transforms it as DuckDB does (``d >= '2021-01-01'``, ``year(d)``,
+  ``date_trunc('month', d)``), on the declared days.
 
 ``nullable: true`` makes NULL one more value of the domain (always the last
 index). A column whose values are numbers (``integer``, or ``categorical``
@@ -40,6 +44,7 @@ several columns is indexed in C order (the first column varies slowest).
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import math
@@ -59,6 +64,7 @@ __all__ = [
     "IntegerRange",
     "Binned",
     "Boolean",
+    "DateRange",
     "PrivacyUnit",
     "PublicTable",
     "Schema",
@@ -363,6 +369,64 @@ class Boolean(Column):
 
 
 @dataclass(frozen=True)
+class DateRange(Column):
+    """Every day from ``min`` to ``max`` inclusive, in order: index ``i`` is ``min`` plus ``i`` days.
+    A value is a ``datetime.date`` (a ``datetime``'s day, as DuckDB casts a TIMESTAMP to DATE),
+    or its ISO text ``YYYY-MM-DD``.
+
+    >>> d = DateRange("day", min=datetime.date(2024, 2, 27), max=datetime.date(2024, 3, 1))
+    >>> d.size, d.index_of("2024-03-01"), d.values[2]
+    (4, 3, datetime.date(2024, 2, 29))
+    """
+
+    min: datetime.date = datetime.date(1970, 1, 1)
+    max: datetime.date = datetime.date(1970, 1, 1)
+    kind = "date"
+
+    @functools.cached_property
+    def values(self) -> tuple:  # type: ignore[override]
+        return tuple(self.min + datetime.timedelta(days=i) for i in range((self.max - self.min).days + 1))
+
+    @property
+    def size(self) -> int:
+        return (self.max - self.min).days + 1 + (1 if self.nullable else 0)
+
+    @property
+    def sql_type(self) -> str:
+        return "DATE"
+
+    def _index(self, value: Any) -> int:
+        if isinstance(value, np.datetime64):
+            value = value.astype("datetime64[D]").item()
+        if isinstance(value, str):
+            try:
+                value = iso_date(value)
+            except ValueError:
+                raise KeyError(value) from None
+        if isinstance(value, datetime.datetime):
+            value = value.date()
+        if not isinstance(value, datetime.date) or not self.min <= value <= self.max:
+            raise KeyError(value)
+        return (value - self.min).days
+
+
+def iso_date(text: str) -> datetime.date:
+    """The day ``text`` names in ISO form, ``YYYY-MM-DD`` exactly; raises ``ValueError`` otherwise
+    (``datetime.date.fromisoformat`` also reads ``20240229`` and week dates, which DuckDB does not).
+
+    >>> iso_date("2024-02-29")
+    datetime.date(2024, 2, 29)
+    """
+    if not (len(text) == 10 and text[4] == text[7] == "-" and (text[:4] + text[5:7] + text[8:]).isascii()
+            and (text[:4] + text[5:7] + text[8:]).isdigit()):
+        raise ValueError(f"{text!r:.40} is not a date written YYYY-MM-DD")
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError as e:
+        raise ValueError(f"{text!r} is not a day of the calendar ({e})") from None
+
+
+@dataclass(frozen=True)
 class PrivacyUnit:
     """Who is protected: each row (``column is None``), or all rows sharing a
     value of ``column``, of which at most ``max_rows`` are kept per unit."""
@@ -609,10 +673,11 @@ _KIND_KEYS = {
     "integer": {"min", "max"},
     "numeric": {"bins", "labels"},
     "boolean": set(),
+    "date": {"min", "max"},
 }
 _KIND_ALIASES = {"categorical": "categorical", "category": "categorical", "enum": "categorical",
                  "integer": "integer", "int": "integer", "numeric": "numeric", "binned": "numeric",
-                 "boolean": "boolean", "bool": "boolean", "hierarchy": "hierarchy"}
+                 "boolean": "boolean", "bool": "boolean", "hierarchy": "hierarchy", "date": "date"}
 
 
 def _is_number(x: Any) -> bool:
@@ -825,11 +890,11 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         return None
     raw_kind = cspec.get("type")
     if raw_kind is None:
-        bad(f"{path}.type", "is required (categorical, integer, numeric, boolean or hierarchy)")
+        bad(f"{path}.type", "is required (categorical, integer, numeric, boolean, date or hierarchy)")
         return None
     kind = _KIND_ALIASES.get(str(raw_kind).lower()) if isinstance(raw_kind, str) else None
     if kind is None:
-        bad(f"{path}.type", f"unknown type {raw_kind!r} (expected categorical, integer, numeric, boolean or hierarchy)")
+        bad(f"{path}.type", f"unknown type {raw_kind!r} (expected categorical, integer, numeric, boolean, date or hierarchy)")
         return None
     ok = True
     for key in cspec:
@@ -918,6 +983,15 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
         if good and ok:
             col = Binned(name=name, nullable=nullable, bounds=bounds, edges=tuple(float(e) for e in edges),
                          bin_labels=tuple(labels) if labels is not None else None)
+    elif kind == "date":
+        lo, hi = (_date_bound(cspec, key, f"{path}.{key}", bad) for key in ("min", "max"))
+        if bounds is not None:
+            bad(f"{path}.bounds", "a date column cannot be summed")
+        elif lo is not None and hi is not None:
+            if hi < lo:
+                bad(f"{path}.max", f"must be on or after min ({lo.isoformat()})")
+            elif _domain_fits(path, (hi - lo).days + 1, "declare a shorter range of days", bad) and ok:
+                col = DateRange(name=name, nullable=nullable, min=lo, max=hi)
     else:
         if bounds is not None:
             bad(f"{path}.bounds", "a boolean column cannot be summed")
@@ -928,6 +1002,25 @@ def _build_column(name: str, cspec: Any, path: str, bad: Callable[[str, str], No
                               f"(they range over [{min(col.values)}, {max(col.values)}])")
         return None
     return col
+
+
+def _date_bound(cspec: Mapping[str, Any], key: str, path: str, bad: Callable[[str, str], None]) -> datetime.date | None:
+    """A date column's ``min`` or ``max``: a ``datetime.date`` or ISO text (``2024-02-29``), or None after
+    reporting it at ``path``."""
+    value = cspec.get(key)
+    if value is None:
+        bad(path, "is required (a day written YYYY-MM-DD)")
+        return None
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return iso_date(value)
+        except ValueError as e:
+            bad(path, str(e))
+            return None
+    bad(path, f"must be a day written YYYY-MM-DD, got {value!r:.40}")
+    return None
 
 
 def _build_hierarchy(name: str, cspec: Mapping[str, Any], path: str, bad: Callable[[str, str], None],

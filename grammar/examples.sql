@@ -122,6 +122,12 @@ FROM adult
 WHERE sex LIKE 'F%' AND COALESCE(education, 'none') <> 'none' AND CAST(age AS DECIMAL(5, 1)) / 2 > 20.5
 GROUP BY ALL;
 
+-- rule: function_call, comparison
+SELECT year(hired) AS year, date_trunc('quarter', hired) AS quarter, COUNT(*)
+FROM adult
+WHERE hired >= '2020-01-01' AND dayofweek(hired) BETWEEN 1 AND 5
+GROUP BY ALL;
+
 -- rule: function_call
 SELECT sex, POWER(AVG(age), 2) AS squared_mean, COUNT(*) AS n FROM adult GROUP BY sex HAVING sqrt(n) > 1 ORDER BY ln(n) DESC;
 

@@ -194,6 +194,31 @@ def test_marginals_for_every_column_type(spark):
     assert totals[-1] == [0] * 6                  # wrong types (m: NULL or "x", in no domain): nothing
 
 
+def test_marginals_of_days(spark):
+    """A date column read from a DATE, a TIMESTAMP_NTZ (its day) and ISO text: the same counts on both,
+    NULLs, days outside the domain and text that is no date included."""
+    import datetime
+
+    schema = load_schema({"table": "days", "columns": {
+        c: {"type": "date", "min": "2020-02-20", "max": "2020-03-10", "nullable": True} for c in ("d", "t", "s")}})
+    rng = np.random.default_rng(9)
+    start = datetime.datetime(2020, 2, 15, 12, 30)
+    rows = []
+    for _ in range(400):
+        moment = start + datetime.timedelta(hours=int(rng.integers(0, 24 * 30)))
+        text = rng.choice([moment.date().isoformat(), "junk", "2020-02-30", None])
+        rows.append((moment.date() if rng.random() > 0.1 else None, moment if rng.random() > 0.1 else None, text))
+    con = duckdb.connect()
+    con.execute("CREATE TABLE days (d DATE, t TIMESTAMP, s VARCHAR)")
+    con.executemany("INSERT INTO days VALUES (?, ?, ?)", rows)
+    spark.createDataFrame(rows, schema="d date, t timestamp_ntz, s string").createOrReplaceTempView("days")
+    attrs = [Attribute(c.name, (c.name,), (c.size,)) for c in schema.columns]
+    subsets = [(0,), (1,), (2,), (0, 1)]
+    want = measure_marginals(con, "days", schema, attrs, subsets)
+    assert_same(measure_marginals(spark, "days", schema, attrs, subsets), want)
+    assert 0 < want[0][:-1].sum() < 400 and want[1][-1] > 0  # in and out of the domain, and NULLs
+
+
 # -- (b) the privacy unit bound ----------------------------------------------------------------
 
 def test_privacy_unit_bound(spark):

@@ -6,11 +6,13 @@ column and writes YAML that :func:`dpsql.load_schema` accepts: a column of numbe
 :data:`MAX_INTEGER_VALUES` values) or ``numeric`` column (:data:`BINS` equal bins over the same
 range); a floating-point column of whole numbers (pandas' integers beside a NaN) is an integer
 column, and its NaN and infinities, outside every domain, are left out of its range; a column
-of booleans a ``boolean``, a column of text a ``categorical`` with its distinct values (at
+of booleans a ``boolean``, a DATE or TIMESTAMP column a ``date`` one (from its first day to its
+last), a column of text a ``categorical`` with its distinct values (at
 most ``max_values`` of them; a column with more is left out, in a comment), and a column
 holding a NULL is ``nullable``. A CSV file is read as ``dpsql.connect`` reads it (each
 field as text, :func:`~dpsql.private.backend.csv_view`): a column whose every value is a whole
-number is an integer, any number a numeric one, ``true``/``false`` a boolean, and text with a
+number is an integer, any number a numeric one, ``true``/``false`` a boolean, ISO dates
+(``2024-02-29``) a date, and text with a
 number of leading zeros (a ZIP code ``02134``) stays text; numbers beside at most
 :data:`MAX_PLACEHOLDERS` other texts in fewer rows (``Not Provided``) are numbers, nullable, with a
 comment naming those texts, which read as NULL. A text column of a database or a data
@@ -178,6 +180,9 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     if csv and family == "string":
         family, c, note = _csv_text(backend, c, source)
     null = c.copy().is_(exp.null())  # a CSV's empty field, or a text read as NULL ("Not Provided")
+    if family == "date":  # its days (a TIMESTAMP's time of day is no part of a domain); infinity is outside any
+        c = exp.cast(c.copy(), exp.DataType.build("DATE"))
+        c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
     if family in ("float", "decimal"):  # the domain of its finite values (a NaN or an infinity is outside any)
         c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
         values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
@@ -193,6 +198,8 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     elif family in ("int", "uint", "float", "decimal") and high is not None and math.isfinite(float(high)) \
             and math.isfinite(float(low)):
         spec.update(type="numeric", bins=_edges(float(low), float(high)))
+    elif family == "date" and high is not None:
+        spec.update(type="date", min=str(np.datetime64(low, "D")), max=str(np.datetime64(high, "D")))
     elif family == "string" and 0 < distinct <= max_values:
         found = backend.run(exp.select(exp.alias_(c.copy(), "v")).distinct().from_(source)
                             .where(c.copy().is_(exp.null()).not_()).order_by(exp.column("v")))["v"]
@@ -203,8 +210,8 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     elif family == "string" and distinct:
         return f"  # {name}: {distinct:,} distinct values, too many to list: declare a public list, or leave it out"
     else:
-        why = "only NULLs" if family in ("int", "uint", "float", "decimal", "string", "null", "bool") else \
-            "a type no domain holds (a date, a list...): cast it in a view"
+        why = "only NULLs" if family in ("int", "uint", "float", "decimal", "string", "null", "bool", "date") else \
+            "a type no domain holds (a time, a TIMESTAMP WITH TIME ZONE, a list...): cast it in a view"
         return f"  # {name}: {why}; left out"
     if nulls:
         spec["nullable"] = True
@@ -218,7 +225,8 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
 def _csv_text(backend: DuckDBBackend, c: exp.Expression, source: exp.Expression) -> tuple[str, exp.Expression, str]:
     """How a CSV file's column ``c`` of text reads: its family, its values, a note for the owner.
 
-    Booleans if every value reads as one (``true``, ``f``). Numbers if every value does, or all but
+    Booleans if every value reads as one (``true``, ``f``); days if every value is an ISO date
+    (``2024-02-29``, a time of day after it or not). Numbers if every value does, or all but
     at most :data:`MAX_PLACEHOLDERS` distinct texts in fewer rows than the numbers (SF Salaries'
     ``Not Provided`` among its pay): those texts read as NULL, as connecting casts them, and the
     note names them. Text otherwise, or when a number has a leading zero (a ZIP code ``02134``)."""
@@ -227,12 +235,17 @@ def _csv_text(backend: DuckDBBackend, c: exp.Expression, source: exp.Expression)
     words = exp.In(this=exp.Lower(this=c.copy()), expressions=[exp.Literal.string(w) for w in ("true", "false", "t", "f")])
     padded = exp.RegexpLike(this=c.copy(), expression=exp.Literal.string(r"^\s*[-+]?0[0-9]"))
     text = exp.If(this=as_double.is_(exp.null()), true=c.copy())
-    values, numbers, wholes, booleans, codes, others = _one(
+    as_date = exp.TryCast(this=c.copy(), to=exp.DataType.build("DATE"), safe=True)
+    iso = exp.RegexpLike(this=c.copy(), expression=exp.Literal.string(r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}"))
+    values, numbers, wholes, booleans, days, codes, others = _one(
         backend, exp.Count(this=c.copy()), exp.Count(this=as_double), exp.func("count_if", _whole(as_double)),
-        exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())), exp.func("count_if", padded),
+        exp.func("count_if", exp.and_(words, as_bool.is_(exp.null()).not_())),
+        exp.func("count_if", exp.and_(iso, as_date.is_(exp.null()).not_())), exp.func("count_if", padded),
         exp.Count(this=exp.Distinct(expressions=[text])), source=source)
     if values and booleans == values:
         return "bool", as_bool, ""
+    if values and days == values:
+        return "date", as_date, ""
     if not numbers or codes or values - numbers >= numbers or others > MAX_PLACEHOLDERS:
         return "string", c, ""
     note = ""

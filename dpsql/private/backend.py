@@ -75,8 +75,9 @@ __all__ = ["CSV", "FAMILIES", "Backend", "BackendError", "DuckDBBackend", "Spark
 
 #: The type families a backend reports (what the domain-index mapping needs to know). ``uint``: unsigned
 #: integers, which hold no negative value (DuckDB compares a UHUGEINT with a negative literal by casting
-#: it to BIGINT, which fails on a large value).
-FAMILIES = ("string", "int", "uint", "float", "decimal", "bool", "null", "other")
+#: it to BIGINT, which fails on a large value). ``date``: a DATE, or a TIMESTAMP without a time zone
+#: (read as its day).
+FAMILIES = ("string", "int", "uint", "float", "decimal", "bool", "date", "null", "other")
 
 _DUCKDB_FAMILIES = {
     "varchar": "string", "enum": "string", "json": "string",
@@ -85,6 +86,10 @@ _DUCKDB_FAMILIES = {
     "bignum": "int", "varint": "int", "int": "int", "uint": "uint",
     "float": "float", "double": "float", "decimal": "decimal",
     "boolean": "bool", "bool": "bool", "null": "null", "other": "other",
+    # a day, or a time of a day that no time zone changes (TIMESTAMP WITH TIME ZONE is "other": its
+    # day is the session's time zone's)
+    "date": "date", "timestamp": "date", "timestamp_s": "date", "timestamp_ms": "date", "timestamp_ns": "date",
+    "datetime": "date",
 }
 
 
@@ -114,13 +119,13 @@ def spark_type_family(simple_string: str) -> str:
     """The family of a Spark SQL type, given its ``DataType.simpleString()``.
 
     STRING (with any collation), CHAR(n) and VARCHAR(n) are strings;
-    TINYINT … BIGINT ints; FLOAT and DOUBLE floats; VOID (an all-NULL column)
-    is ``"null"``; dates, timestamps, binary and nested types are ``"other"``
-    (never in a declared domain).
+    TINYINT … BIGINT ints; FLOAT and DOUBLE floats; DATE and TIMESTAMP_NTZ dates;
+    VOID (an all-NULL column) is ``"null"``; TIMESTAMP (whose day is the session's
+    time zone's), binary and nested types are ``"other"`` (never in a declared domain).
 
     >>> [spark_type_family(t) for t in ("string collate UTF8_LCASE", "varchar(3)", "tinyint", "bigint",
-    ...                                 "double", "decimal(10,2)", "boolean", "void", "date", "array<int>")]
-    ['string', 'string', 'int', 'int', 'float', 'decimal', 'bool', 'null', 'other', 'other']
+    ...                                 "double", "decimal(10,2)", "boolean", "void", "date", "timestamp", "array<int>")]
+    ['string', 'string', 'int', 'int', 'float', 'decimal', 'bool', 'null', 'date', 'other', 'other']
     """
     key = simple_string.strip().lower()
     head = key.split("(", 1)[0].split("<", 1)[0].split(" ", 1)[0]
@@ -130,7 +135,8 @@ def spark_type_family(simple_string: str) -> str:
         return "int"
     if head in ("float", "double", "real"):
         return "float"
-    return {"decimal": "decimal", "boolean": "bool", "void": "null", "null": "null"}.get(head, "other")
+    return {"decimal": "decimal", "boolean": "bool", "void": "null", "null": "null", "date": "date",
+            "timestamp_ntz": "date"}.get(head, "other")
 
 
 def table_expression(table: "str | exp.Table") -> exp.Table:
@@ -745,7 +751,7 @@ def public_table(backend: Backend, name: str, max_rows: int) -> dict[str, list]:
     """
     try:
         types = backend.column_types(name)
-        items = [exp.cast(exp.column(c, quoted=True), "text") if family == "other" else exp.column(c, quoted=True)
+        items = [exp.cast(exp.column(c, quoted=True), "text") if family in ("date", "other") else exp.column(c, quoted=True)
                  for c, family in types.items()]
         data = backend.run(exp.select(*[exp.alias_(e, c, quoted=True) for e, c in zip(items, types)])
                            .from_(table_expression(name)).limit(max_rows + 1))

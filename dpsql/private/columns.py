@@ -30,7 +30,7 @@ from typing import Any
 
 from dpsql.errors import SchemaError
 from dpsql.private.backend import Backend, BackendError
-from dpsql.schema import Boolean, Categorical, Column, Schema
+from dpsql.schema import Boolean, Categorical, Column, DateRange, Schema
 
 __all__ = ["check_columns", "holds"]
 
@@ -40,14 +40,20 @@ SHOWN_COLUMNS = 40
 #: A type family (:data:`dpsql.private.backend.FAMILIES`) in words.
 _FAMILY_WORDS = {"string": "a text column", "int": "an integer column", "uint": "an unsigned integer column",
                  "float": "a floating-point column", "decimal": "a DECIMAL column", "bool": "a BOOLEAN column",
+                 "date": "a DATE or TIMESTAMP column",
                  "null": "a column of NULLs only (type NULL)", "other": "a column of a type no domain holds "
-                 "(a date, time, list...)"}
+                 "(a time, a TIMESTAMP WITH TIME ZONE, a list...)"}
 
 
 def holds(column: Column, family: str | None) -> bool:
     """Whether a column of SQL type ``family`` can hold a value of ``column``'s domain: text for
-    categorical strings, numbers for numbers, BOOLEAN or integers (0 and 1) for booleans."""
+    categorical strings, numbers for numbers, BOOLEAN or integers (0 and 1) for booleans, a DATE,
+    a TIMESTAMP or text (ISO dates) for days."""
     if family in ("null", "other"):
+        return False
+    if isinstance(column, DateRange):
+        return family in ("date", "string")
+    if family == "date":
         return False
     if isinstance(column, Boolean):
         return family in ("bool", "int", "uint")
@@ -58,6 +64,10 @@ def holds(column: Column, family: str | None) -> bool:
 
 def _fix(column: Column, family: str) -> str:
     """How to make ``column``'s declaration and its SQL type agree."""
+    if isinstance(column, DateRange):
+        return "read it in a view that casts it to DATE (TRY_CAST, or strptime for text of another form)"
+    if family == "date":
+        return "declare it {type: date, min: ..., max: ...}, or read it in a view that casts it (year(col))"
     if family in ("null", "other"):
         return "read it in a view that casts it (TRY_CAST) to a type of the domain"
     if family == "bool":

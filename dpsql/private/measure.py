@@ -87,7 +87,17 @@ from dpsql.private.backend import (
     duckdb_type_family,
     table_expression,
 )
-from dpsql.schema import Attribute, Binned, Boolean, Categorical, Column, IntegerRange, Schema, integer_cast_type
+from dpsql.schema import (
+    Attribute,
+    Binned,
+    Boolean,
+    Categorical,
+    Column,
+    DateRange,
+    IntegerRange,
+    Schema,
+    integer_cast_type,
+)
 
 __all__ = ["Counting", "Snapshot", "index_expression", "marginals_query", "measure_marginals", "prepare_counting",
            "snapshot_query", "sql_type_family", "take_snapshot", "MeasurementError"]
@@ -374,7 +384,9 @@ def index_expression(column: Column, expr: exp.Expression, sql_type: Any = None,
 def _value_index(column: Column, c: exp.Expression, family: str | None, outside: int | None,
                  dialect: str | None) -> exp.Expression:
     """Index of a non-NULL value; ``outside`` for NULL or an out-of-domain value."""
-    if family in ("null", "other"):
+    if isinstance(column, DateRange):
+        return _day_index(column, c, family, outside, dialect)
+    if family in ("null", "other", "date"):
         return _nothing(outside)
     if isinstance(column, Boolean):
         if family is None:
@@ -443,6 +455,23 @@ def _value_index(column: Column, c: exp.Expression, family: str | None, outside:
     if isinstance(column, Binned):
         return _bins(_try_cast(c, "DOUBLE"), column.edges, outside)
     raise TypeError(f"unknown column kind {type(column).__name__}")  # pragma: no cover
+
+
+def _day_index(column: DateRange, c: exp.Expression, family: str | None, outside: int | None,
+               dialect: str | None) -> exp.Expression:
+    """A day's index, its distance in days from the domain's first: a DATE's, a TIMESTAMP's day (a cast,
+    which drops the time of day) or ISO text's (a ``TRY_CAST``: text that is no date is outside)."""
+    if family == "date":
+        day = exp.cast(c.copy(), exp.DataType.build("DATE"))
+    elif family in ("string", None):
+        day = _try_cast(c, "DATE")
+    else:
+        return _nothing(outside)
+    lo, hi = (exp.cast(exp.Literal.string(d.isoformat()), exp.DataType.build("DATE")) for d in (column.min, column.max))
+    # DuckDB: DATE - DATE is a BIGINT of days; Spark's is an INTERVAL, its day count datediff(end, start)
+    days = exp.Anonymous(this="datediff", expressions=[day.copy(), lo.copy()]) if dialect in _SPARK else \
+        exp.Sub(this=day.copy(), expression=lo.copy())
+    return _case([(exp.Between(this=day, low=lo, high=hi), days)], _outside(outside))
 
 
 # -- the query ---------------------------------------------------------------------------

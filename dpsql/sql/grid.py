@@ -56,7 +56,7 @@ from sqlglot import exp
 
 from dpsql.errors import DomainError, SQLError, UnsupportedSQLError
 from dpsql.limits import EvaluationLimitError
-from dpsql.schema import Binned, Boolean, Categorical, Column, IntegerRange
+from dpsql.schema import Binned, Boolean, Categorical, Column, DateRange, IntegerRange
 from dpsql.sql.domain_eval import DomainEvalError, domain_eval
 
 __all__ = ["Grid", "Value", "literal_value", "number_value", "column_refs", "conjuncts", "construct_name",
@@ -283,13 +283,17 @@ class Grid:
         elif isinstance(col, Categorical) and not col.is_numeric:
             vals = np.array(list(col.values) + ([""] if col.nullable else []), dtype=str)
             kind = "str"
+        elif isinstance(col, DateRange):  # days: compared and transformed by DuckDB (its casts from text)
+            vals = np.empty(col.size, dtype=object)
+            vals[:] = list(col.values) + ([col.min] if col.nullable else [])
+            kind = "other"
         else:
             vals = np.array(list(col.values) + ([0] if col.nullable else []))
             kind = "num"
         values, nulls = self.axis_array(name, vals), self.axis_array(name, null)
         values.flags.writeable = nulls.flags.writeable = False
         itype = _BIGINT if kind == "num" and _is_integer_array(values) else None  # the compiler's assumption
-        return Value(values, nulls, kind, column=col, itype=itype)
+        return Value(values, nulls, kind, column=col, itype=itype, duckdb=kind == "other")
 
     def value(self, node: exp.Expression) -> Value:
         """Evaluate a value expression."""
@@ -1004,6 +1008,8 @@ def _fmtnum(v: float) -> str:
 def _describe_domain(col: Column) -> str:
     if isinstance(col, IntegerRange):
         return f"integers {col.min}..{col.max}"
+    if isinstance(col, DateRange):
+        return f"days {col.min.isoformat()}..{col.max.isoformat()}"
     if isinstance(col, Boolean):
         return "TRUE, FALSE"
     vals = list(col.values)

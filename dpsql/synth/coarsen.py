@@ -2,8 +2,8 @@
 
 A model's marginals multiply its attributes' sizes: an integer column declared ``0..99999``
 (ADULT's ``capital_gain``) makes every pair with it hundreds of thousands of cells, far more
-than can be measured or fitted. Such a column (:func:`wide`: a single integer column of more
-than :data:`WIDE_VALUES` values) is measured and modelled in public, data-independent bins
+than can be measured or fitted. Such a column (:func:`wide`: a single integer or date column of
+more than :data:`WIDE_VALUES` values) is measured and modelled in public, data-independent bins
 (:func:`bins`): the union of logarithmic bins from the low end of the declared domain (the
 low value alone, then widths 1, 2, 4, ...: a skewed column such as a capital gain keeps its
 zero apart) and :data:`EQUAL_BINS` equal-width ones (a spread column keeps its shape). The
@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dpsql.schema import Attribute, IntegerRange, Schema
+from dpsql.schema import Attribute, DateRange, IntegerRange, Schema
 from dpsql.synth.compress import THRESHOLD, Compression, compress
 from dpsql.synth.estimate import Observation
 
@@ -50,12 +50,12 @@ WIDE_SHARE = 0.1
 
 def wide(attributes: Sequence[Attribute], schema: Schema) -> dict[int, np.ndarray]:
     """The attributes to coarsen, by position, each with its value's bin (:func:`bins`): those of
-    one integer column of more than :data:`WIDE_VALUES` values. NULL, when the column has it,
-    is a bin of its own."""
+    one integer or date column of more than :data:`WIDE_VALUES` values (ten years of days are
+    3,653). NULL, when the column has it, is a bin of its own."""
     out = {}
     for i, a in enumerate(attributes):
         column = schema.column(a.columns[0]) if len(a.columns) == 1 and not a.split else None
-        if isinstance(column, IntegerRange) and a.size > WIDE_VALUES:
+        if isinstance(column, (IntegerRange, DateRange)) and a.size > WIDE_VALUES:
             values = a.size - (1 if column.nullable else 0)
             labels = bins(values)
             out[i] = np.append(labels, labels[-1] + 1) if column.nullable else labels
