@@ -222,3 +222,13 @@ def test_a_wide_date_column_is_synthesized_in_bins_as_days():
     truth = con.sql(query).df().set_index(["late", "k"])["n"]
     made = syn.sql(query).df().set_index(["late", "k"])["n"].reindex(truth.index, fill_value=0)
     assert np.abs(made / made.sum() - truth / truth.sum()).max() < 0.02
+
+
+def test_a_repeated_query_over_days_is_answered_again_for_free(events):
+    """A release whose groups are days (or date_trunc's times) is kept, so its repeat spends nothing."""
+    db = dpsql.connect(events, schema=SCHEMA, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    sql = "SELECT day, date_trunc('week', day) AS w, COUNT(*) AS n FROM ev WHERE day < '2020-01-10' GROUP BY ALL"
+    first = db.query(sql, epsilon=0.5)
+    again = db.query(sql, epsilon=0.5)
+    assert db.remaining().epsilon == pytest.approx(1.5)
+    pd.testing.assert_frame_equal(again.df, first.df, check_exact=True)

@@ -6,6 +6,7 @@ and the notebook, Arrow, Polars and plot forms."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -330,8 +331,14 @@ def test_a_kept_release_reads_back_exactly():
     assert back.df["o"].tolist()[1] is None and math.isnan(back.df["o"].tolist()[2])
     assert np.signbit(back.df["g"][1]) and back.errors == {"f": ("g", "g", "g")}
     assert back.release == dataclasses.replace(release, repeated=True)
-    dates = pd.DataFrame({"d": pd.to_datetime(["2020-01-01"])})
-    assert _encode([Answer("SELECT 1", dates, release)]) is None
+    days = pd.DataFrame({"d": pd.Series([datetime.date(2020, 2, 29), None], dtype=object),
+                         "t": pd.Series([datetime.datetime(2020, 2, 1, 0, 0, 0, 1), datetime.datetime(2021, 1, 1)],
+                                        dtype=object)})  # a date column's groups, date_trunc's
+    (back,) = _decode(_encode([Answer("SELECT 1", days, release)]))
+    pd.testing.assert_frame_equal(back.df, days, check_exact=True)
+    assert [type(v) for v in back.df["d"]] == [datetime.date, type(None)]
+    stamps = pd.DataFrame({"d": pd.to_datetime(["2020-01-01"])})
+    assert _encode([Answer("SELECT 1", stamps, release)]) is None
 
 
 def test_explain_says_whether_the_remaining_budget_affords_an_accuracy():

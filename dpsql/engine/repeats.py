@@ -18,15 +18,18 @@ like the ledger, keep it where analysts cannot write it.
 
 The answers are stored column by column with their dtypes: a plain numpy column (floats,
 integers, booleans) as its bytes, any other as JSON values with every float as its exact
-``repr`` (NaN and infinities as ``{"float": "nan"}``), so a repeat returns exactly
-the earlier table (checked when it is stored). A table with a column
-this cannot hold exactly (a date or timestamp) is not kept: its repeat is measured anew.
+``repr`` (NaN and infinities as ``{"float": "nan"}``) and every day or time of day as
+its ISO text (``{"date": "2024-02-29"}``, ``{"datetime": ...}``: a date column's groups,
+``date_trunc``'s), so a repeat returns exactly the earlier table (checked when it is stored).
+A table with a column this cannot hold exactly (pandas' own timestamps, for one) is not
+kept: its repeat is measured anew.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -76,8 +79,7 @@ def _encode(answers: "list[Answer]") -> str | None:
                 columns.append([name, series.dtype.str, {"bytes": base64.b64encode(series.to_numpy().tobytes())
                                                          .decode("ascii")}])
                 continue
-            values = [None if v is None or v is pd.NA else {"float": repr(v)} if type(v) is float and not math.isfinite(v)
-                      else v for v in series.tolist()]  # NaN and infinities as {"float": "nan"}: JSON has none
+            values = [None if v is pd.NA else _json_value(v) for v in series.tolist()]
             if not all(v is None or type(v) in (str, int, float, bool, dict) for v in values):
                 return None
             columns.append([name, str(series.dtype), values])
@@ -89,6 +91,27 @@ def _encode(answers: "list[Answer]") -> str | None:
     except (AssertionError, TypeError, ValueError):
         return None
     return text
+
+
+def _json_value(v: Any) -> Any:
+    """One value of an object column as JSON carries it exactly: NaN and infinities, which JSON has not, as
+    ``{"float": "nan"}``; a day or a time of day (not a subclass: pandas' timestamps) as its ISO text."""
+    if type(v) is float and not math.isfinite(v):
+        return {"float": repr(v)}
+    if type(v) in (datetime.date, datetime.datetime):
+        return {type(v).__name__: v.isoformat()}
+    return v
+
+
+def _value(v: Any) -> Any:
+    """A stored value back (see :func:`_json_value`)."""
+    if not isinstance(v, dict):
+        return v
+    if "date" in v:
+        return datetime.date.fromisoformat(v["date"])
+    if "datetime" in v:
+        return datetime.datetime.fromisoformat(v["datetime"])
+    return float(v["float"])
 
 
 def _decode(text: str) -> "list[Answer]":
@@ -110,7 +133,7 @@ def _column(dtype: str, values: "list | dict") -> "pd.Series":
 
     if isinstance(values, dict):
         return pd.Series(np.frombuffer(base64.b64decode(values["bytes"]), dtype=np.dtype(dtype)).copy())
-    return pd.Series([float(v["float"]) if isinstance(v, dict) else v for v in values], dtype=dtype)
+    return pd.Series([_value(v) for v in values], dtype=dtype)
 
 
 class Repeats:
