@@ -8,6 +8,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from sql_oracle import compare, histogram
 from sqlglot import exp
 
@@ -130,6 +131,9 @@ def test_private_answers_over_days(events):
         rows = {_key(r[:-1]): r[-1] for r in got[keys + ["n"]].itertuples(index=False)}
         for r in want[keys + ["n"]].itertuples(index=False):
             assert rows[_key(r[:-1])] == pytest.approx(r[-1], abs=1e-3), (sql, r)
+    for clauses in ("", "HAVING n >= 0 ORDER BY day DESC"):  # post-processed in DuckDB or not: days stay dates
+        got = db.query(f"SELECT day, COUNT(*) AS n FROM ev WHERE day < '2020-01-01' GROUP BY day {clauses}", epsilon=1e9)
+        assert {type(v) for v in got.df["day"]} == {datetime.date}, clauses
 
 
 @pytest.mark.parametrize("sql_type", ["DATE", "TIMESTAMP", "TIMESTAMP_NS", "TIMESTAMP_MS", "VARCHAR"])
@@ -232,3 +236,34 @@ def test_a_repeated_query_over_days_is_answered_again_for_free(events):
     again = db.query(sql, epsilon=0.5)
     assert db.remaining().epsilon == pytest.approx(1.5)
     pd.testing.assert_frame_equal(again.df, first.df, check_exact=True)
+
+
+def test_a_postgresql_client_reads_days_and_binds_them(tmp_path):
+    """Through ``dpsql serve``: a date key arrives as a PostgreSQL date (text and binary), and a date
+    bound as a parameter compares with the column."""
+    psycopg = pytest.importorskip("psycopg")
+    from test_server import HUGE, dsn, write_config
+
+    from dpsql.server.app import App
+    from dpsql.server.config import load_config
+
+    con = duckdb.connect(str(tmp_path / "people.duckdb"))
+    con.execute("CREATE TABLE people AS SELECT DATE '2020-02-27' + CAST(range % 5 AS INTEGER) AS day FROM range(50)")
+    con.close()
+    schema = {"table": "people", "columns": {"day": {"type": "date", "min": "2020-02-27", "max": "2020-03-02"}}}
+    (tmp_path / "people.yaml").write_text(yaml.safe_dump(schema))
+    app = App(load_config(write_config(tmp_path, {"alice": 1e6 * HUGE}, 1e7 * HUGE)), cache=str(tmp_path / "cache"))
+    thread = app.server(port=0).run_in_thread()
+    try:
+        with psycopg.connect(dsn(thread.port, "alice"), autocommit=True) as conn:
+            conn.execute(f"SET dpsql.epsilon = {HUGE}")
+            for binary in (False, True):
+                cur = conn.cursor(binary=binary)
+                cur.execute("SELECT day, COUNT(*) AS n FROM people WHERE day >= %s GROUP BY day ORDER BY day",
+                            (D(2020, 2, 29),))
+                rows = cur.fetchall()
+                assert [r[0] for r in rows] == [D(2020, 2, 29), D(2020, 3, 1), D(2020, 3, 2)]
+                assert [round(r[1]) for r in rows] == [10, 10, 10]
+    finally:
+        thread.stop()
+        app.close()

@@ -72,7 +72,8 @@ def postprocess(batch: CompiledBatch, y: np.ndarray,
         try:
             with sandbox.limited(_WHAT, "post-processing", st.plan.line, 1) as con:
                 con.register("answers", df)
-                out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df())
+                # days stay Python dates, as they are in a table without post-processing
+                out.append(con.sql(st.plan.postprocess_sql("answers", list(columns))).df(date_as_object=True))
         except duckdb.Error as e:
             raise UnsupportedSQLError(f"HAVING, ORDER BY, LIMIT or a constant select item failed on the answers "
                                       f"({type(e).__name__})",
