@@ -99,8 +99,8 @@ def duckdb_type_family(sql_type: Any) -> str | None:
 
     Family names map to themselves, so a family is also a valid type here.
 
-    >>> duckdb_type_family("DECIMAL(5,2)"), duckdb_type_family("VARCHAR"), duckdb_type_family("DATE")
-    ('decimal', 'string', 'other')
+    >>> duckdb_type_family("DECIMAL(5,2)"), duckdb_type_family("VARCHAR"), duckdb_type_family("TIMESTAMP")
+    ('decimal', 'string', 'date')
     >>> [duckdb_type_family(f) for f in FAMILIES] == list(FAMILIES)
     True
     """

@@ -129,12 +129,12 @@ def sql_type_family(sql_type: Any) -> str | None:
     ``sql_type`` is a ``duckdb`` type object (its ``id`` is used), a DuckDB
     type name, or already a family (what :meth:`dpsql.private.backend.Backend.column_types`
     returns). Families: ``"string"`` (VARCHAR, ENUM, JSON), ``"int"``, ``"uint"`` (unsigned),
-    ``"float"`` (FLOAT, DOUBLE), ``"decimal"``, ``"bool"``, ``"null"`` (the
-    type of an all-NULL column), ``"other"`` (dates, lists, blobs, ...), or
-    None when ``sql_type`` is None (unknown).
+    ``"float"`` (FLOAT, DOUBLE), ``"decimal"``, ``"bool"``, ``"date"`` (DATE, and
+    TIMESTAMP without a time zone), ``"null"`` (the type of an all-NULL column),
+    ``"other"`` (times, lists, blobs, ...), or None when ``sql_type`` is None (unknown).
 
     >>> sql_type_family("DECIMAL(5,2)"), sql_type_family("VARCHAR"), sql_type_family("DATE"), sql_type_family(None)
-    ('decimal', 'string', 'other', None)
+    ('decimal', 'string', 'date', None)
     """
     return duckdb_type_family(sql_type)
 
