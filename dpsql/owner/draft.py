@@ -181,8 +181,13 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
         family, c, note = _csv_text(backend, c, source)
     null = c.copy().is_(exp.null())  # a CSV's empty field, or a text read as NULL ("Not Provided")
     if family == "date":  # its days (a TIMESTAMP's time of day is no part of a domain); infinity is outside any
-        c = exp.cast(c.copy(), exp.DataType.build("DATE"))
-        c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
+        day = exp.cast(c.copy(), exp.DataType.build("DATE"))
+        timed = exp.NEQ(this=exp.cast(c.copy(), exp.DataType.build("TIMESTAMP")),
+                        expression=exp.cast(day.copy(), exp.DataType.build("TIMESTAMP")))
+        if _one(backend, exp.func("count_if", timed), source=source)[0]:
+            note = (f"its times of day are read as their day; for the hour, add a column of hour("
+                    f"{exp.to_identifier(name).sql('duckdb')}) in a view")
+        c = exp.If(this=exp.func("isfinite", day.copy()), true=day.copy())
     if family in ("float", "decimal"):  # the domain of its finite values (a NaN or an infinity is outside any)
         c = exp.If(this=exp.func("isfinite", c.copy()), true=c.copy())
         values, wholes = _one(backend, exp.Count(this=c.copy()), exp.func("count_if", _whole(c)), source=source)
