@@ -140,6 +140,9 @@ GROUP BY sex;
 -- rule: quantile_call
 SELECT sex, MEDIAN(hours) AS median_hours, QUANTILE_CONT(hours, 0.9) AS p90_hours FROM adult GROUP BY sex;
 
+-- rule: quantile_call
+SELECT sex, MEDIAN(hired) AS median_hire, QUANTILE_DISC(hired, 0.05) AS early_hire FROM adult GROUP BY sex;
+
 -- rule: lookup_join, join_condition
 SELECT e.years, COUNT(*) AS n, AVG(a.age) AS mean_age
 FROM adult AS a JOIN education_years AS e ON a.education = e.education

@@ -102,7 +102,7 @@ def test_statements_on_days_equal_duckdb_exactly(events):
 
 @pytest.mark.parametrize("sql, error, message", [
     ("SELECT SUM(day) FROM ev", DomainError, "cannot SUM the date column 'day'"),
-    ("SELECT MEDIAN(day) FROM ev", DomainError, "cannot take a quantile of the date column 'day'"),
+    ("SELECT AVG(day) FROM ev", DomainError, "cannot AVG the date column 'day'"),
     ("SELECT COUNT(*) FROM ev WHERE day = '2020-02-30'", UnsupportedSQLError, "date field value out of range"),
     ("SELECT COUNT(*) FROM ev WHERE day > 5", UnsupportedSQLError, "Cannot compare values of type DATE"),
 ])
@@ -134,6 +134,36 @@ def test_private_answers_over_days(events):
     for clauses in ("", "HAVING n >= 0 ORDER BY day DESC"):  # post-processed in DuckDB or not: days stay dates
         got = db.query(f"SELECT day, COUNT(*) AS n FROM ev WHERE day < '2020-01-01' GROUP BY day {clauses}", epsilon=1e9)
         assert {type(v) for v in got.df["day"]} == {datetime.date}, clauses
+
+
+QUANTILES = [
+    "SELECT MEDIAN(day) AS m, QUANTILE_DISC(day, 0.9) AS q FROM ev",
+    "SELECT k, QUANTILE_CONT(day, 0.3) AS c, PERCENTILE_DISC(0.2) WITHIN GROUP (ORDER BY day DESC) AS p FROM ev GROUP BY k",
+    "SELECT k, MEDIAN(day) FILTER (WHERE day >= '2020-06-01') AS m FROM ev GROUP BY k HAVING m > '2020-01-01' ORDER BY m",
+    "SELECT MEDIAN(day) + INTERVAL 1 DAY AS later, date_diff('day', QUANTILE_DISC(day, 0.1), QUANTILE_DISC(day, 0.9)) AS span "
+    "FROM ev",
+    "SELECT MEDIAN(day) AS m FROM ev WHERE k > 5",
+]
+
+
+def test_quantiles_of_days_are_days_as_duckdb_gives_them(events):
+    """MEDIAN and QUANTILE_CONT interpolate to a time (TIMESTAMP), QUANTILE_DISC is a day (DATE): at a
+    huge spend, DuckDB's answers exactly, group by group, with or without HAVING and ORDER BY."""
+    db = dpsql.connect(events, schema=SCHEMA, budget=Budget(epsilon=1e12), cache=False, progress=False)
+    for sql in QUANTILES:
+        got = db.query(sql, epsilon=1e9).df
+        want = events.sql(sql).df(date_as_object=True)
+        for name in want.columns:
+            assert [_key([v]) for v in got[name]] == [_key([v]) for v in want[name]], (sql, name)
+    first = db.query(QUANTILES[0], epsilon=1e9).df
+    assert isinstance(first["m"][0], datetime.datetime) and type(first["q"][0]) is datetime.date
+
+
+def test_a_noisy_quantile_of_days_lies_in_its_interval(events):
+    db = dpsql.connect(events, schema=SCHEMA, budget=Budget(epsilon=10.0), cache=False, progress=False)
+    got = db.query("SELECT k, QUANTILE_DISC(day, 0.5) AS q FROM ev GROUP BY k", epsilon=1.0).df
+    for q, lo, hi in zip(got["q"], got["ci_low"], got["ci_high"]):
+        assert D(2019, 12, 25) <= lo <= q <= hi <= D(2021, 1, 10)
 
 
 @pytest.mark.parametrize("sql_type", ["DATE", "TIMESTAMP", "TIMESTAMP_NS", "TIMESTAMP_MS", "VARCHAR"])
@@ -231,13 +261,15 @@ def test_a_wide_date_column_is_synthesized_in_bins_as_days():
 
 
 def test_a_repeated_query_over_days_is_answered_again_for_free(events):
-    """A release whose groups are days (or date_trunc's times) is kept, so its repeat spends nothing."""
+    """A release whose groups are days (or date_trunc's times), or whose answers are quantiles of days,
+    is kept, so its repeat spends nothing."""
     db = dpsql.connect(events, schema=SCHEMA, budget=Budget(epsilon=2.0), cache=False, progress=False)
-    sql = "SELECT day, date_trunc('week', day) AS w, COUNT(*) AS n FROM ev WHERE day < '2020-01-10' GROUP BY ALL"
-    first = db.query(sql, epsilon=0.5)
-    again = db.query(sql, epsilon=0.5)
-    assert db.remaining().epsilon == pytest.approx(1.5)
-    pd.testing.assert_frame_equal(again.df, first.df, check_exact=True)
+    for sql in ("SELECT day, date_trunc('week', day) AS w, COUNT(*) AS n FROM ev WHERE day < '2020-01-10' GROUP BY ALL",
+                QUANTILES[0], QUANTILES[2]):
+        first = db.query(sql, epsilon=0.5)
+        again = db.query(sql, epsilon=0.5)
+        pd.testing.assert_frame_equal(again.df, first.df, check_exact=True)
+    assert db.remaining().epsilon == pytest.approx(0.5)
 
 
 def test_a_postgresql_client_reads_days_and_binds_them(tmp_path):

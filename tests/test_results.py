@@ -337,8 +337,12 @@ def test_a_kept_release_reads_back_exactly():
     (back,) = _decode(_encode([Answer("SELECT 1", days, release)]))
     pd.testing.assert_frame_equal(back.df, days, check_exact=True)
     assert [type(v) for v in back.df["d"]] == [datetime.date, type(None)]
-    stamps = pd.DataFrame({"d": pd.to_datetime(["2020-01-01"])})
-    assert _encode([Answer("SELECT 1", stamps, release)]) is None
+    stamps = pd.DataFrame({"d": pd.to_datetime(["2020-01-01 10:30", None]), "u": pd.to_datetime(["2020-01-01"], utc=True)
+                           .append(pd.DatetimeIndex([None], tz="UTC"))})  # DuckDB's TIMESTAMP, after HAVING
+    (back,) = _decode(_encode([Answer("SELECT 1", stamps, release)]))
+    pd.testing.assert_frame_equal(back.df, stamps, check_exact=True)
+    nanoseconds = pd.DataFrame({"d": pd.to_datetime(["2020-01-01 00:00:00.000000001"])})
+    assert _encode([Answer("SELECT 1", nanoseconds, release)]) is None
 
 
 def test_explain_says_whether_the_remaining_budget_affords_an_accuracy():

@@ -19,10 +19,10 @@ like the ledger, keep it where analysts cannot write it.
 The answers are stored column by column with their dtypes: a plain numpy column (floats,
 integers, booleans) as its bytes, any other as JSON values with every float as its exact
 ``repr`` (NaN and infinities as ``{"float": "nan"}``) and every day or time of day as
-its ISO text (``{"date": "2024-02-29"}``, ``{"datetime": ...}``: a date column's groups,
-``date_trunc``'s), so a repeat returns exactly the earlier table (checked when it is stored).
-A table with a column this cannot hold exactly (pandas' own timestamps, for one) is not
-kept: its repeat is measured anew.
+its ISO text (``{"date": "2024-02-29"}``, ``{"datetime": ...}``: a date column's groups and
+quantiles, ``date_trunc``'s), so a repeat returns exactly the earlier table (checked when it
+is stored). A table with a column this cannot hold exactly (a time in nanoseconds, for one)
+is not kept: its repeat is measured anew.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _encode(answers: "list[Answer]") -> str | None:
                 columns.append([name, series.dtype.str, {"bytes": base64.b64encode(series.to_numpy().tobytes())
                                                          .decode("ascii")}])
                 continue
-            values = [None if v is pd.NA else _json_value(v) for v in series.tolist()]
+            values = [None if v is pd.NA or v is pd.NaT else _json_value(v) for v in series.tolist()]
             if not all(v is None or type(v) in (str, int, float, bool, dict) for v in values):
                 return None
             columns.append([name, str(series.dtype), values])
@@ -95,11 +95,13 @@ def _encode(answers: "list[Answer]") -> str | None:
 
 def _json_value(v: Any) -> Any:
     """One value of an object column as JSON carries it exactly: NaN and infinities, which JSON has not, as
-    ``{"float": "nan"}``; a day or a time of day (not a subclass: pandas' timestamps) as its ISO text."""
+    ``{"float": "nan"}``; a day or a time of day as its ISO text."""
     if type(v) is float and not math.isfinite(v):
         return {"float": repr(v)}
-    if type(v) in (datetime.date, datetime.datetime):
-        return {type(v).__name__: v.isoformat()}
+    if isinstance(v, datetime.datetime):  # pandas' Timestamp too (a column of datetime64)
+        return {"datetime": v.isoformat()}
+    if isinstance(v, datetime.date):
+        return {"date": v.isoformat()}
     return v
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.errors import WorkloadError
-from dpsql.sql.aggregates import QUANTILES, gradient, quantile_interval, value_range
+from dpsql.sql.aggregates import QUANTILES, as_days, gradient, quantile_interval, value_range
 from dpsql.sql.compile import Block, CompiledStatement
 from dpsql.sql.delta import partials
 from dpsql.sql.outputs import error_names, error_outputs
@@ -170,6 +170,8 @@ def error_columns(st: CompiledStatement, answers: np.ndarray, se: np.ndarray, z:
             out[name] = np.full(size, np.nan)
             out[lo], out[hi] = quantile_interval(agg.func, agg.quantile, agg.descending,
                                                  np.array(st.thresholds[agg.name]), parts, spread, z)
+            if agg.origin is not None:  # a date column's: days from its first, as days
+                out[lo], out[hi] = (as_days(out[e], agg.origin, agg.func) for e in (lo, hi))
             continue
         err = _delta_method(grads[agg.name], se, covariance, size)
         err[np.isnan(values[agg.name])] = np.nan  # a NULL answer has no standard error

@@ -32,11 +32,12 @@ answer away from the truth. At a huge epsilon every answer is DuckDB's, NULLs in
 
 from __future__ import annotations
 
+import datetime
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["MEASURES", "QUANTILES", "measures", "value", "value_range", "gradient", "quantile", "quantile_interval"]
+__all__ = ["MEASURES", "QUANTILES", "measures", "value", "value_range", "gradient", "quantile", "quantile_interval", "as_days"]
 
 #: The quantile functions: read from the column's CDF (see :func:`quantile`).
 QUANTILES = ("quantile_cont", "quantile_disc")
@@ -238,6 +239,22 @@ def quantile(func: str, q: float, descending: bool, values: np.ndarray, parts: d
     """
     values = np.asarray(values)
     return _read(_cdf(_prefix(parts, len(values))), _reader(values), func, q, descending)
+
+
+def as_days(offsets: np.ndarray, origin: datetime.date, func: str) -> np.ndarray:
+    """A date column's quantiles, read as days from its first day ``origin`` (:func:`quantile`), as
+    DuckDB gives them: QUANTILE_DISC's a day (DATE), MEDIAN's and QUANTILE_CONT's a time, which
+    interpolates between two days (TIMESTAMP); NaN (NULL) is None. Post-processing.
+
+    >>> as_days(np.array([0.0, 1.5, np.nan]), datetime.date(2024, 2, 28), "quantile_cont").tolist()
+    [datetime.datetime(2024, 2, 28, 0, 0), datetime.datetime(2024, 2, 29, 12, 0), None]
+    >>> as_days(np.array([1.0]), datetime.date(2024, 2, 28), "quantile_disc").tolist()
+    [datetime.date(2024, 2, 29)]
+    """
+    start = origin if func == "quantile_disc" else datetime.datetime.combine(origin, datetime.time())
+    out = np.empty(len(offsets), dtype=object)
+    out[:] = [None if np.isnan(d) else start + datetime.timedelta(days=float(d)) for d in offsets]
+    return out
 
 
 def quantile_interval(func: str, q: float, descending: bool, values: np.ndarray, parts: dict[str, np.ndarray],

@@ -45,7 +45,7 @@ from sqlglot import exp
 
 from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError, did_you_mean
-from dpsql.schema import Binned, Schema
+from dpsql.schema import Binned, DateRange, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.affine import affine_aggregates
 from dpsql.sql.bind import output_names
@@ -1143,14 +1143,14 @@ def _make_quantile(body: exp.Expression, quantile: tuple[str, exp.Expression, fl
         ctx.fail(UnsupportedSQLError, "a quantile takes a column name", "quantile argument", arg)
     if col is None:
         _check_known(arg, schema, ctx)
-    if not (col.is_numeric or isinstance(col, Binned)):  # a binned column's is read within its bins
+    if not (col.is_numeric or isinstance(col, (Binned, DateRange))):  # a binned column's is read within its bins
         ctx.fail(DomainError, f"cannot take a quantile of the {col.kind} column {col.name!r}: it needs a column "
-                 "whose values are numbers", f"quantile of {col.name}", body)
+                 "whose values are numbers or days", f"quantile of {col.name}", body)
     name = alias or body.sql(dialect="duckdb")
     if alias is None and condition is not None:
         name += f" FILTER (WHERE {condition.sql(dialect='duckdb')})"
     return Aggregate(name=_unique(name, used), func=func, column=col.name, visible=visible, filter=condition,
-                     quantile=q, descending=descending)
+                     quantile=q, descending=descending, origin=col.min if isinstance(col, DateRange) else None)
 
 
 def _filter_condition(node: exp.Filter, schema: Schema, ctx: _Context) -> exp.Expression:

@@ -53,8 +53,8 @@ from sqlglot import exp
 from dpsql import limits
 from dpsql.errors import ArgumentError, SQLError, UnsupportedSQLError
 from dpsql.hdmm.matrix import Dense, Identity, Matrix, Ones, Sparse
-from dpsql.schema import Attribute, Binned, Column, Schema, load_schema
-from dpsql.sql.aggregates import MEASURES, QUANTILES, measures, quantile, value
+from dpsql.schema import Attribute, Binned, Column, DateRange, Schema, load_schema
+from dpsql.sql.aggregates import MEASURES, QUANTILES, as_days, measures, quantile, value
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grid import MAX_ATTRIBUTE_SIZE, Grid, column_function, column_refs, conjuncts
 from dpsql.sql.parse import Statement, parse_statements
@@ -202,11 +202,12 @@ class CompiledStatement:
     def values(self, aggregate: str, y: np.ndarray) -> np.ndarray:
         """One aggregate's value per group from workload answers ``y`` (:func:`~dpsql.sql.aggregates.value`)."""
         agg = next(a for a in self.plan.aggregates if a.name == aggregate)
+        if agg.func in QUANTILES:  # NULL over no rows
+            out = quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
+                           self.parts(aggregate, y)) if self.measured(aggregate) else np.full(len(self.groups), np.nan)
+            return out if agg.origin is None else as_days(out, agg.origin, agg.func)  # a date column's: days
         if not self.measured(aggregate):  # over no rows: COUNT is 0, and every other aggregate NULL
             return np.full(len(self.groups), 0.0 if agg.func == "count" else np.nan)
-        if agg.func in QUANTILES:
-            return quantile(agg.func, agg.quantile, agg.descending, np.array(self.thresholds[aggregate]),
-                            self.parts(aggregate, y))
         out = value(agg.func, self.parts(aggregate, y), agg.bounds)
         if agg.func != "sum":
             return out
@@ -600,10 +601,13 @@ def _split(factor: Matrix, attr: Attribute, schema: Schema,
 
 
 def _thresholds(col: Column) -> tuple:
-    """A quantile's thresholds, one prefix count each: the column's sorted non-NULL values, or a
-    binned column's bins as ``(lo, hi)`` pairs, in order (its quantile is read within them)."""
+    """A quantile's thresholds, one prefix count each: the column's sorted non-NULL values, a date
+    column's days as numbers (days from its first), or a binned column's bins as ``(lo, hi)``
+    pairs, in order (its quantile is read within them)."""
     if isinstance(col, Binned):
         return tuple(zip(col.edges[:-1], col.edges[1:]))
+    if isinstance(col, DateRange):
+        return tuple(range(len(col.values)))
     return tuple(sorted(col.values))
 
 
@@ -626,8 +630,9 @@ def _cdf_term(col: Column, levels: tuple, attributes: tuple[Attribute, ...], gri
             continue
         n = attr.size
         label = grids[a].full(grids[a].axis_array(col.name, np.arange(col.size))).ravel()
-        # each domain value's threshold (a binned column's bins are its thresholds, in order); NULL none
-        order = np.arange(m) if isinstance(col, Binned) else np.searchsorted(levels, col.values)
+        # each domain value's threshold (a binned column's bins and a date column's days are its
+        # thresholds, in order); NULL none
+        order = np.arange(m) if isinstance(col, (Binned, DateRange)) else np.searchsorted(levels, col.values)
         rank = np.concatenate([order, np.full(int(col.nullable), -1)])[label]
         groups = kept[a] if kept[a] is not None else np.zeros(1, np.int64)
         row_of = np.full(math.prod(len(d.labels) for d in doms), -1)  # a group WHERE rules out has no row

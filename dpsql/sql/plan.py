@@ -10,6 +10,7 @@ schema's column names (unqualified).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -58,6 +59,10 @@ class Aggregate:
     filter: exp.Expression | None = None
     quantile: float | None = None
     descending: bool = False
+    #: for a quantile of a date column, the first day of its domain: its thresholds are days counted
+    #: from it, read and interpolated as numbers, and its answers days again
+    #: (:func:`~dpsql.sql.aggregates.as_days`)
+    origin: datetime.date | None = None
     indicator: exp.Expression | None = None
     #: the value SUM or AVG reads, when not ``column`` itself: an expression of ``column`` alone,
     #: evaluated on its domain (a public lookup table's numeric column, a CASE over the join key);
@@ -140,6 +145,10 @@ class QueryPlan:
         """
         computed = dict(self.computed)
         source: exp.Expression = exp.Table(this=exp.to_identifier(relation, quoted=True))
+        days = [exp.alias_(exp.cast(exp.column(a.name, quoted=True), "DATE" if a.func == "quantile_disc" else "TIMESTAMP"),
+                           a.name, quoted=True) for a in self.aggregates if a.origin is not None]
+        if days:  # a date column's quantiles: typed even where every group's is NULL (None has no type)
+            source = exp.select(exp.Star(replace=days)).from_(source).subquery(relation, copy=False)
         having = self.having.copy() if self.having is not None else None
         if self.windows:  # windows see the groups HAVING keeps, and the select items see the windows
             inner = exp.select(exp.Star(), *[exp.alias_(w.copy(), name, quoted=True) for name, w in self.windows])
