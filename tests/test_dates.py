@@ -301,3 +301,17 @@ def test_a_postgresql_client_reads_days_and_binds_them(tmp_path):
     finally:
         thread.stop()
         app.close()
+
+
+def test_validate_names_the_fix_for_text_of_another_date_form():
+    """Text such as ``01/31/2020`` is no date DuckDB reads: the owner's report counts it and names
+    strptime; ISO text and NULL are not counted."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT CASE WHEN range < 90 THEN strftime(DATE '2020-01-01' + CAST(range AS INTEGER), "
+                "'%m/%d/%Y') WHEN range < 95 THEN '2020-03-01' END AS \"day{0}\" FROM range(100)")
+    schema = {"table": "t", "columns": {"day{0}": {"type": "date", "min": "2020-01-01", "max": "2020-12-31",
+                                                    "nullable": True}}}
+    (column,) = validate(con, schema).columns
+    assert column.counts == {"outside": 90}
+    assert column.hint == ("90 of them are text that is no date DuckDB reads (YYYY-MM-DD): read the column in a view "
+                           "that parses its form, such as strptime(\"day{0}\", '%m/%d/%Y')::DATE")

@@ -55,6 +55,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import Callable
 
 import duckdb
 import sqlglot
@@ -73,7 +74,7 @@ from dpsql.private.backend import (
 )
 from dpsql.private.columns import holds
 from dpsql.private.measure import index_expression
-from dpsql.schema import Categorical, Column, Schema, load_schema
+from dpsql.schema import Categorical, Column, DateRange, Schema, load_schema
 
 __all__ = ["ColumnReport", "UnitReport", "ValidationReport", "owner_report", "validate", "view_hazards", "REASONS"]
 
@@ -170,15 +171,28 @@ def _q(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
 
-def _trimmed_inside(column: Column, c: exp.Expression, family: str | None) -> exp.Expression | None:
-    """For a text column declared categorical of strings: whether its value, once the spaces around
-    it are trimmed, is in the domain (a CSV such as UCI's ``39, Female`` read without ``trim``)."""
-    if family != "string" or not isinstance(column, Categorical) or column.is_numeric:
+def _fixable(column: Column, c: exp.Expression, family: str | None) -> tuple[exp.Expression, Callable[[int], str]] | None:
+    """A test of the values of a text column that a view (or a reading option) would bring into the
+    domain, with the hint that names the fix (given the count of such rows): a categorical
+    column's values that are in the domain once the spaces around them are trimmed (a CSV such as
+    UCI's ``39, Female`` read without ``trim``), or a date column's text that is no date DuckDB reads
+    (``01/31/2020``). None for any other column."""
+    if family != "string":
+        return None
+    if isinstance(column, DateRange):
+        unread = exp.and_(exp.not_(c.copy().is_(exp.null())),
+                          exp.TryCast(this=c.copy(), to=exp.DataType.build("DATE"), safe=True).is_(exp.null()))
+        name = exp.to_identifier(column.name).sql("duckdb")
+        return unread, lambda n: (f"{n:,} of them are text that is no date DuckDB reads (YYYY-MM-DD): read the "
+                                  f"column in a view that parses its form, such as strptime({name}, '%m/%d/%Y')::DATE")
+    if not isinstance(column, Categorical) or column.is_numeric:
         return None
     trimmed = exp.func("trim", exp.cast(c.copy(), "VARCHAR"))
     index = index_expression(column, trimmed, "VARCHAR", outside=-1)
-    return exp.and_(exp.NEQ(this=trimmed.copy(), expression=exp.cast(c.copy(), "VARCHAR")),
-                    exp.GTE(this=index, expression=exp.Literal.number(0)))
+    return (exp.and_(exp.NEQ(this=trimmed.copy(), expression=exp.cast(c.copy(), "VARCHAR")),
+                     exp.GTE(this=index, expression=exp.Literal.number(0))),
+            lambda n: (f"{n:,} of them are in the domain once the spaces around them are removed: read the file "
+                       "with dpsql.CSV(path, trim=True), or trim them (TRIM) in a view"))
 
 
 def _rows(backend: DuckDBBackend, query: exp.Select) -> list[tuple]:
@@ -263,7 +277,7 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
     missing = [c.name for c in schema.columns if c.name.lower() not in types]
 
     # each row's reason per column (NULL: in the domain), computed once, then counted
-    checks, counts, bads = [], [exp.Count(this=exp.Star())], []
+    checks, counts, bads, fixes = [], [exp.Count(this=exp.Star())], [], []
     for i, col in enumerate(present):
         sql_type = types[col.name.lower()]
         family = duckdb_type_family(sql_type)
@@ -280,9 +294,10 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
         }
         reason = exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.string(r)) for r, cond in tests.items()],
                           default=exp.Literal.string("outside"))
-        trimmed = _trimmed_inside(col, c, family)
+        fixable = _fixable(col, c, family)
+        fixes.append(fixable[1] if fixable is not None else None)
         checks += [exp.alias_(exp.Case(ifs=[exp.If(this=bad.copy(), true=reason)]), f"r{i}"),
-                   exp.alias_(trimmed if trimmed is not None else exp.false(), f"t{i}")]
+                   exp.alias_(fixable[0] if fixable is not None else exp.false(), f"t{i}")]
         r, t = exp.column(f"r{i}"), exp.column(f"t{i}")
         counts += [exp.func("count_if", exp.EQ(this=r.copy(), expression=exp.Literal.string(x))) for x in REASONS]
         counts.append(exp.func("count_if", exp.and_(exp.not_(r.copy().is_(exp.null())), t)))
@@ -308,8 +323,7 @@ def _report(backend: DuckDBBackend, name: str, schema: Schema) -> ValidationRepo
             shown = [str(r[0]) for r in _rows(backend, examples)]
         problem = None if holds(col, duckdb_type_family(sql_type)) else \
             f"its SQL type {sql_type} cannot hold the declared {col.kind} domain: every non-NULL value is dropped"
-        hint = (f"{found[-1]:,} of them are in the domain once the spaces around them are removed: read the file "
-                "with dpsql.CSV(path, trim=True), or trim them (TRIM) in a view") if found[-1] else None
+        hint = fixes[i](found[-1]) if found[-1] else None
         reports.append(ColumnReport(col.name, str(sql_type), by_reason, shown, problem, hint))
 
     unit = None
