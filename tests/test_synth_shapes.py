@@ -7,9 +7,13 @@ import itertools
 import math
 import time
 
+import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 
+import dpsql
+from dpsql import Budget
 from dpsql.synth.aim import candidates
 from dpsql.synth.refine import refine
 from dpsql.synth.work import REFINE_ROW
@@ -50,3 +54,23 @@ def test_aim_candidates_of_every_triple_of_many_columns_are_weighed_in_linear_ti
     assert time.perf_counter() - start < 2.0
     assert len(weights) == math.comb(d, 1) + math.comb(d, 2) + math.comb(d, 3)
     assert all(w == len(r) * math.comb(d - 1, 2) for r, w in weights.items())
+
+
+@pytest.mark.parametrize("method, budget, spend", [("pgm", Budget(rho=1.0), {"rho": 0.5}),
+                                                   ("mwem", Budget(epsilon=1.0), {"epsilon": 0.5})])
+def test_a_column_of_one_declared_value_is_not_warned_about_as_fitted_alone(method, budget, spend):
+    """A column of one declared value has no relation to the other columns to learn, but
+    ``print(syn)`` warned that it was fitted only through its one-way marginal."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.integers(0, 3, 500), "const": "only"})
+    frame["b"] = (frame["a"] + rng.integers(0, 2, 500)) % 3
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2},
+                                        "b": {"type": "integer", "min": 0, "max": 2},
+                                        "const": {"type": "categorical", "values": ["only"]}}}
+    db = dpsql.connect(con, schema=schema, budget=budget, cache=False, progress=False)
+    syn = db.synthesize(method, workload=[("a", "b")], rows=100, name="s", seed=0, **spend)
+    assert syn.report.attrs["one_way_only"] == [] and "warning" not in repr(syn)
+    assert (syn.df["const"] == "only").all()
