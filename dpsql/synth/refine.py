@@ -72,16 +72,27 @@ def _step(records: np.ndarray, domain: Sequence[int], subset: tuple[int, ...], t
     moved = int(leave.sum())
     if moved == 0:
         return
-    # the records of each cell in random order: the first leave[c] of cell c go
-    order = rng.permutation(len(records))
-    by_cell = order[np.argsort(cells[order], kind="stable")]
-    first = np.concatenate([[0], np.cumsum(counts)])
-    rank = np.arange(len(records)) - first[cells[by_cell]]
-    going = by_cell[rank < leave[cells[by_cell]]]
     dest = rng.permutation(allot(short, moved, rng))
+    # the records of the cells that lose or gain records (often a tenth of a large table: only
+    # those are sorted), each cell's in random order: the first leave[c] of cell c go
+    involved = leave > 0
+    involved[dest] = True
+    pool = np.flatnonzero(involved[cells])
+    pool = pool[rng.permutation(len(pool))]
+    by_cell = pool[np.argsort(_sort_key(cells[pool], target.size), kind="stable")]
+    first = np.concatenate([[0], np.cumsum(np.where(involved, counts, 0))])
+    rank = np.arange(len(by_cell)) - first[cells[by_cell]]
+    going = by_cell[rank < leave[cells[by_cell]]]
     # records become copies of a record already in their new cell, or take the values of an empty one
     members = counts[dest]
     copy = members > 0
     source = by_cell[first[dest[copy]] + (rng.random(int(copy.sum())) * members[copy]).astype(np.int64)]
     records[going[copy]] = records[source]
     records[np.ix_(going[~copy], list(subset))] = np.column_stack(np.unravel_index(dest[~copy], shape))
+
+
+def _sort_key(cells: np.ndarray, size: int) -> np.ndarray:
+    """``cells`` (indices below ``size``) as 16-bit keys when they fit: numpy's stable sort of
+    16-bit integers is a radix sort, 7 times faster on a million records than its merge sort of
+    64-bit ones, in the same order."""
+    return cells.astype(np.uint16) if size <= 2**16 else cells

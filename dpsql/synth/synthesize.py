@@ -577,9 +577,11 @@ def _unnamed(attributes: int, marginals: Sequence[tuple[int, ...]]) -> list[int]
     return [a for a in range(attributes) if not any(a in m for m in marginals)]
 
 
-def _note_alone(report: "pd.DataFrame", names: Sequence[str]) -> None:
-    """Record on ``report`` the columns fitted only through their one-way marginals, with a warning."""
-    report.attrs["one_way_only"] = list(names)
+def _note_alone(report: "pd.DataFrame", attributes: Sequence[Attribute]) -> None:
+    """Record on ``report`` the columns of ``attributes`` fitted only through their one-way
+    marginals, with a warning; not those of one value, which have no relation to learn."""
+    names = [a.name for a in attributes if a.size > 1]
+    report.attrs["one_way_only"] = names
     if names:
         report.attrs["warnings"] = [*report.attrs.get("warnings", []),
                                     f"fitted only through their one-way marginals (each keeps its distribution, "
@@ -624,7 +626,7 @@ def _plan_binned(private: PrivateTable, attributes: Sequence[Attribute], request
         laplace = isinstance(noise, Laplace)
         values = coarsen(compress(full, []), request.wide, one_way, laplace=laplace).expand(records, rng)
         if alone:
-            _note_alone(report, [attributes[a].name for a in alone])
+            _note_alone(report, [attributes[a] for a in alone])
         return values, report, oracle, cost + spent
 
     return _Run(cost + inner.cost, execute)
@@ -1060,7 +1062,7 @@ class _ModelOptions:
         varied = [{a for a in o.subset if attributes[a].size > 1} for o in learned.observations]
         joined = set().union(*(v for v in varied if len(v) > 1))
         report.attrs["estimate"] = self.estimate
-        _note_alone(report, [a.name for i, a in enumerate(attributes) if i not in joined])
+        _note_alone(report, [a for i, a in enumerate(attributes) if i not in joined])
         return records, report
 
 
