@@ -5,6 +5,7 @@ with a message that names the construct and never a private value."""
 
 import itertools
 import math
+import re
 import time
 
 import duckdb
@@ -14,6 +15,8 @@ import pytest
 
 import dpsql
 from dpsql import Budget
+from dpsql.errors import ResourceLimitError
+from dpsql.private.kernel import PrivateTable
 from dpsql.synth.aim import candidates
 from dpsql.synth.refine import refine
 from dpsql.synth.work import REFINE_ROW
@@ -74,3 +77,50 @@ def test_a_column_of_one_declared_value_is_not_warned_about_as_fitted_alone(meth
     syn = db.synthesize(method, workload=[("a", "b")], rows=100, name="s", seed=0, **spend)
     assert syn.report.attrs["one_way_only"] == [] and "warning" not in repr(syn)
     assert (syn.df["const"] == "only").all()
+
+
+class _Started(Exception):
+    """Raised in place of AIM's first reservation: the request was planned and would run."""
+
+
+@pytest.mark.slow
+def test_the_default_workload_of_80_columns_is_refused_before_the_charge_with_the_rounds_that_fit(monkeypatch):
+    """``db.synthesize(rho=...)`` on 80 columns ran pgm's default workload as aim with 16 rounds a
+    column, 1,280, more than ``max_seconds`` holds whatever the table: the refusal named
+    ``rounds=1280``, an option the user never gave, of a method never asked for. It now says
+    why aim runs and the most rounds that fit; aim with those is planned, with one more refused."""
+    rng = np.random.default_rng(0)
+    con = duckdb.connect()
+    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 2, 200) for j in range(80)})
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 1} for c in frame.columns}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    with pytest.raises(ResourceLimitError, match="with no workload, pgm selects among every 3-way marginal as aim") as e:
+        db.synthesize(rho=0.5, name="s")
+    fit = int(re.search(r"rounds=1,280 is AIM's default, 16 per column: pass rounds=([\d,]+) or fewer",
+                        str(e.value)).group(1).replace(",", ""))
+    with pytest.raises(ResourceLimitError, match=f"AIM with rounds={fit + 1} would run"):
+        db.synthesize("aim", rho=0.5, name="s", rounds=fit + 1)
+    assert db.ledger.entries() == []
+
+    def started(*args, **kwargs):
+        raise _Started
+
+    monkeypatch.setattr(PrivateTable, "reserve", started)
+    with pytest.raises(_Started):
+        db.synthesize("aim", rho=0.5, name="s", rounds=fit)
+
+
+def test_aim_reports_the_estimate_it_was_planned_with():
+    """The docs promise the run's estimate in ``syn.report.attrs["estimate"]``; aim's was empty."""
+    rng = np.random.default_rng(0)
+    con = duckdb.connect()
+    frame = pd.DataFrame({"a": rng.integers(0, 3, 300), "b": rng.integers(0, 2, 300)})
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2},
+                                        "b": {"type": "integer", "min": 0, "max": 1}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    syn = db.synthesize("aim", workload=2, rho=0.5, rounds=4, name="s", seed=0)
+    assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s", syn.report.attrs["estimate"])

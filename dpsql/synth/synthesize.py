@@ -491,6 +491,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
     widened = wide(attributes, schema)
+    asked = method
     if workload is None:  # AIM's default: every 3-way marginal the target. pgm measures them all when one
         # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error); else aim
         workload = min(DEFAULT_WAY, len(attributes))
@@ -510,7 +511,14 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     if request.wide and not (method == "aim" or method == "pgm" and gaussian):
         run = _plan_binned(private, attributes, request, planner, dict(options), alone)
     else:
-        run = planner(private, attributes, request, dict(options))
+        try:
+            run = planner(private, attributes, request, dict(options))
+        except ResourceLimitError as e:
+            if method == asked:
+                raise
+            raise ResourceLimitError(f"with no workload, pgm selects among every {DEFAULT_WAY}-way marginal as aim does "
+                                     f"(no model within its size limit holds all {len(attributes)} columns; "
+                                     f"method='aim' takes aim's options): {e}") from None
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
@@ -997,7 +1005,8 @@ class _ModelOptions:
         sweeps = (f"sweeps={self.sweeps} of {marginals} marginals" + (f" over rows={rows}" if rows else ""),
                   refine_seconds(self.sweeps, marginals, rows or 1))
         Work(method, [*fit, sweeps]).check(self.max_seconds)
-        return dataclasses.replace(self, fit=sum(s for _, s in fit))
+        estimate = "; ".join(f"{what}: about {seconds:,.0f} s" for what, seconds in fit)
+        return dataclasses.replace(self, fit=sum(s for _, s in fit), estimate=estimate)
 
     def fit_plan(self, method: str, domain: Sequence[int], subsets: Sequence[tuple[int, ...]],
                  fixed: float) -> "_ModelOptions":
@@ -1211,9 +1220,19 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
-    model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
-                                     (f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
-                             min(rounds, len(fits)) + len(domain), request.rows)
+    last = fit_seconds(model.iterations, cells)
+    try:
+        model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
+                                         (f"iterations={model.iterations}", last)],
+                                 min(rounds, len(fits)) + len(domain), request.rows)
+    except ResourceLimitError as e:
+        if option(options, "rounds", None) is not None:
+            raise
+        rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
+        fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
+                      2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
+        raise ResourceLimitError(f"{e}; rounds={rounds:,} is AIM's default, 16 per column: pass rounds={fit:,} or "
+                                 "fewer, or a workload of fewer marginals") from None
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
