@@ -124,3 +124,25 @@ def test_aim_reports_the_estimate_it_was_planned_with():
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
     syn = db.synthesize("aim", workload=2, rho=0.5, rounds=4, name="s", seed=0)
     assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s", syn.report.attrs["estimate"])
+
+
+@pytest.mark.parametrize("method, budget, spend", [("pgm", Budget(rho=50.0), {"rho": 10.0}),
+                                                   ("mwem", Budget(epsilon=50.0), {"epsilon": 20.0})])
+def test_under_a_privacy_unit_the_default_rows_are_those_of_the_kept_rows(method, budget, spend):
+    """With ``privacy_unit: {column: pid, max_rows: 2}`` every method learns from at most 2 rows a
+    person: the synthetic table has about as many rows as were kept (``Σ min(k, 2)``), not the
+    table's, and no ``pid`` column (docs/synthetic.md)."""
+    rng = np.random.default_rng(0)
+    per_person = rng.integers(1, 6, 2_000)
+    frame = pd.DataFrame({"pid": np.repeat(np.arange(2_000), per_person)})
+    frame["a"] = rng.integers(0, 3, len(frame))
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "privacy_unit": {"column": "pid", "max_rows": 2},
+              "columns": {"a": {"type": "integer", "min": 0, "max": 2}}}
+    db = dpsql.connect(con, schema=schema, budget=budget, cache=False, progress=False)
+    kept = int(np.minimum(per_person, 2).sum())
+    syn = db.synthesize(method, workload=1, name="s", seed=0, **spend)
+    assert list(syn.df.columns) == ["a"]
+    assert abs(len(syn.df) - kept) < 0.02 * kept < len(frame) - kept
