@@ -491,6 +491,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
         raise WorkloadError(f"a table or view named {name!r} already exists; choose a new name for the "
                             "synthetic table (it never replaces an existing one)")
     widened = wide(attributes, schema)
+    asked = method
     if workload is None:  # AIM's default: every 3-way marginal the target. pgm measures them all when one
         # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error); else aim
         workload = min(DEFAULT_WAY, len(attributes))
@@ -510,7 +511,14 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     if request.wide and not (method == "aim" or method == "pgm" and gaussian):
         run = _plan_binned(private, attributes, request, planner, dict(options), alone)
     else:
-        run = planner(private, attributes, request, dict(options))
+        try:
+            run = planner(private, attributes, request, dict(options))
+        except ResourceLimitError as e:
+            if method == asked:
+                raise
+            raise ResourceLimitError(f"with no workload, pgm selects among every {DEFAULT_WAY}-way marginal as aim does "
+                                     f"(no model within its size limit holds all {len(attributes)} columns; "
+                                     f"method='aim' takes aim's options): {e}") from None
     if not run.cost.within(total):  # pragma: no cover - each planner fits its cost within the request
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
@@ -525,17 +533,19 @@ def _advance(bar: tqdm) -> Callable[[int], None]:
 
 
 @contextlib.contextmanager
-def _fit_progress(bar: tqdm, steps: int) -> Iterator[Callable[[int, float], None]]:
+def _fit_progress(bar: tqdm, steps: int, taken: list[int]) -> Iterator[Callable[[int, float], None]]:
     """``bar`` showing a model's fit (:func:`~dpsql.synth.estimate.estimate`) converge: it
     counts percent of the way, on a log scale, from the first measured improvement over 100
     steps to the one that stops the fit, not steps toward their cap (``steps``, which the fit
-    mostly never reaches; shown beside), and is full when the fit has ended."""
+    mostly never reaches; shown beside), and is full when the fit has ended. ``taken`` gets
+    the steps done (the fit reads released measurements only, so their count is public)."""
     bar.total, bar.unit = 100, "% converged"
     if not bar.disable:  # a disabled bar has no description
         bar.set_description_str(f"{bar.desc} fit")
     first: list[float] = []
 
     def advance(step: int, ratio: float) -> None:
+        taken[:] = [step]
         if math.isfinite(ratio) and ratio > 0:
             first.append(first[0] if first else max(ratio, 1.0 + 1e-9))
             done = 100 * math.log(first[0] / max(ratio, 1.0)) / math.log(first[0])
@@ -981,6 +991,7 @@ class _ModelOptions:
     fit: float = 0.0
     cells: int | None = None
     estimate: str = ""
+    step: float = 0.0
 
     @classmethod
     def of(cls, options: dict, iterations: int) -> "_ModelOptions":
@@ -997,7 +1008,8 @@ class _ModelOptions:
         sweeps = (f"sweeps={self.sweeps} of {marginals} marginals" + (f" over rows={rows}" if rows else ""),
                   refine_seconds(self.sweeps, marginals, rows or 1))
         Work(method, [*fit, sweeps]).check(self.max_seconds)
-        return dataclasses.replace(self, fit=sum(s for _, s in fit))
+        estimate = "; ".join(f"{what}: about {seconds:,.0f} s" for what, seconds in fit)
+        return dataclasses.replace(self, fit=sum(s for _, s in fit), estimate=estimate)
 
     def fit_plan(self, method: str, domain: Sequence[int], subsets: Sequence[tuple[int, ...]],
                  fixed: float) -> "_ModelOptions":
@@ -1027,7 +1039,8 @@ class _ModelOptions:
         steps = max(least, fitting(self.max_seconds - (self.max_seconds - fixed) / 2, fixed, each, self.iterations))
         estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most "
                     f"{steps:,} steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
-        return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate)
+        return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate,
+                                   step=each)
 
     @property
     def max_cells(self) -> int:
@@ -1044,11 +1057,16 @@ class _ModelOptions:
                                      f"{self.limit} holds")
 
     def table(self, learned: PGMResult, request: _Request, attributes: Sequence[Attribute],
-              rng: np.random.Generator) -> tuple[np.ndarray, "pd.DataFrame"]:
-        """The records sampled from a fitted model (``request.rows``, or its noisy total) and their report."""
+              rng: np.random.Generator, taken: Sequence[int] = ()) -> tuple[np.ndarray, "pd.DataFrame"]:
+        """The records sampled from a fitted model (``request.rows``, or its noisy total, as many as
+        the time left allows) and their report. The time left counts the fit's steps ``taken`` (its
+        last, when given), not the most planned: a fit that converged early left the default rows
+        of 24 binary columns capped at 6,325 of 10,043 by the 200 steps planned (537 s), in a run
+        of 26 s."""
         total = learned.model.total
         marginals = len({o.subset for o in learned.observations})
-        in_time = fitting(self.max_seconds, self.fit + refine_seconds(self.sweeps, marginals, 0),
+        fit = self.fit - max(self.iterations - taken[-1], 0) * self.step if taken else self.fit
+        in_time = fitting(self.max_seconds, fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
         n = request.rows if request.rows is not None else \
             request.default_rows(total, "noisy row count", total_std(learned.observations), in_time)
@@ -1136,10 +1154,11 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
         return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        with _fit_progress(bar, model.iterations) as advance:
+        taken: list[int] = []
+        with _fit_progress(bar, model.iterations, taken) as advance:
             learned = pgm(private, attributes, weights, noise, cost, model.max_cells, iterations=model.iterations,
                           progress=advance)
-        return (*model.table(learned, request, attributes, rng), {}, cost)
+        return (*model.table(learned, request, attributes, rng, taken), {}, cost)
 
     return _Run(cost, execute)
 
@@ -1178,14 +1197,15 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"PGM: rho={rho!r}", "pgm", rho=rho)
+        taken: list[int] = []
         try:
-            with _fit_progress(bar, model.iterations) as advance:
+            with _fit_progress(bar, model.iterations, taken) as advance:
                 learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
                                          threshold, compressible(full), iterations=model.iterations,
                                          progress=advance, binned=request.wide)
         finally:
             reservation.close()
-        return (*model.table(learned, request, attributes, rng), {}, cost)
+        return (*model.table(learned, request, attributes, rng, taken), {}, cost)
 
     return _Run(cost, execute)
 
@@ -1211,9 +1231,19 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
-    model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
-                                     (f"iterations={model.iterations}", fit_seconds(model.iterations, cells))],
-                             min(rounds, len(fits)) + len(domain), request.rows)
+    last = fit_seconds(model.iterations, cells)
+    try:
+        model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
+                                         (f"iterations={model.iterations}", last)],
+                                 min(rounds, len(fits)) + len(domain), request.rows)
+    except ResourceLimitError as e:
+        if option(options, "rounds", None) is not None:
+            raise
+        rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
+        fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
+                      2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
+        raise ResourceLimitError(f"{e}; rounds={rounds:,} is AIM's default, 16 per column: pass rounds={fit:,} or "
+                                 "fewer, or a workload of fewer marginals") from None
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
