@@ -6,7 +6,6 @@ with a message that names the construct and never a private value."""
 import itertools
 import math
 import re
-import time
 import warnings
 
 import duckdb
