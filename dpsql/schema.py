@@ -417,8 +417,8 @@ def iso_date(text: str) -> datetime.date:
     >>> iso_date("2024-02-29")
     datetime.date(2024, 2, 29)
     """
-    if not (len(text) == 10 and text[4] == text[7] == "-" and (text[:4] + text[5:7] + text[8:]).isascii()
-            and (text[:4] + text[5:7] + text[8:]).isdigit()):
+    digits = text[:4] + text[5:7] + text[8:]
+    if not (len(text) == 10 and text[4] == text[7] == "-" and digits.isascii() and digits.isdigit()):
         raise ValueError(f"{text!r:.40} is not a date written YYYY-MM-DD")
     try:
         return datetime.date.fromisoformat(text)
