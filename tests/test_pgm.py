@@ -617,6 +617,36 @@ def test_a_model_of_every_measured_set_larger_than_the_greedy_limit_is_built_gre
         assert (tree.size == 2**16 and len(fitted) == len(pairs)) if d == 16 else tree.size < 2**20
 
 
+def test_the_greedy_model_tries_few_trial_models_and_keeps_a_chains_every_link(monkeypatch):
+    """pgm with every pair of 40 columns ran past 10 minutes, three quarters of it building a
+    trial junction tree for every candidate at every greedy step. Each step now tries the
+    candidates in order of their gain per cell added when last tried, and stops at the first
+    that cannot beat the best: on 24 columns' 276 pairs, a tenth of the trial trees (6,866 before)
+    and still every link of the chain the data is drawn from."""
+    import dpsql.synth.pgm as pgm_module
+
+    rng = np.random.default_rng(0)
+    d, n, sd = 24, 20_000, 40.0
+    sizes = [(2, 3, 5, 8)[i % 4] for i in range(d)]
+    cols = [rng.integers(0, sizes[0], n)]
+    for i in range(1, d):
+        cols.append(np.where(rng.random(n) < 0.3, rng.integers(0, sizes[i], n), cols[-1] % sizes[i]))
+    observations = []
+    for a, b in itertools.combinations(range(d), 2):
+        counts = np.bincount(cols[a] * sizes[b] + cols[b], minlength=sizes[a] * sizes[b]).astype(float)
+        observations.append(Observation((a, b), counts + rng.normal(0, sd, counts.size), np.full(counts.size, sd)))
+    trials = []
+
+    def counted(domain, subsets):
+        trials.append(len(subsets))
+        return junction_tree(domain, subsets)
+
+    monkeypatch.setattr(pgm_module, "junction_tree", counted)
+    tree, fitted = model_structure(sizes, observations, 2**16)
+    assert tree.size <= 2**16 and len(trials) < 1_000
+    assert all(tree.home((i, i + 1)) >= 0 for i in range(d - 1))
+
+
 def test_refining_toward_exact_marginals_reaches_them_and_keeps_the_records_in_the_domain():
     from dpsql.synth.refine import refine
 

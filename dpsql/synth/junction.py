@@ -69,18 +69,25 @@ def junction_tree(domain: Sequence[int], subsets: Sequence[Sequence[int]]) -> Ju
                 raise ValueError(f"attribute {a} is not in a domain of {d} attributes")
             neighbours[a] |= set(s) - {a}
     remaining = set(range(d))
+
+    def cost(v: int) -> tuple[int, int, int]:
+        near = neighbours[v] & remaining
+        fill = (len(near) * (len(near) - 1) - sum(len(neighbours[x] & near) for x in near)) // 2  # pairs not joined
+        return math.prod(domain[a] for a in near | {v}), fill, v
+
+    costs = {v: cost(v) for v in remaining}
     found: list[tuple[int, ...]] = []
     while remaining:
-        def cost(v: int) -> tuple[int, int, int]:
-            near = neighbours[v] & remaining
-            fill = sum(1 for x in near for y in near if x < y and y not in neighbours[x])
-            return math.prod(domain[a] for a in near | {v}), fill, v
-        v = min(remaining, key=cost)
+        v = min(remaining, key=costs.__getitem__)
         near = neighbours[v] & remaining
         for x in near:
             neighbours[x] |= near - {x}
         found.append(tuple(sorted(near | {v})))
         remaining.remove(v)
+        del costs[v]
+        # only the eliminated attribute's neighbours and theirs gained edges or lost a neighbour
+        for u in set().union(near, *(neighbours[x] for x in near)) & remaining:
+            costs[u] = cost(u)
     cliques = list(dict.fromkeys(c for c in found if not any(set(c) < set(o) for o in found)))
     return JunctionTree(domain, tuple(cliques), _spanning_tree(cliques))
 
