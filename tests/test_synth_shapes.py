@@ -83,33 +83,38 @@ class _Started(Exception):
     """Raised in place of AIM's first reservation: the request was planned and would run."""
 
 
-@pytest.mark.slow
-def test_the_default_workload_of_80_columns_is_refused_before_the_charge_with_the_rounds_that_fit(monkeypatch):
-    """``db.synthesize(rho=...)`` on 80 columns ran pgm's default workload as aim with 16 rounds a
-    column, 1,280, more than ``max_seconds`` holds whatever the table: the refusal named
-    ``rounds=1280``, an option the user never gave, of a method never asked for. It now says
-    why aim runs and the most rounds that fit; aim with those is planned, with one more refused."""
+def test_the_default_rounds_are_cut_to_those_that_fit_in_max_seconds(monkeypatch):
+    """``db.synthesize(rho=...)`` with no workload on a table of 60 columns or more was refused
+    before the charge: aim's default of 16 rounds a column, whatever the table, took longer than
+    ``max_seconds``. The default is now cut to the rounds that fit (with a warning), down to 2 a
+    column; below that it is refused before the charge. Given rounds are never cut. (On a small
+    table, a small ``max_seconds`` makes the same plan as the default one on a wide table.)"""
     rng = np.random.default_rng(0)
     con = duckdb.connect()
-    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 2, 200) for j in range(80)})
+    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 200) for j in range(12)})  # 3^12 cells: no one model
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 1} for c in frame.columns}}
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
-    with pytest.raises(ResourceLimitError, match="with no workload, pgm selects among every 3-way marginal as aim") as e:
-        db.synthesize(rho=0.5, name="s")
-    fit = int(re.search(r"rounds=1,280 is AIM's default, 16 per column: pass rounds=([\d,]+) or fewer",
-                        str(e.value)).group(1).replace(",", ""))
-    with pytest.raises(ResourceLimitError, match=f"AIM with rounds={fit + 1} would run"):
-        db.synthesize("aim", rho=0.5, name="s", rounds=fit + 1)
-    assert db.ledger.entries() == []
+    reserved = []
 
-    def started(*args, **kwargs):
+    def started(self, cost, description, *args, **kwargs):
+        reserved.append(description)
         raise _Started
 
     monkeypatch.setattr(PrivateTable, "reserve", started)
-    with pytest.raises(_Started):
-        db.synthesize("aim", rho=0.5, name="s", rounds=fit)
+    with pytest.warns(UserWarning, match=r"16 rounds per column \(rounds=192\) does not fit in max_seconds=40: "
+                                         r"running rounds=(\d+)") as caught:
+        with pytest.raises(_Started):
+            db.synthesize("aim", rho=0.5, name="s", max_seconds=40)
+    fit = int(re.search(r"running rounds=(\d+)", str(caught[0].message)).group(1))
+    assert 24 <= fit < 192 and reserved == [f"AIM: rho=0.5, T={fit}"]
+    with pytest.raises(ResourceLimitError, match=f"AIM with rounds={fit + 1} would run"):
+        db.synthesize("aim", rho=0.5, name="s", max_seconds=40, rounds=fit + 1)
+    with pytest.raises(ResourceLimitError, match="with no workload, pgm selects among every 3-way marginal as aim.*"
+                                                 "AIM's default rounds, 16 per column and at least 2 in time, do not fit"):
+        db.synthesize(rho=0.5, name="s", max_seconds=10)
+    assert len(reserved) == 1 and db.ledger.entries() == []
 
 
 def test_aim_reports_the_estimate_it_was_planned_with():

@@ -165,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
     y.add_argument("--rounds", type=int,
                    help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
                         "given, the spend sets DualQuery's eta and FEM's eps0; AIM: the shares its "
-                        "spend starts in, 16 per column)")
+                        "spend starts in, 16 per column, fewer if those do not fit in the time)")
     y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
     y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
     y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")

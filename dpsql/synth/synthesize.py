@@ -354,7 +354,8 @@ class NameTakenError(WorkloadError):
 #:   budget those one-way counts take, :data:`ONE_WAY_SHARE` times the attributes' fraction that
 #:   has more than two values). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
 #:   ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
-#: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in),
+#: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in;
+#:   a default that does not fit in ``max_seconds`` is cut to the most that do, down to ``2d``),
 #:   ``iterations`` (of the last fit, warm-started, 1,000), and ``max_model_size``, ``sweeps``,
 #:   ``compress`` and ``one_way_share`` as for pgm.
 #:   zCDP: a ``rho``, or an ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
@@ -390,6 +391,9 @@ COUNT_SHARE = 0.05
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
+#: The fewest rounds per column AIM's default is cut to when 16 a column do not fit in
+#: ``max_seconds`` (below it the one-way marginals would take more than half the budget).
+AIM_MIN_ROUNDS = 2
 
 #: Most rounds and replays MWEM takes: each round reads the private table once and each replay
 #: passes over every measurement so far, so more would run for days.
@@ -1214,7 +1218,10 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     """AIM within the request (:mod:`dpsql.synth.aim`): the whole ``ρ`` (or ``(ε, δ)``) is reserved
     at once and spent in adaptive rounds. Refused up front: a pure ``ε`` spend (AIM is zCDP), a
     model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
-    add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares."""
+    add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares. The
+    default ``16d`` rounds are cut to those that fit in ``max_seconds`` (from public values: the
+    schema, the workload and the options), at least :data:`AIM_MIN_ROUNDS` ``d``: on 60 columns and
+    more 16 a column never fit, and fewer rounds only spend more each."""
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
@@ -1232,6 +1239,15 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
     last = fit_seconds(model.iterations, cells)
+    if option(options, "rounds", None) is None:  # the default, 16 a column, capped to the rounds that fit in time
+        rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
+        fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
+                      2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
+        if fit < rounds and fit >= AIM_MIN_ROUNDS * len(domain):
+            warnings.warn(f"AIM's default of 16 rounds per column (rounds={rounds:,}) does not fit in "
+                          f"max_seconds={model.max_seconds:g}: running rounds={fit:,}, whose rounds each spend more",
+                          stacklevel=_caller())
+            rounds = fit
     try:
         model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
                                          (f"iterations={model.iterations}", last)],
@@ -1239,11 +1255,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     except ResourceLimitError as e:
         if option(options, "rounds", None) is not None:
             raise
-        rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
-        fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
-                      2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
-        raise ResourceLimitError(f"{e}; rounds={rounds:,} is AIM's default, 16 per column: pass rounds={fit:,} or "
-                                 "fewer, or a workload of fewer marginals") from None
+        raise ResourceLimitError(f"{e}; AIM's default rounds, 16 per column and at least {AIM_MIN_ROUNDS} in time, "
+                                 "do not fit: give a workload of fewer marginals") from None
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
