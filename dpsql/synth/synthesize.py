@@ -391,6 +391,11 @@ COUNT_SHARE = 0.05
 
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
+#: The most candidate marginals AIM scores (every marginal within a workload marginal): each round
+#: builds each one's model and estimates its marginal, milliseconds each on 40 columns and more, so
+#: the 35,990 candidates of 60 columns' triples take minutes a round (the 7,175 of 35 columns ran
+#: in 343 s at epsilon = 1). With no workload on a wider table, pgm measures every pair instead.
+AIM_MAX_CANDIDATES = 8_000
 #: The fewest rounds per column AIM's default is cut to when 16 a column do not fit in
 #: ``max_seconds`` (below it the one-way marginals would take more than half the budget).
 AIM_MIN_ROUNDS = 2
@@ -497,12 +502,19 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     widened = wide(attributes, schema)
     asked = method
     if workload is None:  # AIM's default: every 3-way marginal the target. pgm measures them all when one
-        # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error); else aim
+        # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error); else aim,
+        # or, on a table too wide for aim's rounds to score every candidate, pgm measures every pair
         workload = min(DEFAULT_WAY, len(attributes))
         if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]) and \
                 math.prod(a.cells for a in binned(attributes, widened)) > \
                 model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
             method = "aim"
+            scored = sum(math.comb(len(attributes), k) for k in range(1, workload + 1))
+            if scored > AIM_MAX_CANDIDATES and set(options) <= set(OPTIONS["pgm"]):
+                method, workload = "pgm", 2
+                warnings.warn(f"with no workload on {len(attributes)} columns, aim would score {scored:,} candidate "
+                              f"marginals every round, more than {AIM_MAX_CANDIDATES:,}: pgm measures every pair "
+                              "of columns instead (give a workload to choose)", stacklevel=_caller())
     marginals = workload_marginals(workload, schema, attributes)
     # mwem, fem and dualquery measure no one-way marginal: a column no workload marginal names is
     # one bin for them, its values drawn by its own measured one-way counts (pgm and aim measure it)
@@ -1218,10 +1230,10 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     """AIM within the request (:mod:`dpsql.synth.aim`): the whole ``ρ`` (or ``(ε, δ)``) is reserved
     at once and spent in adaptive rounds. Refused up front: a pure ``ε`` spend (AIM is zCDP), a
     model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
-    add (the later rounds' shares are larger), and more than :data:`AIM_MAX_ROUNDS` shares. The
-    default ``16d`` rounds are cut to those that fit in ``max_seconds`` (from public values: the
-    schema, the workload and the options), at least :data:`AIM_MIN_ROUNDS` ``d``: on 60 columns and
-    more 16 a column never fit, and fewer rounds only spend more each."""
+    add (the later rounds' shares are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more
+    than :data:`AIM_MAX_CANDIDATES` candidates. The default ``16d`` rounds are cut to those that
+    fit in ``max_seconds`` (from public values: the schema, the workload and the options), at
+    least :data:`AIM_MIN_ROUNDS` ``d``: fewer rounds only spend more each."""
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
@@ -1233,7 +1245,12 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
                            "takes a pure epsilon)")
     rho, cost = request.reservation()
     model.check_one_ways(domain, "AIM's first model")
-    fits = [m for m in aim_candidates(request.marginals) if math.prod(domain[a] for a in m) <= model.max_cells]
+    scored = aim_candidates(request.marginals)
+    if len(scored) > AIM_MAX_CANDIDATES:
+        raise ResourceLimitError(f"AIM scores every marginal within the workload's, {len(scored):,} here, in every "
+                                 f"round: more than {AIM_MAX_CANDIDATES:,} take minutes a round; give a workload of "
+                                 "fewer marginals, or use method='pgm', which measures them all at once")
+    fits = [m for m in scored if math.prod(domain[a] for a in m) <= model.max_cells]
     _check_cells("AIM", fits, model_attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
