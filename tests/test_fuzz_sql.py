@@ -1,4 +1,4 @@
-"""Fuzzing the SQL front end with hypothesis (fixed seed, 10,000 statements in all).
+"""Fuzzing the SQL front end with hypothesis (fixed seed, about 5,200 statements in all).
 
 Every statement, valid or not, must end in a result or a ``dpsql.Error``:
 never another exception, never a hang (each call is timed). A rejected
@@ -160,32 +160,33 @@ def _check_compile_only(sql: str) -> None:
     assert time.perf_counter() - start < TIME_BOUND
 
 
-# -- the fuzz tests: 1,500 + 2,000 + 3,000 + about 3,400 (1,700 batches of 1 to 3) + 100 + 6,
-#    about 10,000 statements in all ---------------------------------------------------------
+# -- the fuzz tests: 800 + 1,000 + 1,500 + about 1,800 (900 batches of 1 to 3) + 100 + 6, about
+#    5,200 statements in all (derandomized: the same ones every run; twice as many, run before, took
+#    two minutes of the suite's ten) ---------------------------------------------------------
 
 @seed(20261123)
-@settings(max_examples=1500, **SETTINGS)
+@settings(max_examples=800, **SETTINGS)
 @given(sql=statements())
 def test_generated_statements(db, sql):
     run(db, sql)
 
 
 @seed(20261124)
-@settings(max_examples=2000, **SETTINGS)
+@settings(max_examples=1000, **SETTINGS)
 @given(sql=mutated())
 def test_mutated_statements(db, sql):
     run(db, sql)
 
 
 @seed(20261125)
-@settings(max_examples=3000, **SETTINGS)
+@settings(max_examples=1500, **SETTINGS)
 @given(sql=st.text(max_size=200))
 def test_random_unicode_text(db, sql):
     run(db, sql)
 
 
 @seed(20261126)
-@settings(max_examples=1700, **SETTINGS)
+@settings(max_examples=900, **SETTINGS)
 @given(sql=st.lists(statements(), min_size=1, max_size=3).map("; ".join))
 def test_generated_batches_compile_or_fail_cleanly(sql):
     _check_compile_only(sql)
