@@ -60,7 +60,7 @@ from dpsql.synth.refine import refine
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "RELATIVE_TOLERANCE",
            "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations",
-           "planned_model", "one_way_weights", "pgm",
+           "planned_model", "greedy_candidates", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights"]
 
 
@@ -308,6 +308,19 @@ def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max
         sizes = [math.prod(domain[a] for a in c) for c in full.cliques]
         return full.size, full.size + sum(sizes[full.home(s)] for s in set(subsets))
     return limit, limit * (1 + len(set(subsets)))
+
+
+def greedy_candidates(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max_cells: int) -> int:
+    """From public values alone, how many candidate sets :func:`model_structure` searches among
+    for a model of measurements of ``subsets`` within ``max_cells``: none when the model of every
+    measured set fits, else every set of two or more attributes within a measured one.
+
+    >>> greedy_candidates((2, 2, 2), [(0, 1), (1, 2)], 100), greedy_candidates((9, 9, 9), [(0, 1, 2)], 100)
+    (0, 4)
+    """
+    if junction_tree(domain, subsets).size <= model_limit(max_cells):
+        return 0
+    return len({part for s in subsets for k in range(2, len(s) + 1) for part in itertools.combinations(sorted(s), k)})
 
 
 def _projection(domain: tuple[int, ...], o: Observation, part: tuple[int, ...]) -> Observation:

@@ -67,6 +67,7 @@ from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
     PGM_ITERATIONS,
     PGMResult,
+    greedy_candidates,
     marginal_weights,
     measurement,
     model_limit,
@@ -92,6 +93,7 @@ from dpsql.synth.work import (
     fitting,
     max_seconds,
     refine_seconds,
+    structure_seconds,
 )
 
 if TYPE_CHECKING:
@@ -1164,7 +1166,8 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     subsets = [*weights, *((a,) for a in range(len(domain)))]
     sweeps = len(set(subsets))
     model.check_time("PGM", [], sweeps, request.rows)
-    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
+    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1) +
+                           structure_seconds(greedy_candidates(domain, subsets, model.max_cells), len(domain)))
     if gaussian:
         share = _one_way_share(domain, unnamed, threshold) if given is None else share
         return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)

@@ -29,6 +29,9 @@ unit                       seconds     measured
 :data:`LOCAL_SEARCH`       0.5         DualQuery, ``oracle="heuristic"``, 35 draws a round: 32 rounds
                                        20.6 s (10 draws: 50 rounds 11.8 s)
 :data:`QUERY`              3e-3        ... and 100 rounds of 10 draws 29.9 s: rounds grow longer
+:data:`TRIAL`              4e-6        PGM's greedy model of every pair of 24, 40 and 80 attributes
+                                       (276, 780 and 3,160 candidates; 600, 2,378 and 7,817 trial
+                                       junction trees): 2.0, 15 and 206 s
 =========================  ==========  =====================================================
 
 What each method counts (``T`` rounds, ``s`` records or draws a round):
@@ -41,8 +44,10 @@ What each method counts (``T`` rounds, ``s`` records or draws a round):
 * ``dualquery``: ``rounds`` with ``samples`` (a round: a read, one oracle solve, :data:`QUERY`
   more per earlier round with the local search);
 * ``pgm``: ``iterations`` (fit steps over the model's cells: the measured marginals' and the
-  one-way ones, at most ``max_model_size``) and ``sweeps`` (a step per measured marginal and sweep,
-  over ``rows`` records);
+  one-way ones, at most ``max_model_size``), the greedy search for a model when one of every
+  measured set is too large (:data:`TRIALS` trial junction trees a candidate set, each :data:`TRIAL`
+  per attribute squared: :func:`structure_seconds`) and ``sweeps`` (a step per measured marginal and
+  sweep, over ``rows`` records);
 * ``aim``: ``rounds`` (two reads and a refit each, at half the model's size on average),
   ``iterations`` of the last fit, and ``sweeps`` as for pgm.
 
@@ -68,7 +73,8 @@ from dpsql.synth.options import option, real
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS",
            "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
-           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "Work", "max_seconds", "fitting", "refine_seconds", "fit_seconds"]
+           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "TRIALS", "Work", "max_seconds", "fitting",
+           "refine_seconds", "fit_seconds", "structure_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
 DEFAULT_MAX_SECONDS = 600.0
@@ -99,6 +105,11 @@ LOCAL_SEARCH = 0.5
 #: What each earlier round adds to a round of DualQuery with its local-search oracle (``T`` rounds
 #: take ``QUERY · T²/2`` more than ``T`` equal rounds), whatever the draws a round.
 QUERY = 3e-3
+#: One trial junction tree of pgm's greedy model search (:func:`dpsql.synth.pgm.model_structure`),
+#: per attribute squared...
+TRIAL = 4e-6
+#: ...and the trial trees it builds per candidate set (about 2 to 3 measured).
+TRIALS = 3
 
 
 def max_seconds(options: dict) -> float:
@@ -135,6 +146,16 @@ def fitting(limit: float, fixed: float, each: float, most: int) -> int:
     if each <= 0:
         return most
     return max(1, min(most, int((limit - fixed) / each)))
+
+
+def structure_seconds(candidates: int, attributes: int) -> float:
+    """pgm's greedy search for a model (none when ``candidates`` is 0) among ``candidates`` sets
+    over ``attributes`` attributes.
+
+    >>> round(structure_seconds(3160, 80))
+    243
+    """
+    return float(TRIALS) * candidates * attributes ** 2 * TRIAL
 
 
 def refine_seconds(sweeps: int, marginals: int, rows: int) -> float:
