@@ -132,7 +132,7 @@ def test_with_no_workload_a_table_too_wide_for_aims_candidates_gets_every_pair_f
     with pytest.raises(ResourceLimitError, match="AIM scores every marginal within the workload's, 10,700 here"):
         db.synthesize("aim", rho=0.5, name="s")
     assert db.ledger.entries() == []
-    with pytest.warns(UserWarning, match="aim would score 10,700 candidate marginals every round, more than 8,000: "
+    with pytest.warns(UserWarning, match="aim would score 10,700 candidate marginals every round, more than 5,000: "
                                          "pgm measures every pair"):
         syn = db.synthesize(rho=0.5, name="s", seed=0)
     assert syn.method == "pgm" and len(db.ledger.entries()) == 1

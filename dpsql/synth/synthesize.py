@@ -394,10 +394,11 @@ COUNT_SHARE = 0.05
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
 #: The most candidate marginals AIM scores (every marginal within a workload marginal): each round
-#: builds each one's model and estimates its marginal, milliseconds each on 40 columns and more, so
-#: the 35,990 candidates of 60 columns' triples take minutes a round (the 7,175 of 35 columns ran
-#: in 343 s at epsilon = 1). With no workload on a wider table, pgm measures every pair instead.
-AIM_MAX_CANDIDATES = 8_000
+#: builds each one's model and estimates its marginal, 1 to 16 ms each on 30 to 80 columns. The
+#: 4,525 candidates of 30 columns' triples (20,000 rows, 2 to 5 values) took 384 to 441 s at
+#: (ε, δ) = (1, 10⁻⁶), 80% of it in that scoring; the 35,990 of 60 columns' take minutes a round.
+#: With no workload on a wider table, pgm measures every pair instead.
+AIM_MAX_CANDIDATES = 5_000
 #: The fewest rounds per column AIM's default is cut to when 16 a column do not fit in
 #: ``max_seconds`` (below it the one-way marginals would take more than half the budget).
 AIM_MIN_ROUNDS = 2
