@@ -620,9 +620,9 @@ def test_a_model_of_every_measured_set_larger_than_the_greedy_limit_is_built_gre
 def test_the_greedy_model_tries_few_trial_models_and_keeps_a_chains_every_link(monkeypatch):
     """pgm with every pair of 40 columns ran past 10 minutes, three quarters of it building a
     trial junction tree for every candidate at every greedy step. Each step now tries the
-    candidates in order of their gain per cell added when last tried, and stops at the first
-    that cannot beat the best: on 24 columns' 276 pairs, a tenth of the trial trees (6,866 before)
-    and still every link of the chain the data is drawn from."""
+    candidates in order of their gain per cell added when last tried (those near the set last
+    added afresh), and stops at the first that cannot beat the best: on 24 columns' 276 pairs,
+    1,458 trial trees (6,866 before) and still every link of the chain the data is drawn from."""
     import dpsql.synth.pgm as pgm_module
 
     rng = np.random.default_rng(0)
@@ -643,7 +643,7 @@ def test_the_greedy_model_tries_few_trial_models_and_keeps_a_chains_every_link(m
 
     monkeypatch.setattr(pgm_module, "junction_tree", counted)
     tree, fitted = model_structure(sizes, observations, 2**16)
-    assert tree.size <= 2**16 and len(trials) < 1_000
+    assert tree.size <= 2**16 and len(trials) < 2_500
     assert all(tree.home((i, i + 1)) >= 0 for i in range(d - 1))
 
 

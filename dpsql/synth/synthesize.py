@@ -67,7 +67,7 @@ from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
     PGM_ITERATIONS,
     PGMResult,
-    greedy_candidates,
+    greedy_trials,
     marginal_weights,
     measurement,
     model_limit,
@@ -1168,7 +1168,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     sweeps = len(set(subsets))
     model.check_time("PGM", [], sweeps, request.rows)
     model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1) +
-                           structure_seconds(greedy_candidates(domain, subsets, model.max_cells), len(domain)))
+                           structure_seconds(greedy_trials(domain, subsets, model.max_cells), len(domain)))
     if gaussian:
         share = _one_way_share(domain, unnamed, threshold) if given is None else share
         return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)

@@ -45,9 +45,9 @@ What each method counts (``T`` rounds, ``s`` records or draws a round):
   more per earlier round with the local search);
 * ``pgm``: ``iterations`` (fit steps over the model's cells: the measured marginals' and the
   one-way ones, at most ``max_model_size``), the greedy search for a model when one of every
-  measured set is too large (:data:`TRIALS` trial junction trees a candidate set, each :data:`TRIAL`
-  per attribute squared: :func:`structure_seconds`) and ``sweeps`` (a step per measured marginal and
-  sweep, over ``rows`` records);
+  measured set is too large (:func:`~dpsql.synth.pgm.greedy_trials` trial junction trees, each
+  :data:`TRIAL` per attribute squared: :func:`structure_seconds`) and ``sweeps`` (a step per
+  measured marginal and sweep, over ``rows`` records);
 * ``aim``: ``rounds`` (two reads and a refit each, at half the model's size on average),
   ``iterations`` of the last fit, and ``sweeps`` as for pgm.
 
@@ -73,7 +73,7 @@ from dpsql.synth.options import option, real
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS",
            "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
-           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "TRIALS", "Work", "max_seconds", "fitting",
+           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "Work", "max_seconds", "fitting",
            "refine_seconds", "fit_seconds", "structure_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
@@ -106,10 +106,8 @@ LOCAL_SEARCH = 0.5
 #: take ``QUERY · T²/2`` more than ``T`` equal rounds), whatever the draws a round.
 QUERY = 3e-3
 #: One trial junction tree of pgm's greedy model search (:func:`dpsql.synth.pgm.model_structure`),
-#: per attribute squared...
+#: per attribute squared.
 TRIAL = 4e-6
-#: ...and the trial trees it builds per candidate set (about 2 to 3 measured).
-TRIALS = 3
 
 
 def max_seconds(options: dict) -> float:
@@ -148,14 +146,14 @@ def fitting(limit: float, fixed: float, each: float, most: int) -> int:
     return max(1, min(most, int((limit - fixed) / each)))
 
 
-def structure_seconds(candidates: int, attributes: int) -> float:
-    """pgm's greedy search for a model (none when ``candidates`` is 0) among ``candidates`` sets
-    over ``attributes`` attributes.
+def structure_seconds(trials: int, attributes: int) -> float:
+    """pgm's greedy search for a model: ``trials`` trial junction trees over ``attributes`` attributes
+    (:func:`dpsql.synth.pgm.greedy_trials`).
 
-    >>> round(structure_seconds(3160, 80))
+    >>> round(structure_seconds(3 * 3160, 80))
     243
     """
-    return float(TRIALS) * candidates * attributes ** 2 * TRIAL
+    return float(trials) * attributes ** 2 * TRIAL
 
 
 def refine_seconds(sweeps: int, marginals: int, rows: int) -> float:
