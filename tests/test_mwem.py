@@ -130,11 +130,12 @@ def test_exponential_mechanism_probabilities(counted_once):
     est[1][0] += 10
     est[2][0] -= 20
     eps = 0.2
-    picks = np.bincount([table.select_marginal(attrs, cands, est, eps, Cost(epsilon=eps)) for _ in range(2000)],
-                        minlength=3) / 2000
+    # 1,000 draws: a frequency's sd is at most 0.016; a doubled or halved eps moves one by 0.1 or more
+    picks = np.bincount([table.select_marginal(attrs, cands, est, eps, Cost(epsilon=eps)) for _ in range(1000)],
+                        minlength=3) / 1000
     want = np.exp(eps * np.array([0, 10, 20]) / 2)
-    assert np.allclose(picks, want / want.sum(), atol=0.03)
-    assert len(ledger.entries()) == 2000 and ledger.spent().epsilon == pytest.approx(400.0)
+    assert np.allclose(picks, want / want.sum(), atol=0.04)
+    assert len(ledger.entries()) == 1000 and ledger.spent().epsilon == pytest.approx(200.0)
 
 
 def test_exponential_mechanism_respects_the_unit_bound(counted_once):
@@ -149,8 +150,8 @@ def test_exponential_mechanism_respects_the_unit_bound(counted_once):
     cands = [(0,), (1,)]
     est = [truth_marginal(records, domain, c) for c in cands]
     est[1][0] += 40  # score 40 with k = 4 acts like 10 with k = 1
-    picks = np.mean([table.select_marginal(attrs, cands, est, 0.2, Cost(epsilon=0.2)) for _ in range(2000)])
-    assert picks == pytest.approx(math.exp(1) / (1 + math.exp(1)), abs=0.03)
+    picks = np.mean([table.select_marginal(attrs, cands, est, 0.2, Cost(epsilon=0.2)) for _ in range(1000)])
+    assert picks == pytest.approx(math.exp(1) / (1 + math.exp(1)), abs=0.04)  # k = 1 would give 0.98
 
 
 def test_exponential_mechanism_with_weights_and_offsets_scales_by_the_largest_weight(counted_once):
