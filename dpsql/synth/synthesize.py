@@ -1252,8 +1252,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     scored = aim_candidates(request.marginals)
     if len(scored) > AIM_MAX_CANDIDATES:
         raise ResourceLimitError(f"AIM scores every marginal within the workload's, {len(scored):,} here, in every "
-                                 f"round: more than {AIM_MAX_CANDIDATES:,} take minutes a round; give a workload of "
-                                 "fewer marginals, or use method='pgm', which measures them all at once")
+                                 f"round, and past {AIM_MAX_CANDIDATES:,} its rounds do not fit in minutes; give a "
+                                 "workload of fewer marginals, or use method='pgm', which measures them all at once")
     fits = [m for m in scored if math.prod(domain[a] for a in m) <= model.max_cells]
     _check_cells("AIM", fits, model_attributes)
     largest = max(fits, key=lambda m: math.prod(domain[a] for a in m))
