@@ -60,7 +60,7 @@ from dpsql.synth.refine import refine
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "RETRY_CANDIDATES", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "RELATIVE_TOLERANCE",
            "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations",
-           "planned_model", "greedy_trials", "one_way_weights", "pgm",
+           "planned_model", "fit_cells", "greedy_trials", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights"]
 
 
@@ -313,9 +313,20 @@ def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max
     full = junction_tree(domain, subsets)
     limit = model_limit(max_cells)
     if full.size <= limit:
-        sizes = [math.prod(domain[a] for a in c) for c in full.cliques]
-        return full.size, full.size + sum(sizes[full.home(s)] for s in set(subsets))
+        return full.size, fit_cells(full, subsets)
     return limit, limit * (1 + len(set(subsets)))
+
+
+def fit_cells(tree: JunctionTree, subsets: Iterable[tuple[int, ...]]) -> int:
+    """The cells one step of a fit on ``tree`` passes over: its cliques, and each measured set (one
+    the tree cannot hold, each of its parts: :func:`model_structure`) summed from a clique holding it.
+
+    >>> fit_cells(junction_tree((2, 2, 2), [(0, 1), (1, 2)]), [(0, 1), (1, 2), (0, 2)])  # (0, 2) in two parts
+    24
+    """
+    sizes = [math.prod(tree.domain[a] for a in c) for c in tree.cliques]
+    held = [p for s in set(subsets) for p in ([s] if tree.home(s) >= 0 else _parts(s, tree))]
+    return tree.size + sum(sizes[tree.home(p)] for p in held)
 
 
 def greedy_trials(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max_cells: int) -> int:

@@ -67,6 +67,7 @@ from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
     PGM_ITERATIONS,
     PGMResult,
+    fit_cells,
     greedy_trials,
     marginal_weights,
     measurement,
@@ -1081,10 +1082,13 @@ class _ModelOptions:
         the time left allows) and their report. The time left counts the fit's steps ``taken`` (its
         last, when given), not the most planned: a fit that converged early left the default rows
         of 24 binary columns capped at 6,325 of 10,043 by the 200 steps planned (537 s), in a run
-        of 26 s."""
+        of 26 s. And it prices them on the model fitted (released values), not the plan's bound for
+        a greedy one (each set summed from a clique of the whole limit): on every pair of 60
+        columns, 0.1 s a step, not 2.4 s, and the default 19,999 rows, not 3,928."""
         total = learned.model.total
         marginals = len({o.subset for o in learned.observations})
-        fit = self.fit - max(self.iterations - taken[-1], 0) * self.step if taken else self.fit
+        each = fit_seconds(1, fit_cells(learned.model.tree, [o.subset for o in learned.observations]))
+        fit = self.fit - self.iterations * self.step + min(taken[-1], self.iterations) * each if taken else self.fit
         in_time = fitting(self.max_seconds, fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
         n = request.rows if request.rows is not None else \
