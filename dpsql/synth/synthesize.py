@@ -506,16 +506,22 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     widened = wide(attributes, schema)
     asked = method
     if workload is None:  # AIM's default: every 3-way marginal the target. pgm measures them all when one
-        # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error); else aim,
-        # or, on a table too wide for aim's rounds to score every candidate, pgm measures every pair
+        # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error). Else aim
+        # (zCDP) selects among them, or, on a table too wide for aim's rounds to score every candidate, pgm
+        # measures every pair; under a pure epsilon, whose Laplace noise grows with the marginals' number,
+        # pgm measures every pair (mean TV over every triple at epsilon = 1: 0.200 against 0.307 on the
+        # salary proxy, 0.644 against 0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns)
         workload = min(DEFAULT_WAY, len(attributes))
-        if method == "pgm" and (total.rho > 0 or total.delta > 0) and set(options) <= set(OPTIONS["aim"]) and \
+        if method == "pgm" and set(options) <= set(OPTIONS["aim"]) and \
                 math.prod(a.cells for a in binned(attributes, widened)) > \
                 model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
-            method = "aim"
             scored = sum(math.comb(len(attributes), k) for k in range(1, workload + 1))
-            if scored > AIM_MAX_CANDIDATES and set(options) <= set(OPTIONS["pgm"]):
-                method, workload = "pgm", 2
+            if not (total.rho > 0 or total.delta > 0):
+                workload = min(2, workload)
+            elif scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS["pgm"]):
+                method = "aim"
+            else:
+                workload = 2
                 warnings.warn(f"with no workload on {len(attributes)} columns, aim would score {scored:,} candidate "
                               f"marginals every round, more than {AIM_MAX_CANDIDATES:,}: pgm measures every pair "
                               "of columns instead (give a workload to choose)", stacklevel=_caller())
