@@ -233,3 +233,21 @@ def test_default_rows_are_capped_by_the_fit_steps_taken_not_the_most_planned():
         warnings.simplefilter("ignore")  # a few rows may still be capped
         syn = db.synthesize("pgm", workload=2, rho=1.0, name="s", seed=0, max_seconds=1.0)
     assert len(syn.df) > 0.95 * n
+
+
+def test_dualquery_says_when_its_rounds_spend_far_less_than_asked():
+    """On a 20-row table each DualQuery round after the first (whose draws are uniform and free)
+    costs more than the whole spend, so the run spent the row count's 0.05 of epsilon = 1 and
+    nothing said the rest went unspent. A warning now says so; the ledger holds what was spent."""
+    rng = np.random.default_rng(0)
+    con = duckdb.connect()
+    frame = pd.DataFrame({"a": rng.integers(0, 3, 20), "b": rng.integers(0, 2, 20)})
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2},
+                                        "b": {"type": "integer", "min": 0, "max": 1}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    with pytest.warns(UserWarning, match=r"DualQuery runs 1 round at eta=.* its rounds spend epsilon=0.0, delta=0.0 "
+                                         r"of the epsilon=0.95, delta=0.0 asked for them, and the rest is not charged"):
+        db.synthesize("dualquery", workload=[("a", "b")], epsilon=1.0, rows=10, name="s", seed=0)
+    assert db.ledger.spent().epsilon == pytest.approx(0.05)
