@@ -788,7 +788,8 @@ def _plan_dualquery(private: PrivateTable, attributes: Sequence[Attribute], requ
         n = max(counted, 1.0) / private.rows_per_unit
         step, run_rounds = schedule(n)
         cost = cost_of(step, run_rounds, n)
-        if (cost.rho if request.zcdp else cost.epsilon) < (rest.rho if request.zcdp else rest.epsilon) / 2:
+        if rounds is None and (cost.rho if request.zcdp else cost.epsilon) < (rest.rho if request.zcdp
+                                                                              else rest.epsilon) / 2:
             warnings.warn(f"DualQuery runs {run_rounds:,} round{'s' if run_rounds > 1 else ''} at eta={step:g} on "
                           f"a noisy {n:,.0f} rows (one more would exceed the spend, the cells a synthetic table may "
                           f"hold or max_seconds): its rounds spend {request.budget.describe(cost)} of the "
