@@ -21,6 +21,16 @@ from dpsql.synth.aim import candidates
 from dpsql.synth.refine import refine
 
 
+def _connect(frame, budget):
+    """dpsql on ``frame`` as table ``t``, each column an integer from 0 to its largest value."""
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": int(frame[c].max())}
+                                        for c in frame.columns}}
+    return dpsql.connect(con, schema=schema, budget=budget, cache=False, progress=False)
+
+
 def test_a_refinement_step_sorts_only_the_records_of_the_cells_it_changes(monkeypatch):
     """The default rows of a 3-million-row table took 9 minutes to refine (a plan of under 5):
     every step of every sweep sorted all the records by cell, though only those of the cells
@@ -90,12 +100,8 @@ def test_the_default_rounds_are_cut_to_those_that_fit_in_max_seconds(monkeypatch
     column; below that it is refused before the charge. Given rounds are never cut. (On a small
     table, a small ``max_seconds`` makes the same plan as the default one on a wide table.)"""
     rng = np.random.default_rng(0)
-    con = duckdb.connect()
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 200) for j in range(12)})  # 3^12 cells: no one model
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = _connect(frame, Budget(rho=1.0))
     reserved = []
 
     def started(self, cost, description, *args, **kwargs):
@@ -123,12 +129,8 @@ def test_with_no_workload_a_table_too_wide_for_aims_candidates_gets_every_pair_f
     ``max_seconds``. Beyond AIM_MAX_CANDIDATES the default measures every pair with pgm (a
     warning says so), and aim asked for by name is refused before the charge."""
     rng = np.random.default_rng(0)
-    con = duckdb.connect()
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 200) for j in range(40)})  # 10,700 candidates
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = _connect(frame, Budget(rho=1.0))
     with pytest.raises(ResourceLimitError, match="AIM scores every marginal within the workload's, 10,700 here"):
         db.synthesize("aim", rho=0.5, name="s")
     assert db.ledger.entries() == []
@@ -145,12 +147,8 @@ def test_pgms_plan_counts_the_greedy_search_for_a_model():
     it from public values (12 trial junction trees for each of the 780 pairs of 40 columns, about
     60 s here, and 5 s of refinement), so a max_seconds below that is refused before the charge."""
     rng = np.random.default_rng(0)
-    con = duckdb.connect()
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 200) for j in range(40)})
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = _connect(frame, Budget(rho=1.0))
     with pytest.raises(ResourceLimitError, match=r"PGM's model of 820 marginals.*the rest of the run \(65 s\) "
                                                  r"exceed max_seconds=30"):
         db.synthesize("pgm", workload=2, rho=0.5, name="s", max_seconds=30)
@@ -167,11 +165,7 @@ def test_the_default_rows_are_priced_on_the_model_fitted_not_the_plans_bound():
     for _ in range(29):
         cols.append(np.where(rng.random(3000) < 0.3, rng.integers(0, 3, 3000), cols[-1]))
     frame = pd.DataFrame({f"c{j:02d}": c for j, c in enumerate(cols)})
-    con = duckdb.connect()
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = _connect(frame, Budget(rho=1.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         syn = db.synthesize("pgm", workload=2, rho=1.0, name="s", seed=0, max_seconds=146)
@@ -181,13 +175,8 @@ def test_the_default_rows_are_priced_on_the_model_fitted_not_the_plans_bound():
 def test_aim_reports_the_estimate_it_was_planned_with():
     """The docs promise the run's estimate in ``syn.report.attrs["estimate"]``; aim's was empty."""
     rng = np.random.default_rng(0)
-    con = duckdb.connect()
     frame = pd.DataFrame({"a": rng.integers(0, 3, 300), "b": rng.integers(0, 2, 300)})
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2},
-                                        "b": {"type": "integer", "min": 0, "max": 1}}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    db = _connect(frame, Budget(rho=1.0))
     syn = db.synthesize("aim", workload=2, rho=0.5, rounds=4, name="s", seed=0)
     assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s", syn.report.attrs["estimate"])
 
@@ -240,13 +229,8 @@ def test_dualquery_says_when_its_rounds_spend_far_less_than_asked():
     costs more than the whole spend, so the run spent the row count's 0.05 of epsilon = 1 and
     nothing said the rest went unspent. A warning now says so; the ledger holds what was spent."""
     rng = np.random.default_rng(0)
-    con = duckdb.connect()
     frame = pd.DataFrame({"a": rng.integers(0, 3, 20), "b": rng.integers(0, 2, 20)})
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"a": {"type": "integer", "min": 0, "max": 2},
-                                        "b": {"type": "integer", "min": 0, "max": 1}}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    db = _connect(frame, Budget(epsilon=2.0))
     with pytest.warns(UserWarning, match=r"DualQuery runs 1 round at eta=.* its rounds spend epsilon=0.0, delta=0.0 "
                                          r"of the epsilon=0.95, delta=0.0 asked for them, and the rest is not charged"):
         db.synthesize("dualquery", workload=[("a", "b")], epsilon=1.0, rows=10, name="s", seed=0)
