@@ -128,3 +128,29 @@ def test_under_a_pure_epsilon_no_workload_measures_every_pair_unless_one_model_h
     options = {} if megabytes is None else {"max_model_size": megabytes}
     syn = db.synthesize("pgm", epsilon=1.0, seed=0, name="s", **options)
     assert syn.method == "pgm" and targets == [list(itertools.combinations(range(4), way))]
+
+
+def test_under_a_pure_epsilon_no_workload_on_a_wide_table_measures_each_column_alone(monkeypatch):
+    """Every pair of 60 columns in one Laplace measurement (1,770 of them) made a table further from
+    the data than independent columns (mean TV 0.258 against 0.077 on a chain table at epsilon = 1).
+    Past PURE_MAX_PAIRS pairs, the default measures each column alone, and says so."""
+    import dpsql.synth.synthesize as synthesize
+
+    targets = []
+    weights = synthesize.marginal_weights
+
+    def spy(domain, marginals, noise):
+        targets.append(sorted(marginals))
+        return weights(domain, marginals, noise)
+
+    monkeypatch.setattr(synthesize, "marginal_weights", spy)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 300) for j in range(33)})  # 528 pairs
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    with pytest.warns(UserWarning, match="would drown the 528 pairs of columns: each column is measured alone"):
+        db.synthesize("pgm", epsilon=1.0, seed=0, name="s")
+    assert targets == [[(a,) for a in range(33)]]
