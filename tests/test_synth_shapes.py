@@ -226,12 +226,14 @@ def test_default_rows_are_capped_by_the_fit_steps_taken_not_the_most_planned():
 
 def test_dualquery_says_when_its_rounds_spend_far_less_than_asked():
     """On a 20-row table each DualQuery round after the first (whose draws are uniform and free)
-    costs more than the whole spend, so the run spent the row count's 0.05 of epsilon = 1 and
-    nothing said the rest went unspent. A warning now says so; the ledger holds what was spent."""
+    costs more than the whole spend, so the run spent only the row count's share of epsilon = 1 and
+    nothing said the rest went unspent. A warning now says so; the ledger holds what was spent.
+    (Half the spend counts the rows, so that the noisy count stays below the 56 rows at which a
+    second round would fit, but with probability 1e-8.)"""
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"a": rng.integers(0, 3, 20), "b": rng.integers(0, 2, 20)})
     db = _connect(frame, Budget(epsilon=2.0))
     with pytest.warns(UserWarning, match=r"DualQuery runs 1 round at eta=.* its rounds spend epsilon=0.0, delta=0.0 "
-                                         r"of the epsilon=0.95, delta=0.0 asked for them, and the rest is not charged"):
-        db.synthesize("dualquery", workload=[("a", "b")], epsilon=1.0, rows=10, name="s", seed=0)
-    assert db.ledger.spent().epsilon == pytest.approx(0.05)
+                                         r"of the epsilon=0.5, delta=0.0 asked for them, and the rest is not charged"):
+        db.synthesize("dualquery", workload=[("a", "b")], epsilon=1.0, rows=10, name="s", seed=0, count_share=0.5)
+    assert db.ledger.spent().epsilon == pytest.approx(0.5)
