@@ -511,33 +511,8 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
                             "synthetic table (it never replaces an existing one)")
     widened = wide(attributes, schema)
     asked = method
-    if workload is None:  # AIM's default: every 3-way marginal the target. pgm measures them all when one
-        # model within its limit holds every attribute, so exactly (on NLTCS 0.66x aim's max error). Else aim
-        # (zCDP) selects among them, or, on a table too wide for aim's rounds to score every candidate, pgm
-        # measures every pair; under a pure epsilon, whose Laplace noise grows with the marginals' number,
-        # pgm measures every pair (mean TV over every triple at epsilon = 1: 0.200 against 0.307 on the
-        # salary proxy, 0.644 against 0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns),
-        # and past PURE_MAX_PAIRS pairs every column alone
-        workload = min(DEFAULT_WAY, len(attributes))
-        if method == "pgm" and set(options) <= set(OPTIONS["aim"]) and \
-                math.prod(a.cells for a in binned(attributes, widened)) > \
-                model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
-            scored = sum(math.comb(len(attributes), k) for k in range(1, workload + 1))
-            if not (total.rho > 0 or total.delta > 0):
-                pairs = math.comb(len(attributes), 2)
-                workload = min(2 if pairs <= PURE_MAX_PAIRS else 1, workload)
-                if workload == 1:
-                    warnings.warn(f"with no workload and a pure epsilon on {len(attributes)} columns, Laplace noise "
-                                  f"would drown the {pairs:,} pairs of columns: each column is measured alone, and "
-                                  "the synthetic columns are independent (give a workload, or a delta for aim's "
-                                  "adaptive selection)", stacklevel=_caller())
-            elif scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS["pgm"]):
-                method = "aim"
-            else:
-                workload = 2
-                warnings.warn(f"with no workload on {len(attributes)} columns, aim would score {scored:,} candidate "
-                              f"marginals every round, more than {AIM_MAX_CANDIDATES:,}: pgm measures every pair "
-                              "of columns instead (give a workload to choose)", stacklevel=_caller())
+    if workload is None:
+        method, workload = _default_target(method, attributes, widened, total, options)
     marginals = workload_marginals(workload, schema, attributes)
     # mwem, fem and dualquery measure no one-way marginal: a column no workload marginal names is
     # one bin for them, its values drawn by its own measured one-way counts (pgm and aim measure it)
@@ -562,6 +537,41 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
         raise PrivacyError(f"{method} would cost {budget.describe(run.cost)}, more than the "
                            f"{budget.describe(total)} asked for")
     return dataclasses.replace(run, method=method)
+
+
+def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[int, np.ndarray], total: Cost,
+                    options: dict) -> tuple[str, int]:
+    """The method and the ``k`` of every ``k``-way marginal that a request with no workload targets
+    (from the schema and the request alone). AIM's default: every 3-way marginal, which pgm
+    measures when one model within its limit holds every attribute, so exactly (on NLTCS 0.66x
+    aim's max error). Otherwise, asked for pgm:
+
+    * under a zCDP or ``(ε, δ)`` spend, aim selects among them; on a table too wide for aim's
+      rounds to score every candidate (:data:`AIM_MAX_CANDIDATES`), pgm measures every pair;
+    * under a pure ε, whose Laplace noise grows with the marginals' number, pgm measures every pair
+      (mean TV over every triple at ε = 1: 0.200 against 0.307 on the salary proxy, 0.644 against
+      0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns), and past
+      :data:`PURE_MAX_PAIRS` pairs every column alone."""
+    way = min(DEFAULT_WAY, len(attributes))
+    if method != "pgm" or not set(options) <= set(OPTIONS["aim"]) or \
+            math.prod(a.cells for a in binned(attributes, widened)) <= \
+            model_limit(_ModelOptions.of(options, PGM_ITERATIONS).max_cells):
+        return method, way
+    if not (total.rho > 0 or total.delta > 0):
+        pairs = math.comb(len(attributes), 2)
+        if pairs <= PURE_MAX_PAIRS:
+            return method, min(2, way)
+        warnings.warn(f"with no workload and a pure epsilon on {len(attributes)} columns, Laplace noise would drown "
+                      f"the {pairs:,} pairs of columns: each column is measured alone, and the synthetic columns are "
+                      "independent (give a workload, or a delta for aim's adaptive selection)", stacklevel=_caller())
+        return method, min(1, way)
+    scored = sum(math.comb(len(attributes), k) for k in range(1, way + 1))
+    if scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS["pgm"]):
+        return "aim", way
+    warnings.warn(f"with no workload on {len(attributes)} columns, aim would score {scored:,} candidate marginals "
+                  f"every round, more than {AIM_MAX_CANDIDATES:,}: pgm measures every pair of columns instead (give "
+                  "a workload to choose)", stacklevel=_caller())
+    return method, 2
 
 
 # -- option values -------------------------------------------------------------------------------
@@ -1037,7 +1047,7 @@ class _ModelOptions:
     fit: float = 0.0
     cells: int | None = None
     estimate: str = ""
-    step: float = 0.0
+    besides: float = 0.0
 
     @classmethod
     def of(cls, options: dict, iterations: int) -> "_ModelOptions":
@@ -1086,7 +1096,7 @@ class _ModelOptions:
         estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most "
                     f"{steps:,} steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
         return dataclasses.replace(self, iterations=steps, cells=limit, fit=fixed + steps * each, estimate=estimate,
-                                   step=each)
+                                   besides=fixed)
 
     @property
     def max_cells(self) -> int:
@@ -1113,8 +1123,10 @@ class _ModelOptions:
         columns, 0.1 s a step, not 2.4 s, and the default 19,999 rows, not 3,928."""
         total = learned.model.total
         marginals = len({o.subset for o in learned.observations})
-        each = fit_seconds(1, fit_cells(learned.model.tree, [o.subset for o in learned.observations]))
-        fit = self.fit - self.iterations * self.step + min(taken[-1], self.iterations) * each if taken else self.fit
+        fit = self.fit
+        if taken:
+            each = fit_seconds(1, fit_cells(learned.model.tree, [o.subset for o in learned.observations]))
+            fit = self.besides + min(taken[-1], self.iterations) * each
         in_time = fitting(self.max_seconds, fit + refine_seconds(self.sweeps, marginals, 0),
                           self.sweeps * marginals * REFINE_ROW, 2**62)
         n = request.rows if request.rows is not None else \
@@ -1272,6 +1284,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
     domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
+    given = option(options, "rounds", None) is not None
     rounds = integer("rounds", option(options, "rounds", 16 * len(domain)), high=AIM_MAX_ROUNDS)
     share, threshold = _compression(options, domain, True)
     if not (request.zcdp or total.delta > 0):
@@ -1290,7 +1303,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
     last = fit_seconds(model.iterations, cells)
-    if option(options, "rounds", None) is None:  # the default, 16 a column, capped to the rounds that fit in time
+    if not given:  # the default, 16 a column, capped to the rounds that fit in time
         rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
         fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
                       2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
@@ -1304,7 +1317,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
                                          (f"iterations={model.iterations}", last)],
                                  min(rounds, len(fits)) + len(domain), request.rows)
     except ResourceLimitError as e:
-        if option(options, "rounds", None) is not None:
+        if given:
             raise
         raise ResourceLimitError(f"{e}; AIM's default rounds, 16 per column and at least {AIM_MIN_ROUNDS} in time, "
                                  "do not fit: give a workload of fewer marginals") from None
