@@ -107,43 +107,39 @@ def test_no_workload_measures_every_three_way_marginal_when_one_model_holds_ever
     assert triples <= set(syn.report.marginal)
 
 
+@pytest.fixture()
+def targets(monkeypatch):
+    """The marginals each pure-epsilon pgm run searches its Laplace measurement's weights for: its target."""
+    import dpsql.synth.synthesize as synthesize
+
+    seen = []
+    weights = synthesize.marginal_weights
+
+    def spy(domain, marginals, noise):
+        seen.append(sorted(marginals))
+        return weights(domain, marginals, noise)
+
+    monkeypatch.setattr(synthesize, "marginal_weights", spy)
+    return seen
+
+
 @pytest.mark.parametrize("megabytes, way", [(20 * 8 / 2**20, 2), (None, 3)])
 def test_under_a_pure_epsilon_no_workload_measures_every_pair_unless_one_model_holds_every_attribute(
-        monkeypatch, megabytes, way):
+        targets, megabytes, way):
     """Under a pure epsilon there is no adaptive selection (AIM is zCDP), and every triple in one
     Laplace measurement drowns in noise that grows with their number: at epsilon = 1 the mean TV
     over every triple was 0.307 (pairs: 0.200) on the salary proxy and 0.314 (pairs: 0.073) on 24
     columns. Unless one model holds every attribute, the default measures every pair."""
-    import dpsql.synth.synthesize as synthesize
-
-    targets = []
-    weights = synthesize.marginal_weights
-
-    def spy(domain, marginals, noise):  # the Laplace measurement's weights are searched for the target
-        targets.append(sorted(marginals))
-        return weights(domain, marginals, noise)
-
-    monkeypatch.setattr(synthesize, "marginal_weights", spy)
     db = _people(Budget(epsilon=2.0))
     options = {} if megabytes is None else {"max_model_size": megabytes}
     syn = db.synthesize("pgm", epsilon=1.0, seed=0, name="s", **options)
     assert syn.method == "pgm" and targets == [list(itertools.combinations(range(4), way))]
 
 
-def test_under_a_pure_epsilon_no_workload_on_a_wide_table_measures_each_column_alone(monkeypatch):
+def test_under_a_pure_epsilon_no_workload_on_a_wide_table_measures_each_column_alone(targets):
     """Every pair of 60 columns in one Laplace measurement (1,770 of them) made a table further from
     the data than independent columns (mean TV 0.258 against 0.077 on a chain table at epsilon = 1).
     Past PURE_MAX_PAIRS pairs, the default measures each column alone, and says so."""
-    import dpsql.synth.synthesize as synthesize
-
-    targets = []
-    weights = synthesize.marginal_weights
-
-    def spy(domain, marginals, noise):
-        targets.append(sorted(marginals))
-        return weights(domain, marginals, noise)
-
-    monkeypatch.setattr(synthesize, "marginal_weights", spy)
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 300) for j in range(33)})  # 528 pairs
     con = duckdb.connect()
