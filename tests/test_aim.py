@@ -136,6 +136,42 @@ def test_refits_between_rounds_take_fewer_steps_on_larger_models(table, monkeypa
     assert refits[0][1] == 300 and min(steps for _, steps in refits) < 300
 
 
+def test_the_rounds_end_within_the_seconds_they_price_spending_all_that_is_left(table, monkeypatch):
+    """aim's plan counts two reads and a refit a round, not the scoring of every candidate (a
+    trial junction tree and an estimate each), which on 30 columns of 5 to 20 values took a
+    default run to 713 s against max_seconds=600. The rounds now price their own work as they
+    run: the round that, with another like the one before, would pass the time given is the
+    last, spends all that is left, and a warning says so."""
+    priced, charges = [], []
+    price = aim_module.round_seconds
+
+    def spy_price(*args):
+        priced.append(price(*args))
+        return priced[-1]
+
+    run = aim_module.aim
+
+    def short_aim(*args, **kwargs):
+        kwargs["seconds"] = 1.7  # about six rounds' reads
+        result = run(*args, **kwargs)
+        charges.extend(r for _, r in args[4].rho_charges)
+        return result
+
+    monkeypatch.setattr(aim_module, "round_seconds", spy_price)
+    monkeypatch.setattr("dpsql.synth.synthesize.aim", short_aim)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.5), cache=False, progress=False)
+    with pytest.warns(UserWarning, match=r"AIM's rounds took about \d s, priced .* round (\d+) is the last, spending "
+                                         r"the \d+% of rho left, so that the run ends within max_seconds"):
+        syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], rho=0.2, seed=1, name="s", rows=100)
+    ended = next(i for i in range(1, len(priced)) if sum(priced[:i]) + 2 * priced[i - 1] > 1.7)
+    assert len(priced) == ended + 1  # every round before it fit, and it was the last
+    assert 2 <= ended <= 6 and math.fsum(charges) == pytest.approx(0.2, rel=1e-12)
+    rounds = len(charges[1:]) // 2  # after the one-way marginals, a selection and a measurement a round
+    assert rounds == ended + 1 and charges[-1] > charges[-3]  # the last measures with all that was left
+    assert 0.25 * len(priced) <= math.fsum(priced) <= 1.7 + priced[-1]  # a measurement read a round at least
+    assert len(syn.df) == 100
+
+
 def test_at_a_huge_budget_the_table_has_the_workload_marginals(table):
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e10), cache=False, progress=False)
     workload = [("a", "b"), ("b", "c"), ("c", "d")]

@@ -18,7 +18,9 @@ from dpsql import Budget
 from dpsql.errors import ResourceLimitError
 from dpsql.private.kernel import PrivateTable
 from dpsql.synth.aim import candidates
+from dpsql.synth.pgm import greedy_trials
 from dpsql.synth.refine import refine
+from dpsql.synth.work import refine_seconds, structure_seconds
 
 
 def _connect(frame, budget):
@@ -155,6 +157,27 @@ def test_pgms_plan_counts_the_greedy_search_for_a_model():
     assert db.ledger.entries() == []
 
 
+def test_pgms_plan_prices_the_search_at_each_limit_it_tries():
+    """The search for a model was priced at max_model_size's limit only. On 12 binary columns the
+    model of every triple is one clique of 4,096 cells, within it, so no search was planned;
+    with max_seconds=5 its fit cannot take 200 steps, the plan halves the limit, and the run
+    then searched for a model (12 trial trees for each of 286 sets, about 2 s) that the plan
+    never counted: a model of 2,048 cells with "about 1 s besides". Priced at each limit tried,
+    the plan halves once more, and max_seconds=3 is refused before the charge."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 2, 300) for j in range(12)})
+    db = _connect(frame, Budget(rho=1.0))
+    plan = db.synthesize("pgm", workload=3, rho=0.5, name="s", max_seconds=5, seed=0).report.attrs["estimate"]
+    domain, subsets = (2,) * 12, [*itertools.combinations(range(12), 3), *((a,) for a in range(12))]
+    search = structure_seconds(greedy_trials(domain, subsets, 2048), 12)
+    assert search > 1.5 and plan.endswith(f"about {refine_seconds(30, len(subsets), 1) + search:,.0f} s besides")
+    assert plan.startswith("a model of 1,024 cells (within 1,024)")
+    with pytest.raises(ResourceLimitError, match=r"PGM's model of 232 marginals.*the rest of the run \(3 s\) "
+                                                 r"exceed max_seconds=3"):
+        db.synthesize("pgm", workload=3, rho=0.5, name="s2", max_seconds=3)
+    assert len(db.ledger.entries()) == 1
+
+
 def test_the_default_rows_are_priced_on_the_model_fitted_not_the_plans_bound():
     """The time left for the default rows priced each fit step at the plan's bound for a greedy
     model (every measured set summed from a clique of the whole limit: 0.61 s a step on 30
@@ -178,7 +201,8 @@ def test_aim_reports_the_estimate_it_was_planned_with():
     frame = pd.DataFrame({"a": rng.integers(0, 3, 300), "b": rng.integers(0, 2, 300)})
     db = _connect(frame, Budget(rho=1.0))
     syn = db.synthesize("aim", workload=2, rho=0.5, rounds=4, name="s", seed=0)
-    assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s", syn.report.attrs["estimate"])
+    assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s; the rounds end within about "
+                        r"[\d,]+ s as they price their own work", syn.report.attrs["estimate"])
 
 
 @pytest.mark.parametrize("method, budget, spend", [("pgm", Budget(rho=50.0), {"rho": 10.0}),

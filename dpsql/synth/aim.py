@@ -22,7 +22,12 @@ measuring every one-way marginal, each round
 
 It starts from ``T = 16d`` rounds' shares (``σ = √(T/(2αρ))``, ``ε = √(8(1−α)ρ/T)``,
 ``α = 0.9``: 90% of each round's budget measures, 10% selects), and the round that would
-leave less than two rounds' worth spends all that is left.
+leave less than two rounds' worth spends all that is left. So does the round that, with
+another like the one before it, would pass the time the rounds may take: each round's work
+(its reads, trial junction trees, estimates and refit) is priced as it runs by
+:mod:`dpsql.synth.work`'s units, from the models selected (:func:`round_seconds`), since
+scoring thousands of candidates a round on a wide table costs more than any plan made before
+the first selection can know.
 
 Unlike the paper, it may compress the domain first (:mod:`dpsql.synth.compress`, as MST does):
 the one-way marginals then take a given share of ``ρ`` (``one_way_share``), each attribute's
@@ -41,7 +46,8 @@ sensitivity ``k·max w_r`` and is ``ε``-DP, hence ``ε²/8``-zCDP as the expone
 ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
 the steps sum to at most ``ρ`` (the one-way marginals, ``d`` of sensitivity ``k`` each, are one
 measurement of L2 sensitivity ``k√d``). Which candidates are kept, the compression, the noise
-scales and the annealing depend only on released values. Fitting and sampling are post-processing.
+scales, the annealing and the rounds' priced time depend only on released values (never a
+clock, which reads of the private table would move). Fitting and sampling are post-processing.
 """
 
 from __future__ import annotations
@@ -55,14 +61,18 @@ import numpy as np
 
 from dpsql.privacy import Gaussian
 from dpsql.private.kernel import PrivateTable, Reservation
+from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
 from dpsql.synth.estimate import Observation, estimate
+from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import junction_tree
 from dpsql.synth.mwem import marginal_strategy
-from dpsql.synth.pgm import PGMResult, one_way_observations
+from dpsql.synth.pgm import PGMResult, fit_cells, one_way_observations
+from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
-__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "round_iterations"]
+__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "round_iterations",
+           "round_seconds"]
 
 #: The share of each round's budget that measures (the rest selects).
 ALPHA = 0.9
@@ -105,10 +115,30 @@ def round_iterations(cap: int, cells: int) -> int:
     return max(MIN_ROUND_ITERATIONS, min(cap, ROUND_CELL_STEPS // max(cells, 1)))
 
 
+def round_seconds(before: JunctionTree, estimated: Sequence[tuple[int, ...]], trials: int, read: int,
+                  after: JunctionTree, measured: Sequence[tuple[int, ...]], steps: int) -> float:
+    """A round's work, priced by :mod:`dpsql.synth.work`'s units: a selection reading the ``read``
+    candidates not read before (in queries of at most
+    :data:`~dpsql.private.measure.MAX_GROUPING_SETS` marginals) and a measurement; ``trials`` trial
+    junction trees over the model's attributes and each ``estimated`` candidate's estimate on the
+    model of ``before`` (from the clique holding it, else from the whole model); and ``steps``
+    refit steps of the model of ``measured`` on ``after``. Released values only.
+
+    >>> tree = junction_tree((2, 2, 2), [(0, 1), (2,)])
+    >>> round(round_seconds(tree, [(0, 1), (0, 2)], 1, 2, tree, [(0, 1), (2,)], 10), 4)
+    0.5012
+    """
+    sizes = [math.prod(before.domain[a] for a in c) for c in before.cliques]
+    cells = [sizes[before.home(r)] if before.home(r) >= 0 else before.size for r in estimated]
+    return READ * (1 + math.ceil(read / MAX_GROUPING_SETS)) + scoring_seconds(trials, len(before.domain), cells) + \
+        fit_seconds(steps, fit_cells(after, measured))
+
+
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = AIM_ITERATIONS,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
-        progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None) -> PGMResult:
+        progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None,
+        seconds: float = math.inf, warn: Callable[[str], None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``refit_iterations``
@@ -118,7 +148,10 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     ``threshold``: compress the domain (:func:`~dpsql.synth.compress.compress`) at this many
     standard deviations of the one-way noise (default: no compression). ``binned``: the attributes
     (by position, each value's bin) modelled in bins and drawn back to values by their one-way
-    counts (:func:`~dpsql.synth.coarsen.shrink`). ``progress`` gets the percentage of ``rho`` spent."""
+    counts (:func:`~dpsql.synth.coarsen.shrink`). ``progress`` gets the percentage of ``rho`` spent.
+    ``seconds``: the time the rounds may take, as :func:`round_seconds` prices them; the round
+    that, with another like the one before, would pass it spends all that is left, and ``warn``
+    is told so. The result's ``work`` is the rounds' and the last fit's priced seconds."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
     shares = rounds or 16 * d
@@ -137,22 +170,41 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     model = estimate(domain, observations, tree=tree, iterations=round_iterations(refit_iterations, tree.size))
 
     sizes: dict[tuple[frozenset, tuple[int, ...]], int] = {}  # a model's size with one more set: public
+    read: set[tuple[int, ...]] = set()  # the candidates whose exact marginals the kernel has counted
+    spent, last = 0.0, 0.0  # the rounds' priced seconds so far, and the last round's
 
     def used() -> float:
         return reservation.rho_used
 
+    def refit(start: GraphicalModel, cap: int) -> tuple[GraphicalModel, int]:
+        """The model refitted on ``tree`` in at most ``cap`` steps, and the steps it took (public:
+        the fit reads released measurements only)."""
+        taken = [0]
+        fitted = estimate(domain, observations, tree=tree, start=start, iterations=cap,
+                          progress=lambda done, _: taken.__setitem__(0, done))
+        return fitted, taken[0]
+
     while used() < rho * (1 - 1e-9):
         remaining = rho - used()
         step = 1 / (2 * sigma**2) + eps**2 / 8
-        if remaining < 2 * step:  # the last round: everything left
+        late = spent + 2 * last > seconds
+        if remaining < 2 * step or late:  # the last round: everything left
+            if late and warn is not None:
+                warn(f"AIM's rounds took about {spent:,.0f} s, priced from the models they selected "
+                     f"(dpsql.synth.work): round {len(measured) - d + 1} is the last, spending the "
+                     f"{remaining / rho:.0%} of rho left, so that the run ends within max_seconds")
             sigma, eps = math.sqrt(1 / (2 * ALPHA * remaining)), math.sqrt(8 * (1 - ALPHA) * remaining)
             step = remaining
         limit = (used() + step) / rho * max_cells
         graph = frozenset(measured)
+        trials = 0
         for r in weights:
             if tree.home(r) < 0 and (graph, r) not in sizes:
                 sizes[(graph, r)] = junction_tree(domain, sorted(graph) + [r]).size
+                trials += 1
         kept = [r for r in weights if tree.home(r) >= 0 or sizes[(graph, r)] <= limit]
+        before, unread = tree, len(set(kept) - read)
+        read.update(kept)
         estimates = [model.marginal(r) for r in kept]
         noise_l1 = {r: math.sqrt(2 / math.pi) * k * sigma * cells[r] for r in kept}
         j = table.select_marginal(attributes, kept, estimates, eps, reservation, f"AIM round {len(measured) - d + 1}",
@@ -165,12 +217,12 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         if tree.home(chosen) < 0:
             tree = junction_tree(domain, measured)
             model = model.on_tree(tree)
-        before = estimates[j]
-        model = estimate(domain, observations, tree=tree, start=model,
-                         iterations=round_iterations(refit_iterations, tree.size))
-        if np.abs(model.marginal(chosen) - before).sum() <= noise_l1[chosen]:
+        model, steps = refit(model, round_iterations(refit_iterations, tree.size))
+        last = round_seconds(before, kept, trials, unread, tree, measured, steps)
+        spent += last
+        if np.abs(model.marginal(chosen) - estimates[j]).sum() <= noise_l1[chosen]:
             sigma, eps = sigma / 2, eps * 2
         if progress is not None:
             progress(min(int(100 * used() / rho), 100))
-    model = estimate(domain, observations, tree=tree, start=model, iterations=iterations)
-    return PGMResult(model, observations, compression)
+    model, steps = refit(model, iterations)
+    return PGMResult(model, observations, compression, spent + fit_seconds(steps, fit_cells(tree, measured)))

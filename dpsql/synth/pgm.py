@@ -104,11 +104,14 @@ RELATIVE_TOLERANCE = 5e-3
 @dataclass(frozen=True)
 class PGMResult:
     """The fitted model and the noisy measurements it was fitted to (released values), on the
-    domain that ``compression`` made (:mod:`dpsql.synth.compress`), if any."""
+    domain that ``compression`` made (:mod:`dpsql.synth.compress`), if any, and ``work``, the
+    seconds the fit took as :mod:`dpsql.synth.work` prices them, when it priced them as it ran
+    (:func:`~dpsql.synth.aim.aim`)."""
 
     model: GraphicalModel
     observations: list[Observation]
     compression: Compression | None = None
+    work: float | None = None
 
     def sample(self, n: int, rng: np.random.Generator, sweeps: int = 30) -> np.ndarray:
         """``n`` records drawn from the model, then refined (:func:`~dpsql.synth.refine.refine`,

@@ -1075,12 +1075,15 @@ class _ModelOptions:
         :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in time, a smaller one (the limit halved
         until they fit: the model is then selected under it, :func:`~dpsql.synth.pgm.model_structure`),
         and at most the steps that fit in half the time left (the rest samples the default rows,
-        whose number is a noisy count). Refused, before anything is charged, when not even a
+        whose number is a noisy count). The search for a model is priced at each limit tried
+        (:func:`~dpsql.synth.pgm.greedy_trials`): a model of every measured set may fit the
+        limit given and not a halved one. Refused, before anything is charged, when not even a
         model of the one-way marginals fits."""
         least = min(MIN_FIT_STEPS, self.iterations)
-        limit = self.max_cells
+        limit, other = self.max_cells, fixed
         while True:
             cells, passes = planned_model(domain, subsets, limit)
+            fixed = other + structure_seconds(greedy_trials(domain, subsets, limit), len(domain))
             each = fit_seconds(1, passes)
             if fixed + least * each <= self.max_seconds or cells <= sum(domain):
                 break
@@ -1123,7 +1126,7 @@ class _ModelOptions:
         columns, 0.1 s a step, not 2.4 s, and the default 19,999 rows, not 3,928."""
         total = learned.model.total
         marginals = len({o.subset for o in learned.observations})
-        fit = self.fit
+        fit = self.fit if learned.work is None else learned.work
         if taken:
             each = fit_seconds(1, fit_cells(learned.model.tree, [o.subset for o in learned.observations]))
             fit = self.besides + min(taken[-1], self.iterations) * each
@@ -1209,8 +1212,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     subsets = [*weights, *((a,) for a in range(len(domain)))]
     sweeps = len(set(subsets))
     model.check_time("PGM", [], sweeps, request.rows)
-    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1) +
-                           structure_seconds(greedy_trials(domain, subsets, model.max_cells), len(domain)))
+    model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
     if gaussian:
         share = _one_way_share(domain, unnamed, threshold) if given is None else share
         return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)
@@ -1279,7 +1281,10 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     add (the later rounds' shares are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more
     than :data:`AIM_MAX_CANDIDATES` candidates. The default ``16d`` rounds are cut to those that
     fit in ``max_seconds`` (from public values: the schema, the workload and the options), at
-    least :data:`AIM_MIN_ROUNDS` ``d``: fewer rounds only spend more each."""
+    least :data:`AIM_MIN_ROUNDS` ``d``: fewer rounds only spend more each. As the rounds run they
+    price their own work (scoring every candidate included), and end, the last spending all
+    that is left, within the time the plan leaves them: at least half of it when the default
+    rows are to be sampled in the rest."""
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
@@ -1312,15 +1317,22 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
                           f"max_seconds={model.max_seconds:g}: running rounds={fit:,}, whose rounds each spend more",
                           stacklevel=_caller())
             rounds = fit
+    planned = rounds * (2 * READ + refit)
+    marginals = min(rounds, len(fits)) + len(domain)
     try:
-        model = model.check_time("AIM", [(f"rounds={rounds}", rounds * (2 * READ + refit)),
-                                         (f"iterations={model.iterations}", last)],
-                                 min(rounds, len(fits)) + len(domain), request.rows)
+        model = model.check_time("AIM", [(f"rounds={rounds}", planned), (f"iterations={model.iterations}", last)],
+                                 marginals, request.rows)
     except ResourceLimitError as e:
         if given:
             raise
         raise ResourceLimitError(f"{e}; AIM's default rounds, 16 per column and at least {AIM_MIN_ROUNDS} in time, "
                                  "do not fit: give a workload of fewer marginals") from None
+    # the rounds' time as they price it running: what the plan leaves them, and at least half of it
+    # when the default rows (a noisy count) are to be sampled in the rest
+    left = model.max_seconds - last - refine_seconds(model.sweeps, marginals, request.rows or 1)
+    seconds = left if request.rows is not None else max(planned, left / 2)
+    model = dataclasses.replace(model, estimate=f"{model.estimate}; the rounds end within about {seconds:,.0f} s "
+                                                "as they price their own work")
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
@@ -1332,7 +1344,8 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         try:
             learned = aim(private, attributes, request.marginals, rho, reservation, model.max_cells, rounds=rounds,
                           iterations=model.iterations, one_way_share=share, threshold=threshold,
-                          progress=_advance(bar), binned=request.wide)
+                          progress=_advance(bar), binned=request.wide, seconds=seconds,
+                          warn=lambda note: warnings.warn(note, stacklevel=_caller()))
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)

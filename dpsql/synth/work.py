@@ -32,6 +32,9 @@ unit                       seconds     measured
 :data:`TRIAL`              4e-6        PGM's greedy model of every pair of 24, 40 and 80 attributes
                                        (276, 780 and 3,160 candidates; 600, 2,378 and 7,817 trial
                                        junction trees): 2.0, 15 and 206 s
+:data:`AIM_TRIAL`          1e-6        aim's default on 20 and 30 attributes of 5 to 20 values
+                                       (20,000 rows; 40,650 and 209,831 trial junction trees of a
+                                       set or two more a round): 16 and 160 s
 =========================  ==========  =====================================================
 
 What each method counts (``T`` rounds, ``s`` records or draws a round):
@@ -49,7 +52,13 @@ What each method counts (``T`` rounds, ``s`` records or draws a round):
   :data:`TRIAL` per attribute squared: :func:`structure_seconds`) and ``sweeps`` (a step per
   measured marginal and sweep, over ``rows`` records);
 * ``aim``: ``rounds`` (two reads and a refit each, at half the model's size on average),
-  ``iterations`` of the last fit, and ``sweeps`` as for pgm.
+  ``iterations`` of the last fit, and ``sweeps`` as for pgm. That plan leaves out the scoring of
+  every candidate in every round (a trial junction tree and a model's estimate each,
+  :func:`scoring_seconds`), whose cost depends on the models the rounds select, and it counts
+  all ``T`` rounds, of which annealing leaves far fewer (43 of 320 on 20 columns). So aim also
+  prices its rounds as they run, from the models they select (released values), and the round
+  after which another like it would pass the time the plan leaves them is its last, spending
+  all that is left (:func:`~dpsql.synth.aim.aim`'s ``seconds``).
 
 Not counted: the fixed costs of a request (about a second: planning, the noisy counts), reading
 the private table beyond :data:`READ` a read (its time grows with the table's size, which is
@@ -66,15 +75,15 @@ dpsql.errors.ResourceLimitError: pgm with sweeps=1000000000 would run for about 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from dpsql.errors import ResourceLimitError
 from dpsql.synth.options import option, real
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS",
            "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
-           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "Work", "max_seconds", "fitting",
-           "refine_seconds", "fit_seconds", "structure_seconds"]
+           "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "AIM_TRIAL", "Work", "max_seconds", "fitting",
+           "refine_seconds", "fit_seconds", "structure_seconds", "scoring_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
 DEFAULT_MAX_SECONDS = 600.0
@@ -108,6 +117,9 @@ QUERY = 3e-3
 #: One trial junction tree of pgm's greedy model search (:func:`dpsql.synth.pgm.model_structure`),
 #: per attribute squared.
 TRIAL = 4e-6
+#: One trial junction tree of aim's scoring (:func:`dpsql.synth.aim.aim`), per attribute squared: its
+#: graphs, a set or two more a round, are sparser than pgm's search's.
+AIM_TRIAL = 1e-6
 
 
 def max_seconds(options: dict) -> float:
@@ -164,3 +176,14 @@ def refine_seconds(sweeps: int, marginals: int, rows: int) -> float:
 def fit_seconds(steps: int, cells: int) -> float:
     """``steps`` mirror-descent steps of a model of ``cells`` cells."""
     return float(steps) * (STEP + CELL * cells)
+
+
+def scoring_seconds(trials: int, attributes: int, cells: Iterable[int]) -> float:
+    """aim's scoring of its candidates in a round: ``trials`` trial junction trees over ``attributes``
+    attributes, and the model's estimate of each candidate, a step over the ``cells`` of the model
+    it reads.
+
+    >>> round(scoring_seconds(1000, 20, [4000] * 1000), 2)
+    0.58
+    """
+    return float(trials) * attributes ** 2 * AIM_TRIAL + sum(STEP + CELL * c for c in cells)
