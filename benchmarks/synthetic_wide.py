@@ -1,6 +1,6 @@
 """Synthetic tables of wide tables: what a user gets with no workload, and with every pair.
 
-A table of ``d`` columns (2, 3 and 5 values in turn) is drawn as a chain: each column copies the
+A table of ``d`` columns (2, 3 and 5 values in turn, or ``--sizes``) is drawn as a chain: each column copies the
 previous one's value (modulo its size) in 70% of rows and is uniform in the rest, so every
 relation worth keeping is between neighbours. For each ``d`` the script runs
 
@@ -15,6 +15,7 @@ learnt no relation at best reaches). ``TV/indep`` below 1 is what the relations 
 
     python benchmarks/synthetic_wide.py                       # 30, 40, 60 and 80 columns
     python benchmarks/synthetic_wide.py --columns 40 --rows 50000 --epsilon 0.1
+    python benchmarks/synthetic_wide.py --columns 30 --sizes 5 10 20 --requests default
 
 Generated in memory: no data set is read or written.
 """
@@ -35,11 +36,11 @@ from dpsql import Budget
 SIZES = (2, 3, 5)
 
 
-def chain(d: int, n: int, seed: int) -> pd.DataFrame:
+def chain(d: int, n: int, seed: int, sizes: tuple[int, ...] = SIZES) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    cols = [rng.integers(0, SIZES[0], n)]
+    cols = [rng.integers(0, sizes[0], n)]
     for i in range(1, d):
-        size = SIZES[i % len(SIZES)]
+        size = sizes[i % len(sizes)]
         cols.append(np.where(rng.random(n) < 0.3, rng.integers(0, size, n), cols[-1] % size))
     return pd.DataFrame({f"c{i:02d}": c for i, c in enumerate(cols)})
 
@@ -57,25 +58,28 @@ def independent(real: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     return pd.DataFrame({c: rng.choice(real[c].to_numpy(), len(real)) for c in real.columns})
 
 
-def run(d: int, n: int, epsilon: float, seed: int) -> list[dict]:
-    frame = chain(d, n, seed)
+def run(d: int, n: int, epsilon: float, seed: int, sizes: tuple[int, ...] = SIZES,
+        requests: tuple[str, ...] = ("default", "pairs")) -> list[dict]:
+    frame = chain(d, n, seed, sizes)
     con = duckdb.connect()
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": SIZES[i % len(SIZES)] - 1}
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": sizes[i % len(sizes)] - 1}
                                         for i, c in enumerate(frame.columns)}}
     rng = np.random.default_rng(seed + 1)
     triples = [sorted(rng.choice(frame.columns, 3, replace=False)) for _ in range(64)]
     baseline = mean_tv(frame, independent(frame, rng), triples)
     rows: list[dict] = []
     for label, workload in (("default", None), ("pairs", 2)):
+        if label not in requests:
+            continue
         if label == "pairs" and rows and rows[0]["method"] == "pgm":  # the default measured every pair already
             continue
         db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=10 * epsilon, delta=1e-3), cache=False,
                            progress=False)
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             try:
                 syn = db.synthesize(workload=workload, epsilon=epsilon, delta=1.0 / n**2, name=f"s_{label}", seed=seed)
             except dpsql.Error as e:
@@ -86,6 +90,8 @@ def run(d: int, n: int, epsilon: float, seed: int) -> list[dict]:
                      "estimate": str(syn.report.attrs.get("estimate", ""))[:120],
                      "tv": mean_tv(frame, syn.df, triples), "indep": baseline})
         print(_line(rows[-1]), flush=True)
+        for w in caught:
+            print(f"{'':>9}warning: {str(w.message)[:160]}", flush=True)
     return rows
 
 
@@ -100,13 +106,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="the columns' numbers of values, in turn")
+    ap.add_argument("--requests", nargs="+", choices=["default", "pairs"], default=["default", "pairs"])
     args = ap.parse_args()
-    print(f"chain tables of {args.rows:,} rows, epsilon = {args.epsilon:g}, delta = 1/n^2; mean TV over 64 random "
+    print(f"chain tables of {args.rows:,} rows of {', '.join(map(str, args.sizes))} values in turn, epsilon = {args.epsilon:g}, delta = 1/n^2; mean TV over 64 random "
           "triples; indep: independent columns from the exact one-way marginals (non-private baseline)")
     print(f"{'columns':>7}  {'run':>7}  {'method':>7}  {'seconds':>7}  {'mean TV':>7}  {'indep':>7}  "
           f"{'TV/indep':>8}  estimate")
     for d in args.columns:
-        run(d, args.rows, args.epsilon, args.seed)
+        run(d, args.rows, args.epsilon, args.seed, tuple(args.sizes), tuple(args.requests))
 
 
 if __name__ == "__main__":

@@ -152,7 +152,7 @@ def test_the_rounds_end_within_the_seconds_they_price_spending_all_that_is_left(
     run = aim_module.aim
 
     def short_aim(*args, **kwargs):
-        kwargs["seconds"] = 1.7  # about six rounds' reads
+        kwargs["seconds"] = lambda total: 1.7  # about six rounds' reads
         result = run(*args, **kwargs)
         charges.extend(r for _, r in args[4].rho_charges)
         return result
@@ -170,6 +170,27 @@ def test_the_rounds_end_within_the_seconds_they_price_spending_all_that_is_left(
     assert rounds == ended + 1 and charges[-1] > charges[-3]  # the last measures with all that was left
     assert 0.25 * len(priced) <= math.fsum(priced) <= 1.7 + priced[-1]  # a measurement read a round at least
     assert len(syn.df) == 100
+
+
+def test_the_rounds_time_leaves_room_to_sample_the_noisy_row_count(table, monkeypatch):
+    """The rounds may take what the last fit and sampling the rows leave of max_seconds: the more
+    rows the noisy count asks for, the less; given rows, the same whatever the count; and never
+    less than half of what sampling one row would leave (the default rows are capped then)."""
+    given = {}
+    run = aim_module.aim
+
+    def spy_aim(*args, **kwargs):
+        given.setdefault("seconds", []).append(kwargs["seconds"])
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr("dpsql.synth.synthesize.aim", spy_aim)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.5), cache=False, progress=False)
+    for name, rows in (("s", None), ("s2", 100)):
+        db.synthesize("aim", workload=[("a", "b")], rho=0.1, seed=1, name=name, rows=rows, max_seconds=100)
+    default, fixed = given["seconds"]
+    assert 100 > default(10**3) > default(10**6) > default(10**12) > 0
+    assert default(10**12) == pytest.approx(default(1) / 2)
+    assert fixed(10**3) == fixed(10**12) == pytest.approx(default(100))
 
 
 def test_at_a_huge_budget_the_table_has_the_workload_marginals(table):

@@ -201,8 +201,9 @@ def test_aim_reports_the_estimate_it_was_planned_with():
     frame = pd.DataFrame({"a": rng.integers(0, 3, 300), "b": rng.integers(0, 2, 300)})
     db = _connect(frame, Budget(rho=1.0))
     syn = db.synthesize("aim", workload=2, rho=0.5, rounds=4, name="s", seed=0)
-    assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s; the rounds end within about "
-                        r"[\d,]+ s as they price their own work", syn.report.attrs["estimate"])
+    assert re.fullmatch(r"rounds=4: about [\d,]+ s; iterations=1000: about [\d,]+ s; the rounds end within what the "
+                        r"last fit and the sampling leave of max_seconds, as they price their own work",
+                        syn.report.attrs["estimate"])
 
 
 @pytest.mark.parametrize("method, budget, spend", [("pgm", Budget(rho=50.0), {"rho": 10.0}),

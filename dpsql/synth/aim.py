@@ -115,22 +115,22 @@ def round_iterations(cap: int, cells: int) -> int:
     return max(MIN_ROUND_ITERATIONS, min(cap, ROUND_CELL_STEPS // max(cells, 1)))
 
 
-def round_seconds(before: JunctionTree, estimated: Sequence[tuple[int, ...]], trials: int, read: int,
+def round_seconds(before: JunctionTree, homes: Sequence[int], trials: int, read: int,
                   after: JunctionTree, measured: Sequence[tuple[int, ...]], steps: int) -> float:
     """A round's work, priced by :mod:`dpsql.synth.work`'s units: a selection reading the ``read``
     candidates not read before (in queries of at most
     :data:`~dpsql.private.measure.MAX_GROUPING_SETS` marginals) and a measurement; ``trials`` trial
-    junction trees over the model's attributes and each ``estimated`` candidate's estimate on the
-    model of ``before`` (from the clique holding it, else from the whole model); and ``steps``
-    refit steps of the model of ``measured`` on ``after``. Released values only.
+    junction trees over the model's attributes and the estimate of each candidate on the model
+    of ``before``, from the clique of it that ``homes`` gives (or -1: from the whole model); and
+    ``steps`` refit steps of the model of ``measured`` on ``after``. Released values only.
 
     >>> tree = junction_tree((2, 2, 2), [(0, 1), (2,)])
-    >>> round(round_seconds(tree, [(0, 1), (0, 2)], 1, 2, tree, [(0, 1), (2,)], 10), 4)
-    0.5012
+    >>> round(round_seconds(tree, [1, -1], 1, 2, tree, [(0, 1), (2,)], 10), 4)
+    0.5011
     """
     sizes = [math.prod(before.domain[a] for a in c) for c in before.cliques]
-    cells = [sizes[before.home(r)] if before.home(r) >= 0 else before.size for r in estimated]
-    return READ * (1 + math.ceil(read / MAX_GROUPING_SETS)) + scoring_seconds(trials, len(before.domain), cells) + \
+    reads = [(sizes[h], 1) if h >= 0 else (before.size, len(sizes)) for h in homes]
+    return READ * (1 + math.ceil(read / MAX_GROUPING_SETS)) + scoring_seconds(trials, len(before.domain), reads) + \
         fit_seconds(steps, fit_cells(after, measured))
 
 
@@ -138,7 +138,8 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = AIM_ITERATIONS,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
         progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None,
-        seconds: float = math.inf, warn: Callable[[str], None] | None = None) -> PGMResult:
+        seconds: Callable[[float], float] = lambda total: math.inf,
+        warn: Callable[[str], None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``refit_iterations``
@@ -149,9 +150,10 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     standard deviations of the one-way noise (default: no compression). ``binned``: the attributes
     (by position, each value's bin) modelled in bins and drawn back to values by their one-way
     counts (:func:`~dpsql.synth.coarsen.shrink`). ``progress`` gets the percentage of ``rho`` spent.
-    ``seconds``: the time the rounds may take, as :func:`round_seconds` prices them; the round
-    that, with another like the one before, would pass it spends all that is left, and ``warn``
-    is told so. The result's ``work`` is the rounds' and the last fit's priced seconds."""
+    ``seconds``: the time the rounds may take, as :func:`round_seconds` prices them, given the
+    noisy row count of the one-way marginals (the rows to sample after); the round that, with
+    another like the one before, would pass it spends all that is left, and ``warn`` is told so.
+    The result's ``work`` is the rounds' and the last fit's priced seconds."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
     shares = rounds or 16 * d
@@ -168,6 +170,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     measured = [(a,) for a in range(d)]
     tree = junction_tree(domain, measured)
     model = estimate(domain, observations, tree=tree, iterations=round_iterations(refit_iterations, tree.size))
+    allowed = seconds(model.total)
 
     sizes: dict[tuple[frozenset, tuple[int, ...]], int] = {}  # a model's size with one more set: public
     read: set[tuple[int, ...]] = set()  # the candidates whose exact marginals the kernel has counted
@@ -187,7 +190,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     while used() < rho * (1 - 1e-9):
         remaining = rho - used()
         step = 1 / (2 * sigma**2) + eps**2 / 8
-        late = spent + 2 * last > seconds
+        late = spent + 2 * last > allowed
         if remaining < 2 * step or late:  # the last round: everything left
             if late and warn is not None:
                 warn(f"AIM's rounds took about {spent:,.0f} s, priced from the models they selected "
@@ -196,13 +199,13 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
             sigma, eps = math.sqrt(1 / (2 * ALPHA * remaining)), math.sqrt(8 * (1 - ALPHA) * remaining)
             step = remaining
         limit = (used() + step) / rho * max_cells
-        graph = frozenset(measured)
+        graph, homes = frozenset(measured), {r: tree.home(r) for r in weights}
         trials = 0
         for r in weights:
-            if tree.home(r) < 0 and (graph, r) not in sizes:
+            if homes[r] < 0 and (graph, r) not in sizes:
                 sizes[(graph, r)] = junction_tree(domain, sorted(graph) + [r]).size
                 trials += 1
-        kept = [r for r in weights if tree.home(r) >= 0 or sizes[(graph, r)] <= limit]
+        kept = [r for r in weights if homes[r] >= 0 or sizes[(graph, r)] <= limit]
         before, unread = tree, len(set(kept) - read)
         read.update(kept)
         estimates = [model.marginal(r) for r in kept]
@@ -218,7 +221,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
             tree = junction_tree(domain, measured)
             model = model.on_tree(tree)
         model, steps = refit(model, round_iterations(refit_iterations, tree.size))
-        last = round_seconds(before, kept, trials, unread, tree, measured, steps)
+        last = round_seconds(before, [homes[r] for r in kept], trials, unread, tree, measured, steps)
         spent += last
         if np.abs(model.marginal(chosen) - estimates[j]).sum() <= noise_l1[chosen]:
             sigma, eps = sigma / 2, eps * 2

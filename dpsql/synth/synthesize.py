@@ -1283,8 +1283,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     fit in ``max_seconds`` (from public values: the schema, the workload and the options), at
     least :data:`AIM_MIN_ROUNDS` ``d``: fewer rounds only spend more each. As the rounds run they
     price their own work (scoring every candidate included), and end, the last spending all
-    that is left, within the time the plan leaves them: at least half of it when the default
-    rows are to be sampled in the rest."""
+    that is left, within what the last fit and sampling the rows leave of ``max_seconds``."""
     total = request.total
     model = _ModelOptions.of(options, AIM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
@@ -1327,12 +1326,17 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
             raise
         raise ResourceLimitError(f"{e}; AIM's default rounds, 16 per column and at least {AIM_MIN_ROUNDS} in time, "
                                  "do not fit: give a workload of fewer marginals") from None
-    # the rounds' time as they price it running: what the plan leaves them, and at least half of it
-    # when the default rows (a noisy count) are to be sampled in the rest
-    left = model.max_seconds - last - refine_seconds(model.sweeps, marginals, request.rows or 1)
-    seconds = left if request.rows is not None else max(planned, left / 2)
-    model = dataclasses.replace(model, estimate=f"{model.estimate}; the rounds end within about {seconds:,.0f} s "
-                                                "as they price their own work")
+
+    def seconds(total: float) -> float:
+        """The time the rounds may take, as they price it running: what the last fit and sampling
+        the rows (the default: the noisy count ``total``) leave, and at least half of what one
+        row would (the rows are then capped, :meth:`_ModelOptions.table`)."""
+        rows = request.rows if request.rows is not None else max(round(total), 1)
+        left = [model.max_seconds - last - refine_seconds(model.sweeps, marginals, n) for n in (rows, 1)]
+        return max(left[0], left[1] / 2)
+
+    model = dataclasses.replace(model, estimate=f"{model.estimate}; the rounds end within what the last fit and the "
+                                                "sampling leave of max_seconds, as they price their own work")
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
     if share is not None:
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
