@@ -66,7 +66,7 @@ from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
-from dpsql.synth.junction import junction_tree
+from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.pgm import PGMResult, fit_cells, one_way_observations
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
