@@ -329,13 +329,13 @@ def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_
 
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
     seen = spy_kernel(monkeypatch, db)
-    fit = pgm_module._fit
+    fit = pgm_module.fit_model
 
     def spy_fit(domain, observations, *args):
         seen["domain"], seen["observations"], seen["compression"] = domain, observations, args[3]
         return fit(domain, observations, *args)
 
-    monkeypatch.setattr(pgm_module, "_fit", spy_fit)
+    monkeypatch.setattr(pgm_module, "fit_model", spy_fit)
     syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
     reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm", gaussian=True)
     rho = reservation.rho

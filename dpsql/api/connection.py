@@ -292,12 +292,16 @@ class Connection:
         * ``"aim"``: zCDP AIM, adaptive selection of the marginals to measure on the
           same model, its whole spend charged before the first read
           (:mod:`dpsql.synth.aim`; options ``rounds``, ``iterations``,
-          ``max_model_size``, ``sweeps``).
+          ``max_model_size``, ``sweeps``);
+        * ``"mst"``: zCDP MST, a spanning tree of the workload's pairs picked privately,
+          then measured, on the same model (:mod:`dpsql.synth.mst`; options
+          ``iterations``, ``max_model_size``, ``sweeps``, ``compress``).
 
         ``workload``: the marginals to preserve (default: every 3-way marginal as AIM's target;
         under a zCDP or ``(ε, δ)`` spend ``"pgm"`` measures them all when one model of at most
         :data:`~dpsql.synth.pgm.GREEDY_CELLS` cells holds every attribute, else selects them
-        adaptively, as ``"aim"``), as ``k`` (all k-way
+        adaptively, as ``"aim"``, or, on a table too wide for aim's rounds, picks a spanning
+        tree of pairs, as ``"mst"``), as ``k`` (all k-way
         marginals), a list of tuples of column names (e.g. from
         :func:`dpsql.synth.random_marginals`), or SQL statements. The spend
         is ``epsilon`` (and ``delta``), or ``rho`` under a zCDP budget; it is

@@ -61,7 +61,7 @@ __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "RETRY_CANDIDATES", "LAPLACE_SEARCH
            "RELATIVE_TOLERANCE",
            "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations",
            "planned_model", "fit_cells", "greedy_trials", "one_way_weights", "pgm",
-           "pgm_compressed", "unit_weights"]
+           "pgm_compressed", "unit_weights", "weighted_counts", "fit_model"]
 
 
 #: A set's gain toward the model (:func:`model_structure`) counts its cells' distance from the
@@ -412,10 +412,8 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
     most ``max_cells`` cells (:func:`model_structure`; see the module docstring for the guarantee),
     on the attributes' cells (their groups, when grouped)."""
     domain = tuple(a.cells for a in attributes)
-    measured = table.measure(attributes, measurement(domain, weights), noise, cost,
-                             f"PGM: {len(weights)} weighted marginals")
-    return _fit(domain, _weighted(domain, weights, measured.values, measured.noise_std), max_cells, iterations,
-                progress, tolerance=tolerance)
+    observations = weighted_counts(table, attributes, weights, noise, cost, f"PGM: {len(weights)} weighted marginals")
+    return fit_model(domain, observations, max_cells, iterations, progress, tolerance=tolerance)
 
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
@@ -445,11 +443,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     counted = attributes if compression is None else compression.attributes(attributes)
     rest = Gaussian(rho=rho - reservation.rho_used)
     weights = unit_weights(marginal_weights(domain, marginals, rest))
-    measured = table.measure(counted, measurement(domain, weights), rest, reservation,
-                             f"PGM: {len(weights)} weighted marginals")
     observations = (first if compression is None else [compression.observe(o) for o in first]) + \
-        _weighted(domain, weights, measured.values, measured.noise_std)
-    return _fit(domain, observations, max_cells, iterations, progress, compression, tolerance)
+        weighted_counts(table, counted, weights, rest, reservation, f"PGM: {len(weights)} weighted marginals")
+    return fit_model(domain, observations, max_cells, iterations, progress, compression, tolerance)
 
 
 def one_way_weights(which: Iterable[int]) -> dict[tuple[int, ...], float]:
@@ -474,27 +470,27 @@ def one_way_counts(table: PrivateTable, attributes: Sequence[Attribute], which: 
                    spend: "Cost | Reservation", description: str) -> list[Observation]:
     """The one-way marginals of the attributes ``which`` (:func:`one_way_weights`) on their
     cells, measured at once with ``noise``, spending ``spend`` (a cost, or drawn from a reservation)."""
+    return weighted_counts(table, attributes, one_way_weights(which), noise, spend, description)
+
+
+def weighted_counts(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tuple[int, ...], float],
+                    noise: NoiseModel, spend: "Cost | Reservation", description: str) -> list[Observation]:
+    """The weighted marginals ``weights`` (attribute sets of ``attributes``, on their cells) measured
+    at once with ``noise`` (:func:`measurement`), spending ``spend``: each marginal's noisy counts
+    divided by its weight, an observation each."""
     domain = tuple(a.cells for a in attributes)
-    weights = one_way_weights(which)
     measured = table.measure(attributes, measurement(domain, weights), noise, spend, description)
-    return _weighted(domain, weights, measured.values, measured.noise_std)
-
-
-def _weighted(domain: Sequence[int], weights: dict[tuple[int, ...], float], values: np.ndarray,
-              std: float) -> list[Observation]:
-    """The observations in one measurement of weighted marginals (``values`` in the order of
-    ``weights``, noise ``std`` on each): each marginal's counts, divided by its weight."""
     observations, start = [], 0
     for subset, w in weights.items():
         size = math.prod(domain[a] for a in subset)
-        observations.append(Observation(subset, values[start:start + size] / w, std / w))
+        observations.append(Observation(subset, measured.values[start:start + size] / w, measured.noise_std / w))
         start += size
     return observations
 
 
-def _fit(domain: tuple[int, ...], observations: list[Observation], max_cells: int, iterations: int,
-         progress: Callable[[int, float], None] | None, compression: Compression | None = None,
-         tolerance: float = RELATIVE_TOLERANCE) -> PGMResult:
+def fit_model(domain: tuple[int, ...], observations: list[Observation], max_cells: int, iterations: int,
+              progress: Callable[[int, float], None] | None, compression: Compression | None = None,
+              tolerance: float = RELATIVE_TOLERANCE) -> PGMResult:
     """The model of at most ``max_cells`` cells fitted to ``observations`` (:func:`model_structure`),
     until it converges to the relative ``tolerance`` (:func:`~dpsql.synth.estimate.estimate`)."""
     tree, fitted = model_structure(domain, observations, max_cells)

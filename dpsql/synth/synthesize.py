@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import itertools
 import math
 import numbers
@@ -35,6 +36,7 @@ from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_ro
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import MIN_EPSILON, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable
+from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute, Binned
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import lone_surrogate
@@ -61,6 +63,8 @@ from dpsql.synth.estimate import pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
+from dpsql.synth.mst import candidate_pairs as mst_candidates
+from dpsql.synth.mst import mst, picks
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
@@ -104,7 +108,7 @@ if TYPE_CHECKING:
     from dpsql.released import ReleasedData
     from dpsql.schema import Schema
 
-METHODS = ("mwem", "dualquery", "fem", "pgm", "aim")
+METHODS = ("mwem", "dualquery", "fem", "pgm", "aim", "mst")
 #: The schema on the analyst's DuckDB where each private table's latest synthetic table is a view
 #: under the private table's own name (``synth.adult``).
 SYNTH_SCHEMA = "synth"
@@ -362,6 +366,8 @@ class NameTakenError(WorkloadError):
 #:   ``iterations`` (of the last fit, warm-started, 1,000), and ``max_model_size``, ``sweeps``,
 #:   ``compress`` and ``one_way_share`` as for pgm.
 #:   zCDP: a ``rho``, or an ``epsilon`` with a ``delta`` > 0 (converted to the ``ρ`` that implies it).
+#: * ``mst``: ``iterations``, ``max_model_size``, ``sweeps`` and ``compress`` as for pgm; its
+#:   candidates are the pairs within the workload's marginals (:mod:`dpsql.synth.mst`). zCDP, as aim.
 #:
 #: Every method also takes ``max_seconds`` (seconds > 0, :data:`~dpsql.synth.work.DEFAULT_MAX_SECONDS`,
 #: 600): a run whose options imply more work is refused before the spend, and the counts the spend
@@ -373,6 +379,7 @@ OPTIONS = {
             "max_seconds"),
     "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress", "max_seconds"),
     "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress", "max_seconds"),
+    "mst": ("iterations", "max_model_size", "sweeps", "compress", "max_seconds"),
 }
 
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
@@ -516,13 +523,13 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     marginals = workload_marginals(workload, schema, attributes)
     # mwem, fem and dualquery measure no one-way marginal: a column no workload marginal names is
     # one bin for them, its values drawn by its own measured one-way counts (pgm and aim measure it)
-    alone = [] if method in ("pgm", "aim") else _unnamed(len(attributes), marginals)
+    alone = [] if method in ("pgm", "aim", "mst") else _unnamed(len(attributes), marginals)
     widened = {**widened, **{a: np.zeros(attributes[a].size, dtype=np.int64) for a in alone}}
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem_rows, "pgm": _plan_pgm,
-               "aim": _plan_aim}[method]
-    gaussian = request.zcdp or total.delta > 0  # pgm (so) and aim measure every one-way marginal themselves
-    if request.wide and not (method == "aim" or method == "pgm" and gaussian):
+               "aim": _plan_aim, "mst": _plan_mst}[method]
+    gaussian = request.zcdp or total.delta > 0  # pgm (so), aim and mst measure every one-way marginal themselves
+    if request.wide and not (method in ("aim", "mst") or method == "pgm" and gaussian):
         run = _plan_binned(private, attributes, request, planner, dict(options), alone)
     else:
         try:
@@ -547,7 +554,8 @@ def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[
     aim's max error). Otherwise, asked for pgm:
 
     * under a zCDP or ``(ε, δ)`` spend, aim selects among them; on a table too wide for aim's
-      rounds to score every candidate (:data:`AIM_MAX_CANDIDATES`), pgm measures every pair;
+      rounds to score every candidate (:data:`AIM_MAX_CANDIDATES`), mst selects a spanning tree
+      of pairs (every pair measured by pgm: mean TV 0.95 times independent columns' on 80);
     * under a pure ε, whose Laplace noise grows with the marginals' number, pgm measures every pair
       (mean TV over every triple at ε = 1: 0.200 against 0.307 on the salary proxy, 0.644 against
       0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns), and past
@@ -566,12 +574,12 @@ def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[
                       "independent (give a workload, or a delta for aim's adaptive selection)", stacklevel=_caller())
         return method, min(1, way)
     scored = sum(math.comb(len(attributes), k) for k in range(1, way + 1))
-    if scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS["pgm"]):
+    if scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS["mst"]):
         return "aim", way
     warnings.warn(f"with no workload on {len(attributes)} columns, aim would score {scored:,} candidate marginals "
-                  f"every round, more than {AIM_MAX_CANDIDATES:,}: pgm measures every pair of columns instead (give "
-                  "a workload to choose)", stacklevel=_caller())
-    return method, 2
+                  f"every round, more than {AIM_MAX_CANDIDATES:,}: mst selects a spanning tree of pairs of columns "
+                  "instead (give a workload to choose)", stacklevel=_caller())
+    return "mst", 2
 
 
 # -- option values -------------------------------------------------------------------------------
@@ -1088,13 +1096,28 @@ class _ModelOptions:
             if fixed + least * each <= self.max_seconds or cells <= sum(domain):
                 break
             limit = max(cells // 2, sum(domain))
+        return self._steps(f"{method}'s model of {len(subsets)} marginals, even at its smallest ({cells:,} cells),",
+                           cells, limit, each, fixed)
+
+    def forest_plan(self, method: str, cells: int, marginals: int, fixed: float) -> "_ModelOptions":
+        """These options with the fit that ``max_seconds`` allows after ``fixed`` seconds of other
+        work of a model of at most ``cells`` cells whose cliques hold each of its ``marginals``
+        measured sets (a forest of pairs, and the one-way marginals): each step passes over the
+        cliques and each set once. Refused, before anything is charged, when it cannot take
+        :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in time."""
+        return self._steps(f"{method}'s model of {marginals} marginals ({cells:,} cells at most)", cells,
+                           self.max_cells, fit_seconds(1, 2 * cells), fixed)
+
+    def _steps(self, model: str, cells: int, limit: int, each: float, fixed: float) -> "_ModelOptions":
+        """These options with a fit of ``each`` seconds a step, after ``fixed`` seconds of other work,
+        of a ``model`` of ``cells`` cells within ``limit``: at most the steps that fit in half the
+        time left (the rest samples the default rows, whose number is a noisy count), and at least
+        :data:`~dpsql.synth.work.MIN_FIT_STEPS`, else refused."""
+        least = min(MIN_FIT_STEPS, self.iterations)
         if fixed + least * each > self.max_seconds:
-            raise ResourceLimitError(f"{method}'s model of {len(subsets)} marginals, even at its smallest "
-                                     f"({cells:,} cells), takes about {each:.2g} s a fit step: {least} steps and the "
-                                     "rest of the "
+            raise ResourceLimitError(f"{model} takes about {each:.2g} s a fit step: {least} steps and the rest of the "
                                      f"run ({fixed:,.0f} s) exceed max_seconds={self.max_seconds:g}; choose fewer "
                                      "marginals, or raise max_seconds (estimates: dpsql.synth.work)")
-        # at most half the time left, at least the fewest steps: the rest samples the default rows
         steps = max(least, fitting(self.max_seconds - (self.max_seconds - fixed) / 2, fixed, each, self.iterations))
         estimate = (f"a model of {cells:,} cells (within {limit:,}), about {each:.2g} s a fit step; at most "
                     f"{steps:,} steps ({steps * each:,.0f} s), stopping once converged; about {fixed:,.0f} s besides")
@@ -1353,6 +1376,54 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng), {}, cost)
+
+    return _Run(cost, execute)
+
+
+def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+    """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``) reserved at
+    once, a third each for the one-way marginals, the picks among the pairs within the workload's
+    marginals, and the measurement of the pairs picked. Refused up front: a pure ``ε`` spend (MST
+    is zCDP), noise either measurement's third cannot add, and a run whose fit cannot take
+    :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a forest of the
+    largest pairs, which any the picks make is at most: :meth:`_ModelOptions.forest_plan`)."""
+    total = request.total
+    if not (request.zcdp or total.delta > 0):
+        raise PrivacyError("MST is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
+                           "takes a pure epsilon)")
+    model = _ModelOptions.of(options, PGM_ITERATIONS)
+    model_attributes = binned(attributes, request.wide)
+    domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
+    _, threshold = _compression(options, domain, True)
+    rho, cost = request.reservation()
+    model.check_one_ways(domain, "MST's model")
+    pairs = mst_candidates(request.marginals)
+    if pairs:
+        _check_cells("MST", pairs, model_attributes)
+    count = picks(len(domain), pairs)
+    size = {p: math.prod(domain[a] for a in p) for p in pairs}
+    largest = heapq.nlargest(count, pairs, key=size.__getitem__)  # any forest the picks make is at most these
+    full = [a.size for a in attributes]
+    private.plan(measurement(full, one_way_weights(range(len(domain)))), Gaussian(rho=rho / 3 if count else rho))
+    if largest:  # the pairs' noise, scaled to L2 sensitivity 1, is the same whichever are picked
+        private.plan(measurement(domain, unit_weights({p: 1.0 for p in largest})), Gaussian(rho=rho / 3))
+    marginals = count + len(domain)
+    model.check_time("MST", [], marginals, request.rows)
+    # two measurements and the first pick's counting; each pick a pass over the pairs' cells
+    picking = READ * (2 + math.ceil(len(pairs) / MAX_GROUPING_SETS)) + count * fit_seconds(1, sum(size.values()))
+    model = model.forest_plan("MST", sum(size[p] for p in largest) + sum(domain), marginals,
+                              picking + refine_seconds(model.sweeps, marginals, request.rows or 1))
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        reservation = private.reserve(cost, f"MST: rho={rho!r}, {count} picks", "mst", rho=rho)
+        taken: list[int] = []
+        try:
+            with _fit_progress(bar, model.iterations, taken) as advance:
+                learned = mst(private, attributes, pairs, rho, reservation, model.max_cells, threshold,
+                              compressible(full), iterations=model.iterations, progress=advance, binned=request.wide)
+        finally:
+            reservation.close()
+        return (*model.table(learned, request, attributes, rng, taken), {}, cost)
 
     return _Run(cost, execute)
 
