@@ -65,7 +65,8 @@ METHODS = [("mwem", {"epsilon": 5.0}, {"rounds": 3, "replays": 3}),
            ("fem", {"epsilon": 5.0, "delta": 1e-6}, {"rounds": 3, "samples": 5}),
            ("dualquery", {"epsilon": 5.0, "delta": 1e-6}, {"rounds": 3, "samples": 5}),
            ("aim", {"epsilon": 5.0, "delta": 1e-6}, {"rounds": 8, "iterations": 50}),
-           ("pgm", {"epsilon": 5.0}, {"iterations": 50})]
+           ("pgm", {"epsilon": 5.0}, {"iterations": 50}),
+           ("mst", {"epsilon": 5.0, "delta": 1e-6}, {"iterations": 50})]
 
 
 @pytest.mark.slow  # about 2 to 4 s each: a one-way marginal of 200,000 cells measured
@@ -85,8 +86,9 @@ def test_every_method_bins_the_wide_columns_and_draws_them_back_in_their_domain(
     assert sum(e.cost.epsilon for e in db.ledger.entries()) == pytest.approx(5.0, rel=1e-6, abs=0) or method in \
         ("fem", "dualquery")  # (their rounds given spend less than asked)
     real = {0, 2174, 7298, 15024}
-    if method in ("aim", "pgm"):  # a model of every one-way marginal: the bins hold the real values
-        assert syn.df["gain"].astype(int).isin(real).mean() > 0.95
+    if method in ("aim", "pgm", "mst"):  # a model of every one-way marginal: the bins hold the real values
+        # (mst's one-way counts take a third of rho, a noisier draw within each bin than pgm's and aim's)
+        assert syn.df["gain"].astype(int).isin(real).mean() > (0.9 if method == "mst" else 0.95)
 
 
 @pytest.mark.slow
