@@ -16,7 +16,7 @@ from test_pgm import (
     dense_marginal,
     largest_count_difference,
     make_table,
-    spy_kernel,
+    spy_result,
 )
 
 import dpsql
@@ -61,20 +61,6 @@ def test_a_model_moved_to_a_larger_tree_keeps_its_distribution():
     np.testing.assert_allclose(dense_joint(moved), dense_joint(model), rtol=1e-9)
 
 
-def _spy(monkeypatch, db):
-    """Record the ledger when the table is first read, the reservation, and AIM's result."""
-    seen = spy_kernel(monkeypatch, db)
-    run = aim_module.aim
-
-    def spy_aim(*args, **kwargs):
-        seen["result"] = run(*args, **kwargs)
-        return seen["result"]
-
-    monkeypatch.setattr(aim_module, "aim", spy_aim)
-    monkeypatch.setattr("dpsql.synth.synthesize.aim", spy_aim)
-    return seen
-
-
 @pytest.mark.parametrize("budget,spend", [
     (Budget(rho=0.5), {"rho": 0.2}),
     (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
@@ -85,7 +71,7 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     """The paper's schedule, or by default (a, b and d have more than two values: 3 of 4) the one-way
     marginals at 0.3 * 3/4 of rho, deciding the compression, and then the paper's rounds."""
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
-    seen = _spy(monkeypatch, db)
+    seen = spy_result(monkeypatch, db, "aim")
     syn = db.synthesize("aim", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend,
                         **({} if compressed else {"compress": False}))
     reservation = assert_reserved_up_front(db, syn, seen, spend, "aim")

@@ -11,31 +11,17 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from test_pgm import SCHEMA, assert_reserved_up_front, largest_count_difference, make_table, spy_kernel
+from test_pgm import SCHEMA, assert_reserved_up_front, largest_count_difference, make_table, spy_result
 
 import dpsql
 from dpsql.errors import PrivacyError, ResourceLimitError
 from dpsql.private.budget import Budget
-from dpsql.synth import mst as mst_module
 from dpsql.synth.mst import candidate_pairs, picks
 
 
 @pytest.fixture(scope="module")
 def table():
     return make_table()
-
-
-def _spy(monkeypatch, db):
-    """Record the ledger when the table is first read, the reservation, and MST's result."""
-    seen = spy_kernel(monkeypatch, db)
-    run = mst_module.mst
-
-    def spy_mst(*args, **kwargs):
-        seen["result"] = run(*args, **kwargs)
-        return seen["result"]
-
-    monkeypatch.setattr("dpsql.synth.synthesize.mst", spy_mst)
-    return seen
 
 
 def test_the_picks_of_a_forest_are_the_attributes_less_the_candidates_parts():
@@ -56,7 +42,7 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     eps^2/8), and the rest, a third, for the pairs picked; each measurement's noise is the sigma its
     charge pays for at its L2 sensitivity (sqrt(4) for the one-way counts, sqrt(3) for the pairs)."""
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
-    seen = _spy(monkeypatch, db)
+    seen = spy_result(monkeypatch, db, "mst")
     syn = db.synthesize("mst", workload=2, seed=1, name="s", **spend, **({} if compressed else {"compress": False}))
     reservation = assert_reserved_up_front(db, syn, seen, spend, "mst")
     rho = reservation.rho
@@ -95,7 +81,7 @@ def test_the_picks_make_a_spanning_tree_of_the_dependent_pairs_at_a_huge_budget(
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     schema = {"table": "t", "columns": {x: {"type": "integer", "min": 0, "max": 2} for x in "abcdef"}}
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1e9), cache=False, progress=False)
-    seen = _spy(monkeypatch, db)
+    seen = spy_result(monkeypatch, db, "mst")
     syn = db.synthesize("mst", workload=2, rho=1e9, seed=0, name="s")
     picked = {o.subset for o in seen["result"].observations if len(o.subset) == 2}
     links = {(0, 1), (1, 2), (3, 4), (4, 5)}
@@ -110,7 +96,7 @@ def test_candidates_are_the_pairs_within_the_workloads_marginals(table, monkeypa
     """With the workload's marginals (a, b) and (c, d), the candidates are those two pairs, which
     make a forest of two parts: two picks, each forced, then the two pairs measured."""
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
-    seen = _spy(monkeypatch, db)
+    seen = spy_result(monkeypatch, db, "mst")
     db.synthesize("mst", workload=[("a", "b"), ("c", "d")], rho=0.5, seed=0, name="s")
     assert sorted(o.subset for o in seen["result"].observations[4:]) == [(0, 1), (2, 3)]
     assert [m.split(":")[0].split("(")[0] for m, _ in seen["reservation"].rho_charges] == ["gaussian", "exponential", "exponential",
@@ -161,7 +147,7 @@ def test_with_no_workload_a_table_too_wide_for_aims_candidates_gets_mst():
 def test_a_workload_of_columns_alone_measures_every_one_way_marginal_with_the_whole_budget(table, monkeypatch):
     """No pair to pick: the one-way marginals take all of rho, not a third."""
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
-    seen = _spy(monkeypatch, db)
+    seen = spy_result(monkeypatch, db, "mst")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the columns are fitted only through their one-way marginals
         db.synthesize("mst", workload=[("a",), ("b",)], rho=0.5, seed=0, name="s")

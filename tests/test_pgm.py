@@ -296,6 +296,22 @@ def zcdp_rho_by_hand(epsilon: float, delta: float) -> float:
                   rtol=1e-12)
 
 
+def spy_result(monkeypatch, db, method: str) -> dict:
+    """:func:`spy_kernel`'s record, and under ``"result"`` what the function ``method`` that
+    synthesize runs (``"aim"``, ``"mst"``) returned."""
+    import dpsql.synth.synthesize as synthesize
+
+    seen = spy_kernel(monkeypatch, db)
+    run = getattr(synthesize, method)
+
+    def spy(*args, **kwargs):
+        seen["result"] = run(*args, **kwargs)
+        return seen["result"]
+
+    monkeypatch.setattr(synthesize, method, spy)
+    return seen
+
+
 def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str, gaussian: bool = False):
     """The run's whole spend (``spend``: rho, or epsilon and delta through the rho implying them: the
     exact Gaussian one for a mechanism of ``gaussian`` measurements alone, else the zCDP one) is one

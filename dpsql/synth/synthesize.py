@@ -1282,14 +1282,25 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
+    return _reserved_fit(private, request, attributes, model, cost, rho, "pgm", f"PGM: rho={rho!r}",
+                         lambda reservation, advance: pgm_compressed(
+                             private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
+                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
+
+
+def _reserved_fit(private: PrivateTable, request: _Request, attributes: Sequence[Attribute], model: _ModelOptions,
+                  cost: Cost, rho: float, mechanism: str, description: str,
+                  learn: Callable[[Any, Callable[[int, float], None]], PGMResult]) -> _Run:
+    """The run of a graphical-model method (pgm's two measurements, mst) whose whole ``ρ`` is
+    reserved at once (``cost`` in the ledger) before ``learn`` draws on the reservation and fits
+    the model, its fit shown converging; the table is sampled from the model fitted."""
+
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, f"PGM: rho={rho!r}", "pgm", rho=rho)
+        reservation = private.reserve(cost, description, mechanism, rho=rho)
         taken: list[int] = []
         try:
             with _fit_progress(bar, model.iterations, taken) as advance:
-                learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share,
-                                         threshold, compressible(full), iterations=model.iterations,
-                                         progress=advance, binned=request.wide)
+                learned = learn(reservation, advance)
         finally:
             reservation.close()
         return (*model.table(learned, request, attributes, rng, taken), {}, cost)
@@ -1404,9 +1415,14 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     size = {p: math.prod(domain[a] for a in p) for p in pairs}
     largest = heapq.nlargest(count, pairs, key=size.__getitem__)  # any forest the picks make is at most these
     full = [a.size for a in attributes]
-    private.plan(measurement(full, one_way_weights(range(len(domain)))), Gaussian(rho=rho / 3 if count else rho))
-    if largest:  # the pairs' noise, scaled to L2 sensitivity 1, is the same whichever are picked
-        private.plan(measurement(domain, unit_weights({p: 1.0 for p in largest})), Gaussian(rho=rho / 3))
+    # the pairs' noise, scaled to L2 sensitivity 1, is the same whichever are picked
+    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), 1 / 3 if count else 1, full),
+                                     ("picked", unit_weights({p: 1.0 for p in largest}), 1 / 3, domain)):
+        try:
+            if weighted:
+                private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
+        except PrivacyError as e:
+            raise _refine(e, f"MST's {what} marginals get {part:.3g} of rho={rho:g}, too little") from None
     marginals = count + len(domain)
     model.check_time("MST", [], marginals, request.rows)
     # two measurements and the first pick's counting; each pick a pass over the pairs' cells
@@ -1414,18 +1430,10 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = model.forest_plan("MST", sum(size[p] for p in largest) + sum(domain), marginals,
                               picking + refine_seconds(model.sweeps, marginals, request.rows or 1))
 
-    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, f"MST: rho={rho!r}, {count} picks", "mst", rho=rho)
-        taken: list[int] = []
-        try:
-            with _fit_progress(bar, model.iterations, taken) as advance:
-                learned = mst(private, attributes, pairs, rho, reservation, model.max_cells, threshold,
-                              compressible(full), iterations=model.iterations, progress=advance, binned=request.wide)
-        finally:
-            reservation.close()
-        return (*model.table(learned, request, attributes, rng, taken), {}, cost)
-
-    return _Run(cost, execute)
+    return _reserved_fit(private, request, attributes, model, cost, rho, "mst", f"MST: rho={rho!r}, {count} picks",
+                         lambda reservation, advance: mst(
+                             private, attributes, pairs, rho, reservation, model.max_cells, threshold,
+                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
 
 
 def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
