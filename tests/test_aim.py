@@ -11,6 +11,7 @@ import pytest
 from test_pgm import (
     FAMILIES,
     SCHEMA,
+    ZCDP_SPENDS,
     assert_reserved_up_front,
     dense_joint,
     dense_marginal,
@@ -61,10 +62,7 @@ def test_a_model_moved_to_a_larger_tree_keeps_its_distribution():
     np.testing.assert_allclose(dense_joint(moved), dense_joint(model), rtol=1e-9)
 
 
-@pytest.mark.parametrize("budget,spend", [
-    (Budget(rho=0.5), {"rho": 0.2}),
-    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
-])
+@pytest.mark.parametrize("budget,spend", ZCDP_SPENDS)
 @pytest.mark.parametrize("compressed", [False, True])
 def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch, budget, spend,
                                                                                 compressed):

@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from test_pgm import SCHEMA, assert_reserved_up_front, largest_count_difference, make_table, spy_result
+from test_pgm import SCHEMA, ZCDP_SPENDS, assert_reserved_up_front, largest_count_difference, make_table, spy_result
 
 import dpsql
 from dpsql.errors import PrivacyError, ResourceLimitError
@@ -31,10 +31,7 @@ def test_the_picks_of_a_forest_are_the_attributes_less_the_candidates_parts():
     assert picks(3, []) == 0
 
 
-@pytest.mark.parametrize("budget,spend", [
-    (Budget(rho=0.5), {"rho": 0.2}),
-    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
-])
+@pytest.mark.parametrize("budget,spend", ZCDP_SPENDS)
 @pytest.mark.parametrize("compressed", [False, True])
 def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch, budget, spend,
                                                                                 compressed):

@@ -296,6 +296,10 @@ def zcdp_rho_by_hand(epsilon: float, delta: float) -> float:
                   rtol=1e-12)
 
 
+#: A zCDP spend and an (epsilon, delta) one, each with a budget that holds it.
+ZCDP_SPENDS = [(Budget(rho=0.5), {"rho": 0.2}), (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7})]
+
+
 def spy_result(monkeypatch, db, method: str) -> dict:
     """:func:`spy_kernel`'s record, and under ``"result"`` what the function ``method`` that
     synthesize runs (``"aim"``, ``"mst"``) returned."""
@@ -330,10 +334,7 @@ def assert_reserved_up_front(db, syn, seen, spend: dict, mechanism: str, gaussia
     return reservation
 
 
-@pytest.mark.parametrize("budget,spend", [
-    (Budget(rho=0.5), {"rho": 0.2}),
-    (Budget(epsilon=2.0, delta=1e-6), {"epsilon": 1.0, "delta": 1e-7}),
-])
+@pytest.mark.parametrize("budget,spend", ZCDP_SPENDS)
 def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(table, monkeypatch,
                                                                                            budget, spend):
     """The default under Gaussian noise: every one-way marginal, taking 0.3 * 3/4 of rho (the
