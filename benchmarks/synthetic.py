@@ -94,11 +94,11 @@ DATA = os.environ.get("DPSQL_DATA") or os.path.join(os.path.dirname(os.path.absp
                                                     "data")
 #: Published FEM mean max error, ADULT, 64 random 3-way marginals (workloads.md).
 PUBLISHED_FEM = {0.1: 0.172, 0.15: 0.133, 0.2: 0.113, 0.25: 0.106, 0.5: 0.078, 1.0: 0.076}
-METHODS = ("aim", "pgm", "pgm-pairs", "hdmm", "fem", "dualquery", "mwem")
-#: dpmm's generators, by the label they are printed with (dpsql has its own "aim").
+METHODS = ("aim", "pgm", "pgm-pairs", "mst", "hdmm", "fem", "dualquery", "mwem")
+#: dpmm's generators, by the label they are printed with (dpsql has its own "aim" and "mst").
 PEERS = {"dpmm-aim": "aim", "dpmm-mst": "mst"}
 #: Each method label: dpsql's method and its options (or a function of ε and δ giving them).
-OPTIONS = {"aim": ("aim", {}), "pgm": ("pgm", {}), "pgm-pairs": ("pgm", {"measure": "pairs"}),
+OPTIONS = {"aim": ("aim", {}), "pgm": ("pgm", {}), "pgm-pairs": ("pgm", {"measure": "pairs"}), "mst": ("mst", {}),
            "fem": ("fem", {}), "dualquery": ("dualquery", {"eta": 0.4, "samples": 35, "oracle": "heuristic"}),
            "mwem": ("mwem", {"rounds": 15, "replays": 10})}
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".dpsql_cache")  # strategies, public
