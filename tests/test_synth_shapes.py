@@ -125,17 +125,28 @@ def test_the_default_rounds_are_cut_to_those_that_fit_in_max_seconds(monkeypatch
     assert len(reserved) == 1 and db.ledger.entries() == []
 
 
-def test_aim_by_name_is_refused_before_the_charge_on_a_table_too_wide_for_its_candidates():
+def test_aim_by_name_is_refused_before_the_charge_on_a_table_too_wide_for_its_candidates(monkeypatch):
     """With no workload on 60 columns, aim scored the 35,990 marginals within the triples every
     round (a model and an estimate each, minutes a round) after the charge, far past
     ``max_seconds``. Beyond AIM_MAX_CANDIDATES aim asked for by name is refused before the
-    charge (the default then is mst: tests/test_mst.py)."""
+    charge. The default then is mst (tests/test_mst.py), or, given an option of pgm's that mst
+    does not take, pgm over every pair."""
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 200) for j in range(40)})  # 10,700 candidates
     db = _connect(frame, Budget(rho=1.0))
     with pytest.raises(ResourceLimitError, match="AIM scores every marginal within the workload's, 10,700 here"):
         db.synthesize("aim", rho=0.5, name="s")
-    assert db.ledger.entries() == []
+    reserved = []
+
+    def started(self, cost, description, *args, **kwargs):
+        reserved.append(description)
+        raise _Started
+
+    monkeypatch.setattr(PrivateTable, "reserve", started)
+    with pytest.warns(UserWarning, match="more than 5,000: pgm measures every pair of columns instead"):
+        with pytest.raises(_Started):
+            db.synthesize(rho=0.5, name="s", one_way_share=0.2)
+    assert reserved == ["PGM: rho=0.5"] and db.ledger.entries() == []
 
 
 def test_pgms_plan_counts_the_greedy_search_for_a_model():
