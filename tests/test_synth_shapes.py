@@ -174,8 +174,8 @@ def test_pgms_plan_prices_the_search_at_each_limit_it_tries():
     frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 2, 300) for j in range(12)})
     db = _connect(frame, Budget(rho=1.0))
     plan = db.synthesize("pgm", workload=3, rho=0.5, name="s", max_seconds=5, seed=0).report.attrs["estimate"]
-    domain, subsets = (2,) * 12, [*itertools.combinations(range(12), 3), *((a,) for a in range(12))]
-    search = structure_seconds(greedy_trials(domain, subsets, 2048), 12)
+    subsets = [*itertools.combinations(range(12), 3), *((a,) for a in range(12))]
+    search = structure_seconds(greedy_trials(subsets), 12)  # at 2,048 cells the model of every triple is searched for
     assert search > 1.5 and plan.endswith(f"about {refine_seconds(30, len(subsets), 1) + search:,.0f} s besides")
     assert plan.startswith("a model of 1,024 cells (within 1,024)")
     with pytest.raises(ResourceLimitError, match=r"PGM's model of 232 marginals.*the rest of the run \(3 s\) "

@@ -128,7 +128,7 @@ def round_seconds(before: JunctionTree, homes: Sequence[int], trials: int, read:
     >>> round(round_seconds(tree, [1, -1], 1, 2, tree, [(0, 1), (2,)], 10), 4)
     0.5011
     """
-    sizes = [math.prod(before.domain[a] for a in c) for c in before.cliques]
+    sizes = before.sizes
     reads = [(sizes[h], 1) if h >= 0 else (before.size, len(sizes)) for h in homes]
     return READ * (1 + math.ceil(read / MAX_GROUPING_SETS)) + scoring_seconds(trials, len(before.domain), reads) + \
         fit_seconds(steps, fit_cells(after, measured))

@@ -42,9 +42,14 @@ class JunctionTree:
     edges: tuple[tuple[int, int], ...]
 
     @property
+    def sizes(self) -> list[int]:
+        """Each clique's cells."""
+        return [math.prod(self.domain[a] for a in c) for c in self.cliques]
+
+    @property
     def size(self) -> int:
         """Cells over all cliques: the model's size in numbers."""
-        return sum(math.prod(self.domain[a] for a in c) for c in self.cliques)
+        return sum(self.sizes)
 
     def separator(self, edge: tuple[int, int]) -> tuple[int, ...]:
         """The attributes the two cliques of ``edge`` share."""

@@ -303,21 +303,23 @@ def model_limit(max_cells: int) -> int:
     return min(max_cells, GREEDY_CELLS)
 
 
-def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max_cells: int) -> tuple[int, int]:
+def planned_model(domain: Sequence[int], subsets: Sequence[tuple[int, ...]],
+                  max_cells: int) -> tuple[int, int, int]:
     """From public values alone, the size of the model :func:`model_structure` will fit to
-    measurements of ``subsets`` within ``max_cells``, and the cells one step of its fit passes
-    over (the model's cliques, and each measured set summed from the clique that holds it):
-    exact for the model of every measured set, an upper bound for a greedy one (each set summed
-    from a clique of the whole limit).
+    measurements of ``subsets`` within ``max_cells``, the cells one step of its fit passes over
+    (the model's cliques, and each measured set summed from the clique that holds it), and the
+    trial junction trees its search builds: exact, and no search, for the model of every measured
+    set; for a greedy one, an upper bound (each set summed from a clique of the whole limit) and
+    :func:`greedy_trials`.
 
-    >>> planned_model((2, 2, 2), [(0, 1), (1, 2)], 100)
-    (8, 16)
+    >>> planned_model((2, 2, 2), [(0, 1), (1, 2)], 100), planned_model((9, 9, 9), [(0, 1, 2)], 100)
+    ((8, 16, 0), (100, 200, 48))
     """
     full = junction_tree(domain, subsets)
     limit = model_limit(max_cells)
     if full.size <= limit:
-        return full.size, fit_cells(full, subsets)
-    return limit, limit * (1 + len(set(subsets)))
+        return full.size, fit_cells(full, subsets), 0
+    return limit, limit * (1 + len(set(subsets))), greedy_trials(subsets)
 
 
 def fit_cells(tree: JunctionTree, subsets: Iterable[tuple[int, ...]]) -> int:
@@ -327,23 +329,20 @@ def fit_cells(tree: JunctionTree, subsets: Iterable[tuple[int, ...]]) -> int:
     >>> fit_cells(junction_tree((2, 2, 2), [(0, 1), (1, 2)]), [(0, 1), (1, 2), (0, 2)])  # (0, 2) in two parts
     24
     """
-    sizes = [math.prod(tree.domain[a] for a in c) for c in tree.cliques]
+    sizes = tree.sizes
     held = [p for s in set(subsets) for p in ([s] if tree.home(s) >= 0 else _parts(s, tree))]
     return tree.size + sum(sizes[tree.home(p)] for p in held)
 
 
-def greedy_trials(domain: Sequence[int], subsets: Sequence[tuple[int, ...]], max_cells: int) -> int:
-    """From public values alone, about how many trial junction trees :func:`model_structure` builds
-    for a model of measurements of ``subsets`` within ``max_cells``: none when the model of every
-    measured set fits; else, for ``K`` candidate sets (every set of two or more attributes within
-    a measured one), ``12 K`` up to :data:`RETRY_CANDIDATES` and ``3 K`` beyond (measured: 11 to 12
-    and 2 to 3 a candidate on every pair of 24 to 80 columns).
+def greedy_trials(subsets: Sequence[tuple[int, ...]]) -> int:
+    """About how many trial junction trees :func:`model_structure`'s greedy search builds for a
+    model of measurements of ``subsets``: for ``K`` candidate sets (every set of two or more
+    attributes within a measured one), ``12 K`` up to :data:`RETRY_CANDIDATES` and ``3 K`` beyond
+    (measured: 11 to 12 and 2 to 3 a candidate on every pair of 24 to 80 columns).
 
-    >>> greedy_trials((2, 2, 2), [(0, 1), (1, 2)], 100), greedy_trials((9, 9, 9), [(0, 1, 2)], 100)
-    (0, 48)
+    >>> greedy_trials([(0, 1, 2)])
+    48
     """
-    if junction_tree(domain, subsets).size <= model_limit(max_cells):
-        return 0
     k = len({part for s in subsets for n in range(2, len(s) + 1) for part in itertools.combinations(sorted(s), n)})
     return (12 if k <= RETRY_CANDIDATES else 3) * k
 

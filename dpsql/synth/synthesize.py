@@ -72,7 +72,6 @@ from dpsql.synth.pgm import (
     PGM_ITERATIONS,
     PGMResult,
     fit_cells,
-    greedy_trials,
     marginal_weights,
     measurement,
     model_limit,
@@ -405,7 +404,7 @@ AIM_MAX_ROUNDS = 1_000_000
 #: builds each one's model and estimates its marginal, 1 to 16 ms each on 30 to 80 columns. The
 #: 4,525 candidates of 30 columns' triples (20,000 rows, 2 to 5 values) took 384 to 441 s at
 #: (ε, δ) = (1, 10⁻⁶), 80% of it in that scoring; the 35,990 of 60 columns' take minutes a round.
-#: With no workload on a wider table, pgm measures every pair instead.
+#: With no workload on a wider table, mst picks a spanning tree of pairs instead (:func:`_default_target`).
 AIM_MAX_CANDIDATES = 5_000
 #: Under a pure epsilon with no workload, the most pairs of columns the default measures (one
 #: Laplace measurement); past them, each column alone. On chain tables of 20,000 rows at epsilon = 1,
@@ -1088,14 +1087,14 @@ class _ModelOptions:
         until they fit: the model is then selected under it, :func:`~dpsql.synth.pgm.model_structure`),
         and at most the steps that fit in half the time left (the rest samples the default rows,
         whose number is a noisy count). The search for a model is priced at each limit tried
-        (:func:`~dpsql.synth.pgm.greedy_trials`): a model of every measured set may fit the
+        (:func:`~dpsql.synth.pgm.planned_model`): a model of every measured set may fit the
         limit given and not a halved one. Refused, before anything is charged, when not even a
         model of the one-way marginals fits."""
         least = min(MIN_FIT_STEPS, self.iterations)
         limit, other = self.max_cells, fixed
         while True:
-            cells, passes = planned_model(domain, subsets, limit)
-            fixed = other + structure_seconds(greedy_trials(domain, subsets, limit), len(domain))
+            cells, passes, trials = planned_model(domain, subsets, limit)
+            fixed = other + structure_seconds(trials, len(domain))
             each = fit_seconds(1, passes)
             if fixed + least * each <= self.max_seconds or cells <= sum(domain):
                 break
