@@ -103,7 +103,8 @@ OPTIONS = {"aim": ("aim", {}), "pgm": ("pgm", {}), "pgm-pairs": ("pgm", {"measur
            "mwem": ("mwem", {"rounds": 15, "replays": 10})}
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".dpsql_cache")  # strategies, public
 #: What dpsql's methods are given (``--workload``): the evaluated marginals (``random``, ``all``), or
-#: ``pairs`` (workload=2) or ``default`` (no workload) while the evaluation stays on the marginals drawn.
+#: ``pairs`` (workload=2) or ``default`` (no workload) while the evaluation stays on the marginals drawn;
+#: under ``pure``, dpsql's methods spend a pure ε (``--pure``: δ = 0, Laplace noise).
 WORKLOAD: dict[str, str] = {}
 #: Finished peer runs (records and seconds), so that 5 runs of dpmm's AIM (hours) can be
 #: gathered over several invocations; keyed by everything the run depends on. Git-ignored.
@@ -258,7 +259,7 @@ def run(data: Data, label: str, epsilon: float, marginals, seed: int) -> tuple[f
         options = options(epsilon, 1.0 / n ** 2)
     db = dpsql.connect(data.con, table=data.name, schema=data.schema,
                        budget=dpsql.Budget(epsilon=epsilon, delta=1.0 / n ** 2), progress=False)
-    delta = None if method == "mwem" else 1.0 / n ** 2
+    delta = None if method == "mwem" or WORKLOAD.get("pure") else 1.0 / n ** 2
     given = WORKLOAD.get("given", "random")  # "default": no workload; "pairs": workload=2
     workload = {"default": None, "pairs": 2}.get(given, [[cols[a] for a in m] for m in marginals])
     start = time.perf_counter()
@@ -356,7 +357,7 @@ def log_run(path: str | None, data: str, epsilon: float, who: str, run: int, out
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"data": data, "epsilon": epsilon, "method": who, "run": run + 1,
                                  "max_error": outcome[0], "mean_tv": outcome[1], "seconds": outcome[2],
-                                 "load": load, "workload": WORKLOAD.get("given"), "code": code_version()}) + "\n")
+                                 "load": load, "workload": WORKLOAD.get("given"), "pure": bool(WORKLOAD.get("pure")), "code": code_version()}) + "\n")
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
@@ -393,6 +394,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-timeout", type=float, help="seconds a peer run may take before it is reported as such")
     ap.add_argument("--paper-accounting", action="store_true",
                     help="run FEM with the paper's T: eps0^2/2-zCDP a selection, Bun & Steinke's conversion")
+    ap.add_argument("--pure", action="store_true",
+                    help="dpsql's methods spend a pure epsilon (delta = 0: Laplace noise; pgm and mst take it)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     args.evaluate = args.evaluate or ("all" if args.workload == "all" else "random")
@@ -407,11 +410,12 @@ def main(argv=None) -> int:
     for name in args.datasets:
         data = Data(name)
         d = len(data.columns)
-        print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, delta = 1/n^2, "
+        print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, delta = {'0 (dpsql)' if args.pure else '1/n^2'}, "
               f"{args.runs} run(s) per epsilon")
         print(f"{'eps':>5} {'method':>10} {'max err':>8} {'mean TV':>8} {'seconds':>8} {'max/MST':>8} {'max/AIM':>8} "
               f"{'TV/MST':>7} {'TV/AIM':>7} {'runs':>4} {'published':>9}")
         WORKLOAD["given"] = args.workload
+        WORKLOAD["pure"] = "yes" if args.pure else ""
         fit = data.narrow(args.eval_max_values)  # the columns whose triples are evaluated
         every = [tuple(fit[i] for i in m) for m in itertools.combinations(range(len(fit)), 3)]
         workloads = [every if args.evaluate == "all" else
@@ -472,7 +476,8 @@ def main(argv=None) -> int:
                 spread = {f"{m}_sd": float(np.std([outcome[(eps, who, r)][i] for r in range(args.runs)
                                                    if (eps, who, r) in outcome], ddof=1)) if runs > 1 else None
                           for i, m in ((0, "max_error"), (1, "mean_tv"), (2, "seconds"))}
-                rows.append({"data": name, "epsilon": eps, "delta": 0.0 if who == "mwem" else 1.0 / data.n ** 2,
+                pure = who == "mwem" or args.pure and not who.startswith("dpmm")
+                rows.append({"data": name, "epsilon": eps, "delta": 0.0 if pure else 1.0 / data.n ** 2,
                              "method": who, "runs": runs, "max_error": max_err, "mean_tv": tv,
                              "seconds": seconds, **spread, "published_fem": published, **ratios,
                              "aim_model_size_mb": args.aim_model_size if who in ("dpmm-aim", "aim") else None})

@@ -17,6 +17,7 @@ learnt no relation at best reaches). ``TV/indep`` below 1 is what the relations 
     python benchmarks/synthetic_wide.py                       # 30, 40, 60 and 80 columns
     python benchmarks/synthetic_wide.py --columns 40 --rows 50000 --epsilon 0.1
     python benchmarks/synthetic_wide.py --columns 30 --sizes 5 10 20 --requests default
+    python benchmarks/synthetic_wide.py --columns 8 24 40 --pure      # a pure epsilon: Laplace noise
 
 Generated in memory: no data set is read or written.
 """
@@ -60,7 +61,7 @@ def independent(real: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
 
 
 def run(d: int, n: int, epsilon: float, seed: int, sizes: tuple[int, ...] = SIZES,
-        requests: tuple[str, ...] = ("default", "pairs")) -> list[dict]:
+        requests: tuple[str, ...] = ("default", "pairs"), pure: bool = False) -> list[dict]:
     frame = chain(d, n, seed, sizes)
     con = duckdb.connect()
     con.register("frame", frame)
@@ -80,8 +81,8 @@ def run(d: int, n: int, epsilon: float, seed: int, sizes: tuple[int, ...] = SIZE
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                syn = db.synthesize(method, workload=workload, epsilon=epsilon, delta=1.0 / n**2, name=f"s_{label}",
-                                    seed=seed)
+                syn = db.synthesize(method, workload=workload, epsilon=epsilon, delta=None if pure else 1.0 / n**2,
+                                    name=f"s_{label}", seed=seed)
             except dpsql.Error as e:
                 rows.append({"columns": d, "run": label, "method": "refused", "seconds": time.perf_counter() - start,
                              "estimate": str(e)[:120], "tv": float("nan"), "indep": baseline})
@@ -108,13 +109,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="the columns' numbers of values, in turn")
     ap.add_argument("--requests", nargs="+", choices=["default", "pairs", "mst"], default=["default", "pairs"])
+    ap.add_argument("--pure", action="store_true", help="a pure epsilon (delta = 0: Laplace noise) for every request")
     args = ap.parse_args()
-    print(f"chain tables of {args.rows:,} rows of {', '.join(map(str, args.sizes))} values in turn, epsilon = {args.epsilon:g}, delta = 1/n^2; mean TV over 64 random "
-          "triples; indep: independent columns from the exact one-way marginals (non-private baseline)")
+    print(f"chain tables of {args.rows:,} rows of {', '.join(map(str, args.sizes))} values in turn, epsilon = "
+          f"{args.epsilon:g}, delta = {'0' if args.pure else '1/n^2'}; mean TV over 64 random triples; indep: "
+          "independent columns from the exact one-way marginals (non-private baseline)")
     print(f"{'columns':>7}  {'run':>7}  {'method':>7}  {'seconds':>7}  {'mean TV':>7}  {'indep':>7}  "
           f"{'TV/indep':>8}  estimate")
     for d in args.columns:
-        run(d, args.rows, args.epsilon, args.seed, tuple(args.sizes), tuple(args.requests))
+        run(d, args.rows, args.epsilon, args.seed, tuple(args.sizes), tuple(args.requests), args.pure)
 
 
 if __name__ == "__main__":

@@ -74,21 +74,21 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
                         **({} if compressed else {"compress": False}))
     reservation = assert_reserved_up_front(db, syn, seen, spend, "aim")
     rho = reservation.rho
-    charges = [r for _, r in reservation.rho_charges]
+    charges = [r for _, r in reservation.drawn]
     assert math.fsum(charges) == pytest.approx(rho, rel=1e-12)
     # the schedule by hand: T = 16d shares; the one-way marginals, then a selection and a measurement a round
     d, shares = 4, 64
     assert charges[0] == pytest.approx((0.3 * 3 / 4 if compressed else d * ALPHA / shares) * rho, rel=1e-12)
     assert charges[1] == pytest.approx((1 - ALPHA) * rho / shares, rel=1e-12)
     assert charges[2] == pytest.approx(ALPHA * rho / shares, rel=1e-12)
-    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.rho_charges]
+    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.drawn]
     assert kinds == ["gaussian"] + ["exponential", "gaussian"] * ((len(kinds) - 1) // 2)
     # each measurement's noise is the sigma its charge pays for: 1/(2 sigma^2) = rho_i, for every
     # one-way count (sqrt(d) sensitivity), those merged into one value adding their variances
     result = seen["result"]
     assert (result.compression is not None) == compressed
     observations = result.observations
-    measured = [r for (m, r) in reservation.rho_charges if m.startswith("gaussian")]
+    measured = [r for (m, r) in reservation.drawn if m.startswith("gaussian")]
     assert len(observations) == d + len(measured) - 1
     for o in observations[:d]:
         merged = np.bincount(result.compression.labels[o.subset[0]]) if compressed else np.ones(len(o.values))
@@ -138,7 +138,7 @@ def test_the_rounds_end_within_the_seconds_they_price_spending_all_that_is_left(
     def short_aim(*args, **kwargs):
         kwargs["seconds"] = lambda total: 1.7  # about six rounds' reads
         result = run(*args, **kwargs)
-        charges.extend(r for _, r in args[4].rho_charges)
+        charges.extend(r for _, r in args[4].drawn)
         return result
 
     monkeypatch.setattr(aim_module, "round_seconds", spy_price)

@@ -14,7 +14,7 @@ import pytest
 from test_pgm import SCHEMA, ZCDP_SPENDS, assert_reserved_up_front, largest_count_difference, make_table, spy_result
 
 import dpsql
-from dpsql.errors import PrivacyError, ResourceLimitError
+from dpsql.errors import ResourceLimitError
 from dpsql.private.budget import Budget
 from dpsql.synth.mst import candidate_pairs, picks
 
@@ -43,8 +43,8 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     syn = db.synthesize("mst", workload=2, seed=1, name="s", **spend, **({} if compressed else {"compress": False}))
     reservation = assert_reserved_up_front(db, syn, seen, spend, "mst")
     rho = reservation.rho
-    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.rho_charges]
-    charges = [r for _, r in reservation.rho_charges]
+    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.drawn]
+    charges = [r for _, r in reservation.drawn]
     assert kinds == ["gaussian", "exponential", "exponential", "exponential", "gaussian"]
     eps = math.sqrt(8 * (rho / 3) / 3)
     assert charges[:4] == pytest.approx([rho / 3] + [eps**2 / 8] * 3, rel=1e-12)
@@ -59,6 +59,33 @@ def test_accounting_by_hand_with_the_whole_spend_reserved_before_the_first_read(
     assert len(pairs) == 3
     for o in pairs:
         assert o.std == pytest.approx(math.sqrt(3 / (2 * charges[4])), rel=1e-6)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_pure_epsilon_is_spent_in_laplace_measurements_and_picks_that_add_up_to_it(table, monkeypatch, compressed):
+    """With no delta, MST is epsilon-DP: one ledger entry of (0.9, 0) before the first read; a third
+    for the one-way marginals (Laplace at L1 sensitivity 4: noise sd sqrt(2)*4/0.3, times sqrt of
+    the values merged), 3 picks at 0.9/9 each (their epsilon drawn, not epsilon^2/8), and a third
+    for the 3 pairs picked (L1 sensitivity 3)."""
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    seen = spy_result(monkeypatch, db, "mst")
+    syn = db.synthesize("mst", workload=2, epsilon=0.9, seed=1, name="s", **({} if compressed else {"compress": False}))
+    entries = db.ledger.entries()
+    assert len(entries) == 1 and entries[0].mechanism == "mst" and (syn.epsilon, syn.delta) == (0.9, 0.0)
+    assert seen["ledger_at_first_read"] == (1, db.ledger.spent()) and db.spent().epsilon == 0.9
+    reservation = seen["reservation"]
+    assert reservation.epsilon == 0.9 and reservation.rho is None and reservation.closed
+    kinds = [m.split(":")[0].split("(")[0] for m, _ in reservation.drawn]
+    assert kinds == ["laplace", "exponential", "exponential", "exponential", "laplace"]
+    assert [r for _, r in reservation.drawn] == pytest.approx([0.3, 0.1, 0.1, 0.1, 0.3], rel=1e-9)
+    result = seen["result"]
+    assert (result.compression is not None) == compressed
+    for o in result.observations[:4]:
+        merged = np.bincount(result.compression.labels[o.subset[0]]) if compressed else np.ones(len(o.values))
+        np.testing.assert_allclose(np.broadcast_to(o.std, merged.shape), np.sqrt(merged) * math.sqrt(2) * 4 / 0.3,
+                                   rtol=1e-5)
+    pairs = result.observations[4:]
+    assert len(pairs) == 3 and all(o.std == pytest.approx(math.sqrt(2) * 3 / 0.3, rel=1e-5) for o in pairs)
 
 
 def test_the_picks_make_a_spanning_tree_of_the_dependent_pairs_at_a_huge_budget(monkeypatch):
@@ -96,14 +123,12 @@ def test_candidates_are_the_pairs_within_the_workloads_marginals(table, monkeypa
     seen = spy_result(monkeypatch, db, "mst")
     db.synthesize("mst", workload=[("a", "b"), ("c", "d")], rho=0.5, seed=0, name="s")
     assert sorted(o.subset for o in seen["result"].observations[4:]) == [(0, 1), (2, 3)]
-    assert [m.split(":")[0].split("(")[0] for m, _ in seen["reservation"].rho_charges] == ["gaussian", "exponential", "exponential",
+    assert [m.split(":")[0].split("(")[0] for m, _ in seen["reservation"].drawn] == ["gaussian", "exponential", "exponential",
                                                                              "gaussian"]
 
 
 def test_refusals_spend_nothing(table):
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=1.0, delta=1e-6), cache=False, progress=False)
-    with pytest.raises(PrivacyError, match="MST is zCDP"):
-        db.synthesize("mst", workload=2, epsilon=0.5)
     with pytest.raises(dpsql.Error, match="mst takes no option rounds"):
         db.synthesize("mst", workload=2, epsilon=0.5, delta=1e-7, rounds=3)
     with pytest.raises(ResourceLimitError, match="every one-way marginal"):
@@ -148,6 +173,6 @@ def test_a_workload_of_columns_alone_measures_every_one_way_marginal_with_the_wh
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the columns are fitted only through their one-way marginals
         db.synthesize("mst", workload=[("a",), ("b",)], rho=0.5, seed=0, name="s")
-    assert [r for _, r in seen["reservation"].rho_charges] == [pytest.approx(0.5)]
+    assert [r for _, r in seen["reservation"].drawn] == [pytest.approx(0.5)]
     assert all(len(o.subset) == 1 for o in seen["result"].observations)
     assert list(itertools.chain.from_iterable(o.subset for o in seen["result"].observations)) == [0, 1, 2, 3]

@@ -189,24 +189,56 @@ def test_a_reservation_with_a_zcdp_allowance_refuses_steps_beyond_it_before_read
     m = table.measure(attrs, marginal_strategy(domain, (0, 1)), Gaussian(rho=0.5), reservation, "first")
     assert m.entry == reservation.entry and m.noise_std == pytest.approx(1.0, rel=1e-6)   # 1/sqrt(2·0.5)
     table.select_marginal(attrs, [(0,), (0, 1)], [np.zeros(3), np.zeros(12)], 1.2, reservation, "pick")
-    assert reservation.rho_charges[1][1] == pytest.approx(1.2**2 / 8)
+    assert reservation.drawn[1][1] == pytest.approx(1.2**2 / 8)
     assert len(reads) == 2   # (0, 1) counted once and kept; (0,) read for the selection
     for step in (lambda: table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=0.4), reservation),
                  lambda: table.select_marginal(attrs, [(2,)], [np.zeros(2)], 2.0, reservation)):
         with pytest.raises(PrivacyError, match="would exceed the reserved rho=1.0"):
             step()
-    assert len(reads) == 2 and reservation.rho_used == pytest.approx(0.5 + 0.18)
+    assert len(reads) == 2 and reservation.used == pytest.approx(0.5 + 0.18)
     with pytest.raises(ValueError, match="Gaussian"):
         table.measure(attrs, marginal_strategy(domain, (2,)), Laplace(0.1), reservation)
     table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=1.0 - 0.68), reservation)   # exactly the rest
-    assert reservation.rho_used == pytest.approx(1.0) and len(ledger.entries()) == 1
+    assert reservation.used == pytest.approx(1.0) and len(ledger.entries()) == 1
     assert ledger.spent().rho == 1.0
     reservation.close()
     with pytest.raises(ValueError, match="open reservation"):
         table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=1e-3), reservation)
     plain = table.reserve(Cost(rho=0.1), "no allowance", "fem")
-    with pytest.raises(ValueError, match="no zCDP allowance"):
+    with pytest.raises(ValueError, match="no allowance"):
         table.select_marginal(attrs, [(2,)], [np.zeros(2)], 0.1, plain)
+
+
+def test_a_reservation_with_a_pure_epsilon_allowance_adds_up_epsilons_and_takes_laplace_noise_only(monkeypatch):
+    """A pure epsilon allowance (MST under a pure epsilon): a Laplace measurement draws its epsilon,
+    with noise of scale sensitivity / epsilon; a pick draws its epsilon (not epsilon^2/8); Gaussian
+    noise, a step past the allowance, and an allowance its cost does not pay for are refused."""
+    from dpsql.privacy import Gaussian, Laplace
+    from dpsql.synth.mwem import marginal_strategy
+
+    con, records = make_table(600)
+    table, attrs, ledger = _private(con, budget=Budget(epsilon=2.0), source=np.random.default_rng(7))
+    reads = []
+    real = PrivateTable._read
+    monkeypatch.setattr(PrivateTable, "_read", lambda self, counting, entry: reads.append(entry) or
+                        real(self, counting, entry))
+    for bad in ({"epsilon": 1.5}, {"epsilon": 0.5, "rho": 0.5}):
+        with pytest.raises(ValueError, match="a pure epsilon allowance needs a cost of at least that epsilon"):
+            table.reserve(Cost(epsilon=1.0), "test", "mst", **bad)
+    assert ledger.entries() == []
+    reservation = table.reserve(Cost(epsilon=1.0), "MST test", "mst", epsilon=1.0)
+    domain = [a.size for a in attrs]
+    m = table.measure(attrs, marginal_strategy(domain, (0, 1)), Laplace(0.5), reservation, "first")
+    assert m.entry == reservation.entry and m.noise_std == pytest.approx(math.sqrt(2) * 2, rel=1e-6)  # scale 1/0.5
+    table.select_marginal(attrs, [(0,), (0, 1)], [np.zeros(3), np.zeros(12)], 0.3, reservation, "pick")
+    assert [r for _, r in reservation.drawn] == [pytest.approx(0.5), pytest.approx(0.3)]
+    with pytest.raises(ValueError, match="Gaussian.*Laplace"):
+        table.measure(attrs, marginal_strategy(domain, (2,)), Gaussian(rho=0.01), reservation)
+    with pytest.raises(PrivacyError, match="would exceed the reserved epsilon=1.0"):
+        table.select_marginal(attrs, [(2,)], [np.zeros(2)], 0.25, reservation)
+    assert len(reads) == 2
+    table.measure(attrs, marginal_strategy(domain, (2,)), Laplace(0.2), reservation)   # exactly the rest
+    assert reservation.used == pytest.approx(1.0) and len(ledger.entries()) == 1 and ledger.spent().epsilon == 1.0
 
 
 # -- MWEM -----------------------------------------------------------------------------------

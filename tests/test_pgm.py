@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import duckdb
 import numpy as np
@@ -71,6 +72,30 @@ def test_belief_propagation_equals_the_dense_distribution(domain, subsets):
         np.testing.assert_allclose(belief.ravel(), dense_marginal(joint, clique), rtol=1e-10)
     for s in subsets:
         np.testing.assert_allclose(model.marginal(s), dense_marginal(joint, s), rtol=1e-10)
+
+
+def test_a_step_so_long_that_beliefs_underflow_is_rejected_by_the_line_search_without_a_warning():
+    """Laplace noise of scale 400 on 50 records (a pure epsilon on a tiny table): the line search
+    tries a step whose potentials lie hundreds apart, so a clique's product underflows in every
+    cell and its beliefs are 0/0. Such a model is NaN, silently (no RuntimeWarning reaches the
+    user), and the step is rejected: the fit goes on and ends finite."""
+    dom, b = (3, 4, 5), 400.0
+    rng = np.random.default_rng(81)  # a draw whose fit tries such a step (81, 91, 96 and 100 of the first 101)
+    x = rng.multinomial(50, rng.dirichlet(np.ones(60) * 0.3)).reshape(dom).astype(float)
+    obs = [Observation((0, 1), x.sum(2).ravel() + rng.laplace(0, b, 12), np.sqrt(2) * b),
+           Observation((1, 2), x.sum(0).ravel() + rng.laplace(0, b, 20), np.sqrt(2) * b),
+           Observation((0,), x.sum((1, 2)) + rng.laplace(0, b / 10, 3), np.sqrt(2) * b / 10)]
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = estimate(dom, obs, iterations=2000,
+                         progress=lambda step, ratio: seen.append(step))
+    assert seen and all(np.all(np.isfinite(q)) for q in model.beliefs())
+    underflow = GraphicalModel(model.tree, [np.where(np.arange(12).reshape(3, 4) == 0, 0.0, -800.0),
+                                            np.where(np.arange(20).reshape(4, 5) < 5, -800.0, 0.0)], total=50.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(np.all(np.isnan(q)) for q in underflow.beliefs())
 
 
 def test_estimation_without_noise_recovers_the_marginals_and_is_the_maximum_entropy_fit():
@@ -356,7 +381,7 @@ def test_compressed_accounting_by_hand_with_the_whole_spend_reserved_before_the_
     syn = db.synthesize("pgm", workload=[("a", "b"), ("b", "c", "d")], seed=1, name="s", **spend)
     reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm", gaussian=True)
     rho = reservation.rho
-    first, second = [r for _, r in reservation.rho_charges]
+    first, second = [r for _, r in reservation.drawn]
     assert first == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-12) and first + second == pytest.approx(rho, rel=1e-12)
     # the one-way noise: sigma = sqrt(4) / sqrt(2 rho_1) per value, variances adding where values were merged
     observations, domain = seen["observations"], seen["domain"]
@@ -431,7 +456,7 @@ def test_refusals_spend_nothing(table):
     pure = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=1.0), cache=False, progress=False)
     with pytest.raises(dpsql.Error, match="one_way_share is the one-way marginals' share of a Gaussian"):
         pure.synthesize("pgm", workload=2, epsilon=0.5, one_way_share=0.2)
-    with pytest.raises(dpsql.Error, match="compress needs Gaussian noise"):
+    with pytest.raises(dpsql.Error, match="pgm compresses under Gaussian noise only"):
         pure.synthesize("pgm", workload=2, epsilon=0.5, compress=3.0)
     assert pure.ledger.entries() == []
 

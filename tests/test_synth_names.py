@@ -11,6 +11,7 @@ import pytest
 
 import dpsql
 from dpsql import Budget
+from dpsql.private.budget import Cost
 
 
 @pytest.fixture()
@@ -136,17 +137,25 @@ def test_under_a_pure_epsilon_no_workload_measures_every_pair_unless_one_model_h
     assert syn.method == "pgm" and targets == [list(itertools.combinations(range(4), way))]
 
 
-def test_under_a_pure_epsilon_no_workload_on_a_wide_table_measures_each_column_alone(targets):
+def test_under_a_pure_epsilon_no_workload_on_a_wide_table_picks_a_spanning_tree_of_pairs(targets):
     """Every pair of 60 columns in one Laplace measurement (1,770 of them) made a table further from
-    the data than independent columns (mean TV 0.258 against 0.077 on a chain table at epsilon = 1).
-    Past PURE_MAX_PAIRS pairs, the default measures each column alone, and says so."""
+    the data than independent columns (mean TV 0.258 against 0.077 on a chain table at epsilon = 1),
+    and each column alone made them independent. Past PURE_MAX_PAIRS pairs, the default is mst
+    under the pure epsilon: a chain's links kept, one ledger entry of (1, 0), and a warning."""
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({f"c{j:02d}": rng.integers(0, 3, 300) for j in range(33)})  # 528 pairs
+    cols = [rng.integers(0, 3, 3000)]
+    for _ in range(32):
+        cols.append(np.where(rng.random(3000) < 0.2, rng.integers(0, 3, 3000), cols[-1]))
+    frame = pd.DataFrame({f"c{j:02d}": c for j, c in enumerate(cols)})  # 33 columns, 528 pairs
     con = duckdb.connect()
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
     db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0), cache=False, progress=False)
-    with pytest.warns(UserWarning, match="would drown the 528 pairs of columns: each column is measured alone"):
-        db.synthesize("pgm", epsilon=1.0, seed=0, name="s")
-    assert targets == [[(a,) for a in range(33)]]
+    with pytest.warns(UserWarning, match="would drown the 528 pairs of columns measured at once: mst selects a "
+                                         "spanning tree of them instead"):
+        syn = db.synthesize(epsilon=1.0, seed=0, name="s")
+    assert syn.method == "mst" and targets == [] and [e.cost for e in db.ledger.entries()] == [Cost(epsilon=1.0)]
+    measured = [m for m in syn.report["marginal"] if " x " in m]
+    links = {f"c{j:02d} x c{j + 1:02d}" for j in range(32)}
+    assert len(measured) == 32 and len(links & set(measured)) >= 28

@@ -298,14 +298,14 @@ class PrivateTable:
 
         ``cost`` must be what ``noise`` spends in the ledger's currency; the
         caller derives both from the same request (see :mod:`dpsql.api.connection`).
-        Or ``cost`` is a :class:`Reservation` with a zCDP allowance, and ``noise`` a
-        ``Gaussian(rho=...)`` whose ``ρ`` the step draws from it (refused, reading nothing,
-        when the allowance is short); its ``cost`` is then the reservation's.
+        Or ``cost`` is a :class:`Reservation` with an allowance the step draws from (refused,
+        reading nothing, when it is short): ``ρ`` of a zCDP allowance for ``Gaussian(rho=...)``
+        noise, or ``ε`` of a pure ``ε`` allowance for ``Laplace(ε)`` noise; its ``cost`` is then
+        the reservation's.
         """
         if isinstance(cost, Reservation):
-            if not (isinstance(noise, Gaussian) and noise.rho is not None):
-                raise ValueError("a measurement drawn from a reservation needs Gaussian(rho=...) noise")
-            cost.admit(noise.rho, self)
+            drawn = cost.measurement(noise)
+            cost.admit(drawn, self)
         else:
             self._ledger.check(cost)
         sens = self.sensitivity(strategy, noise)
@@ -313,7 +313,7 @@ class PrivateTable:
         counted, cells = on_cells(strategy, attributes)
         subsets = required_marginals(counted)
         if isinstance(cost, Reservation):
-            cost.draw(noise.rho, f"gaussian: {description}")  # before the read: a failing read still spends
+            cost.draw(drawn, f"{noise.key()}: {description}")  # before the read: a failing read still spends
             counts = self._cached(cells, subsets, cost)
             entry, time, cost = cost.entry, cost.time, cost.cost
         else:
@@ -351,8 +351,8 @@ class PrivateTable:
         One privacy unit changes every ``m_j`` by at most ``k`` in L1, so each
         score moves by at most ``k w``: ε-DP, and ``ε²/8``-zCDP since the exponential
         mechanism is ε-bounded-range (Cesar & Rogers 2021). Only the chosen index leaves the
-        kernel; the spend is recorded before it does: ``cost`` in the ledger, or ``ε²/8`` drawn
-        from a :class:`Reservation` with a zCDP allowance.
+        kernel; the spend is recorded before it does: ``cost`` in the ledger, or drawn from a
+        :class:`Reservation`: ``ε²/8`` of a zCDP allowance, ``ε`` of a pure ``ε`` one.
         """
         if not candidates:
             raise ValueError("the exponential mechanism needs at least one candidate")
@@ -364,9 +364,9 @@ class PrivateTable:
         subsets = [tuple(c) for c in candidates]
         unique = sorted(set(subsets), key=lambda t: (len(t), t))
         if isinstance(cost, Reservation):
-            rho = epsilon * epsilon / 8.0
-            cost.admit(rho, self)
-            cost.draw(rho, f"exponential(eps={epsilon!r}): {description}")
+            drawn = epsilon * epsilon / 8.0 if cost.rho is not None else epsilon
+            cost.admit(drawn, self)
+            cost.draw(drawn, f"exponential(eps={epsilon!r}): {description}")
             counts = dict(zip(unique, self._cached(attributes, unique, cost)))
         else:
             self._ledger.check(cost)
@@ -377,7 +377,8 @@ class PrivateTable:
         scores = w * misses - b
         return int(categorical(epsilon * scores / (2.0 * self.rows_per_unit * w.max()), 1, self._source)[0])
 
-    def reserve(self, cost: Cost, description: str, mechanism: str, rho: float | None = None) -> "Reservation":
+    def reserve(self, cost: Cost, description: str, mechanism: str, rho: float | None = None,
+                epsilon: float | None = None) -> "Reservation":
         """Charge the ledger now for a whole multi-step mechanism, before its first release.
 
         For algorithms whose total privacy loss composes by a formula over all
@@ -390,11 +391,15 @@ class PrivateTable:
         zCDP allowance of ``ρ`` (which ``cost`` must stand for: ``ρ`` itself, or an
         ``(ε, δ)`` that ``ρ``-zCDP implies): :meth:`measure` and :meth:`select_marginal`
         steps draw their ``ρ`` from it and are refused once it would be exceeded (AIM's
-        adaptive rounds). A refused reservation reads nothing and records nothing.
+        adaptive rounds). With ``epsilon``, it is a pure ``ε`` allowance instead (``cost`` at
+        least that ``ε``): steps draw their ``ε`` (Laplace measurements, exponential picks), which
+        add up by basic composition. A refused reservation reads nothing and records nothing.
         """
+        if epsilon is not None and (rho is not None or not cost.epsilon >= epsilon):
+            raise ValueError("a pure epsilon allowance needs a cost of at least that epsilon, and no rho")
         self._ledger.check(cost)
         recorded = self._ledger.record(cost, description=description, mechanism=mechanism)
-        return Reservation(cost=cost, entry=recorded.id, _owner=self, rho=rho, time=recorded.time)
+        return Reservation(cost=cost, entry=recorded.id, _owner=self, rho=rho, epsilon=epsilon, time=recorded.time)
 
     def sample_cells(self, attributes: Sequence[Attribute], subsets: Sequence[tuple[int, ...]],
                      estimates: np.ndarray, epsilon: float, size: int, reservation: "Reservation") -> np.ndarray:
@@ -444,9 +449,11 @@ class PrivateTable:
 class Reservation:
     """Budget already recorded in the ledger for one multi-step mechanism
     (see :meth:`PrivateTable.reserve`). ``charges`` lists each exponential draw
-    against it as ``(mechanism, epsilon per draw, draws)``; ``rho_charges`` each step
-    drawn from its zCDP allowance ``rho`` as ``(mechanism, ρ)``. The private counts it
-    caches for the steps never leave the kernel."""
+    against it as ``(mechanism, epsilon per draw, draws)``. It may hold an allowance that
+    steps draw from and are refused past: ``rho``, a zCDP one (steps compose by adding their
+    ``ρ``, adaptively), or ``epsilon``, a pure ``ε`` one (steps compose by adding their ``ε``,
+    basic composition); ``drawn`` lists each step as ``(mechanism, what it drew)``. The private
+    counts it caches for the steps never leave the kernel."""
 
     cost: Cost
     entry: int
@@ -455,30 +462,42 @@ class Reservation:
     closed: bool = False
     _counts: dict = field(default_factory=dict, repr=False)
     rho: float | None = None
-    rho_charges: list[tuple[str, float]] = field(default_factory=list)
+    epsilon: float | None = None
+    drawn: list[tuple[str, float]] = field(default_factory=list)
     _marginals: dict = field(default_factory=dict, repr=False)
     #: the time of its ledger entry ``entry``
     time: str = ""
 
     @property
-    def rho_used(self) -> float:
-        """The ρ its steps have drawn so far."""
-        return math.fsum(r for _, r in self.rho_charges)
+    def used(self) -> float:
+        """What its steps have drawn so far from its allowance (ρ, or ε)."""
+        return math.fsum(r for _, r in self.drawn)
 
-    def admit(self, rho: float, owner: "PrivateTable") -> None:
-        """Refuse (before anything is read) a step of ``ρ`` that is not drawn from an open
-        zCDP allowance of ``owner``, or that would exceed it (beyond float rounding)."""
+    def measurement(self, noise: NoiseModel) -> float:
+        """What a measurement with ``noise`` draws: its ``ρ`` from a zCDP allowance
+        (``Gaussian(rho=...)``), its ``ε`` from a pure one (``Laplace``)."""
+        if self.rho is not None and isinstance(noise, Gaussian) and noise.rho is not None:
+            return noise.rho
+        if self.epsilon is not None and isinstance(noise, Laplace):
+            return noise.epsilon
+        raise ValueError("a measurement drawn from a reservation needs Gaussian(rho=...) noise from a zCDP "
+                         "allowance, or Laplace noise from a pure epsilon one")
+
+    def admit(self, amount: float, owner: "PrivateTable") -> None:
+        """Refuse (before anything is read) a step drawing ``amount`` that is not drawn from an
+        open allowance of ``owner``, or that would exceed it (beyond float rounding)."""
         if self._owner is not owner or self.closed:
             raise ValueError("a step needs an open reservation of this table")
-        if self.rho is None:
-            raise ValueError("this reservation has no zCDP allowance (reserve it with rho=...)")
-        if not (rho > 0 and math.isfinite(rho)) or self.rho_used + rho > self.rho * (1.0 + RELATIVE_TOLERANCE):
-            raise PrivacyError(f"a step of rho={rho!r} would exceed the reserved rho={self.rho!r} "
-                               f"({self.rho_used!r} drawn)")
+        name, allowance = ("rho", self.rho) if self.rho is not None else ("epsilon", self.epsilon)
+        if allowance is None:
+            raise ValueError("this reservation has no allowance (reserve it with rho=... or epsilon=...)")
+        if not (amount > 0 and math.isfinite(amount)) or self.used + amount > allowance * (1.0 + RELATIVE_TOLERANCE):
+            raise PrivacyError(f"a step of {name}={amount!r} would exceed the reserved {name}={allowance!r} "
+                               f"({self.used!r} drawn)")
 
-    def draw(self, rho: float, mechanism: str) -> None:
-        """Record a step of ``ρ`` (checked by :meth:`admit`) as drawn."""
-        self.rho_charges.append((mechanism, float(rho)))
+    def draw(self, amount: float, mechanism: str) -> None:
+        """Record a step drawing ``amount`` (checked by :meth:`admit`)."""
+        self.drawn.append((mechanism, float(amount)))
 
     def close(self) -> None:
         """End the run: no more steps may draw on it, and its cached counts are dropped."""

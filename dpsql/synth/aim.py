@@ -177,7 +177,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     spent, last = 0.0, 0.0  # the rounds' priced seconds so far, and the last round's
 
     def used() -> float:
-        return reservation.rho_used
+        return reservation.used
 
     def refit(start: GraphicalModel, cap: int) -> tuple[GraphicalModel, int]:
         """The model refitted on ``tree`` in at most ``cap`` steps, and the steps it took (public:

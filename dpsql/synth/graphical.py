@@ -76,7 +76,10 @@ class GraphicalModel:
 
     def _calibrate(self) -> list[np.ndarray]:
         # sum-product on exp(θ - max θ), each message rescaled to a largest entry of 1: as exact
-        # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost.
+        # as log space (the scales cancel in the normalized beliefs) at a fraction of its cost,
+        # unless a clique's product underflows in every cell: potentials hundreds apart, which only
+        # a line-search step far too long makes. Its beliefs are then NaN, silently: the fit's
+        # line search rejects the step on its NaN loss (dpsql.synth.estimate).
         # Edges with an empty separator (between independent parts) carry the message 1: skipped.
         # A clique's message to each of its m children multiplies all its other messages, taken
         # from products kept from either end of the list: 3m products rather than m², which
@@ -116,7 +119,8 @@ class GraphicalModel:
         for c, m in down.items():
             if not children[c]:
                 beliefs[c] = factors[c] * m
-        return [self.total * b / b.sum() for b in beliefs]
+        with np.errstate(invalid="ignore"):
+            return [self.total * b / b.sum() for b in beliefs]
 
     def marginal(self, subset: Sequence[int]) -> np.ndarray:
         """The model's counts on ``subset`` (sorted attribute positions), flat in C order.

@@ -5,8 +5,8 @@ general approach to differentially private synthetic data", Journal of Privacy a
 Confidentiality 11(3), 2021). It scores no model per candidate, as AIM's rounds do, so it
 selects among every pair of a table of any width in seconds:
 
-1. a third of ``ρ`` measures every one-way marginal (one Gaussian measurement; all of ``ρ``
-   when there is no pair to pick), which also decides the compression
+1. a third of the budget measures every one-way marginal (all of it when there is no pair to
+   pick), which also decides the compression
    (:mod:`dpsql.synth.compress`, as MST merges rare values);
 2. a third selects pairs the way Kruskal's algorithm builds a maximum spanning tree: each pick is
    the exponential mechanism (:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`) among
@@ -14,21 +14,26 @@ selects among every pair of a table of any width in seconds:
    ``‖M_ij(D) − n̂ p̂_i ⊗ p̂_j‖₁``, how far the pair's counts are from independence of the noisy
    one-way marginals (``p̂_i`` their shares, negative counts taken as 0, ``n̂`` their total); there are ``d − c`` picks (:func:`picks`), ``c`` the parts
    the candidate pairs leave (1 when every pair is a candidate);
-3. the last third measures the chosen pairs (one Gaussian measurement), and the graphical model
+3. the last third measures the chosen pairs (one measurement), and the graphical model
    of every measurement, a tree whose cliques are the pairs (:mod:`dpsql.synth.pgm`), is fitted.
 
-**Guarantee.** ``ρ``-zCDP with respect to adding or removing one privacy unit (of at most ``k``
-rows), or ``(ε, δ)``-DP for the ``(ε, δ)`` that ``ρ`` stands for
+The budget is the reservation's allowance: a zCDP ``ρ`` (Gaussian measurements, as the paper), or
+a pure ``ε`` (Laplace measurements), for a ledger or a request with no ``δ``.
+
+**Guarantee.** ``ρ``-zCDP, or ``ε``-DP, with respect to adding or removing one privacy unit (of
+at most ``k`` rows); under ``ρ``, ``(ε, δ)``-DP for the ``(ε, δ)`` that ``ρ`` stands for
 (:func:`~dpsql.synth.accounting.zcdp_rho`). The whole spend is charged to the ledger before the
 first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws on it and is
 refused once it would pass it. Each measurement (the ``d`` one-way marginals, then the chosen
-pairs: each row counts once in each, L2 sensitivity ``k√m`` for ``m`` marginals, noise scaled to
-it) is ``ρ/3``-zCDP (Bun & Steinke 2016, Prop. 1.6). Each pick's scores move by at most ``k``
-when a unit is added or removed, so a pick at ``ε = √(8ρ/(3P))`` for ``P`` picks is ε-DP, hence
-``ε²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021), and the
-``P`` picks spend ``ρ/3``. zCDP composes adaptively (Bun & Steinke, Lemma 2.3): ``ρ`` in all.
-The candidates, the compression and the independent model depend on released values only;
-fitting and sampling are post-processing.
+pairs) counts each row once in each of its ``m`` marginals: L2 sensitivity ``k√m`` and Gaussian
+noise scaled to it, ``ρ/3``-zCDP (Bun & Steinke 2016, Prop. 1.6); or L1 sensitivity ``km`` and
+Laplace noise of scale ``3km/ε``, ``ε/3``-DP. Each pick's scores move by at most ``k`` when a
+unit is added or removed, so a pick at ``ε_p`` is ``ε_p``-DP (McSherry & Talwar 2007), hence
+``ε_p²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021): the ``P``
+picks spend a third, at ``ε_p = √(8ρ/(3P))``, or ``ε_p = ε/(3P)``. zCDP composes adaptively
+(Bun & Steinke, Lemma 2.3) and pure ``ε`` by basic composition (Dwork & Roth 2014, Thm. 3.16):
+``ρ``, or ``ε``, in all. The candidates, the compression and the independent model depend on
+released values only; fitting and sampling are post-processing.
 """
 
 from __future__ import annotations
@@ -39,14 +44,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dpsql.privacy import Gaussian
+from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.estimate import estimate_total
-from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, fit_model, one_way_observations, unit_weights, weighted_counts
+from dpsql.synth.estimate import estimate_total, pool
+from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, fit_model, one_way_counts, unit_weights, weighted_counts
 
-__all__ = ["candidate_pairs", "picks", "mst"]
+__all__ = ["candidate_pairs", "picks", "full_share", "mst"]
 
 
 def candidate_pairs(workload: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -75,6 +80,20 @@ def picks(attributes: int, pairs: Sequence[tuple[int, int]]) -> int:
     return joined
 
 
+def full_share(attributes: int, binned: int) -> float:
+    """The share of the one-way marginals' budget that measures every attribute at full resolution
+    when ``binned`` of the ``attributes`` are wide columns modelled in bins (the rest measures those
+    in their bins): ``d/(d + b)``, so that each of the ``d + b`` marginals gets the noise it would in
+    one measurement of them all. A wide column's bins summed from its full-resolution counts carry
+    the noise of every value in them (ADULT's ``fnlwgt``: about 19,000 values a bin), which made
+    every pair with it look far from independence, so every pick joined it.
+
+    >>> full_share(15, 3), full_share(4, 0)
+    (0.8333333333333334, 1.0)
+    """
+    return attributes / (attributes + binned)
+
+
 def _shares(counts: np.ndarray) -> np.ndarray:
     """Noisy counts as a distribution: negative ones taken as 0 (uniform when none is positive).
 
@@ -93,12 +112,13 @@ def _root(parent: list[int], a: int) -> int:
     return a
 
 
-def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tuple[int, int]], rho: float,
+def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tuple[int, int]],
         reservation: Reservation, max_cells: int, threshold: float | None, compressible: Sequence[int],
         iterations: int = PGM_ITERATIONS, progress: Callable[[int, float], None] | None = None,
         binned: dict[int, np.ndarray] | None = None) -> PGMResult:
-    """Run MST on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
-    guarantee), choosing among the candidate ``pairs`` (sorted attribute positions), with a model
+    """Run MST on ``table`` drawing all of ``reservation``'s allowance, a zCDP ``ρ`` or a pure
+    ``ε`` (see the module docstring for the guarantee), choosing among the candidate ``pairs``
+    (sorted attribute positions), with a model
     of at most ``max_cells`` cells fitted in at most ``iterations`` steps (``progress`` gets them,
     :func:`~dpsql.synth.estimate.estimate`). ``threshold``: compress the ``compressible``
     attributes at this many standard deviations of the one-way noise (None: not compressed).
@@ -107,17 +127,30 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     binned = binned or {}
     full = [a.size for a in attributes]
     count = picks(len(attributes), pairs)
-    first = one_way_observations(table, attributes, range(len(attributes)), rho / 3 if count else rho, reservation,
-                                 "MST: every one-way marginal")
-    compression = shrink(full, first, threshold, binned, compressible)
+    pure = reservation.rho is None
+    budget = reservation.epsilon if pure else reservation.rho
+    if budget is None:
+        raise ValueError("MST draws on a reservation with an allowance: rho=... or epsilon=...")
+
+    def noise(part: float) -> NoiseModel:
+        return Laplace(part) if pure else Gaussian(rho=part)
+
+    one_way = budget / 3 if count else budget
+    part = one_way * full_share(len(full), len(binned))
+    first = one_way_counts(table, attributes, range(len(attributes)), noise(part), reservation,
+                           "MST: every one-way marginal")
+    compression = shrink(full, first, threshold, binned, compressible, laplace=pure)
     if compression is not None:
         first = [compression.observe(o) for o in first]
         attributes = compression.attributes(attributes)
+    if binned:
+        first += one_way_counts(table, attributes, sorted(binned), noise(one_way - part), reservation,
+                                "MST: the wide columns' one-way marginals in their bins")
     domain = tuple(a.cells for a in attributes)
     total = estimate_total(first)
-    shares = {o.subset[0]: _shares(o.values) for o in first}
+    shares = {o.subset[0]: _shares(o.values) for o in pool(first)}
     estimates = {(i, j): total * np.outer(shares[i], shares[j]).ravel() for i, j in pairs}
-    eps = math.sqrt(8 * (rho / 3) / count) if count else 0.0
+    eps = (budget / 3 / count if pure else math.sqrt(8 * (budget / 3) / count)) if count else 0.0
     parent = list(range(len(domain)))
     chosen: list[tuple[int, int]] = []
     for n in range(count):
@@ -130,6 +163,6 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     observations = list(first)
     if chosen:
         observations += weighted_counts(table, attributes, unit_weights({p: 1.0 for p in chosen}),
-                                        Gaussian(rho=rho - reservation.rho_used), reservation,
+                                        noise(budget - reservation.used), reservation,
                                         f"MST: the {len(chosen)} pairs picked")
     return fit_model(domain, observations, max_cells, iterations, progress, compression)

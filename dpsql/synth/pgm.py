@@ -440,7 +440,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     compression = shrink(full, first, threshold, binned, compressible)
     domain = tuple(a.size for a in attributes) if compression is None else compression.domain
     counted = attributes if compression is None else compression.attributes(attributes)
-    rest = Gaussian(rho=rho - reservation.rho_used)
+    rest = Gaussian(rho=rho - reservation.used)
     weights = unit_weights(marginal_weights(domain, marginals, rest))
     observations = (first if compression is None else [compression.observe(o) for o in first]) + \
         weighted_counts(table, counted, weights, rest, reservation, f"PGM: {len(weights)} weighted marginals")

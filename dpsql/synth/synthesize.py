@@ -64,7 +64,7 @@ from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.mst import candidate_pairs as mst_candidates
-from dpsql.synth.mst import mst, picks
+from dpsql.synth.mst import full_share, mst, picks
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
@@ -407,7 +407,7 @@ AIM_MAX_ROUNDS = 1_000_000
 #: With no workload on a wider table, mst picks a spanning tree of pairs instead (:func:`_default_target`).
 AIM_MAX_CANDIDATES = 5_000
 #: Under a pure epsilon with no workload, the most pairs of columns the default measures (one
-#: Laplace measurement); past them, each column alone. On chain tables of 20,000 rows at epsilon = 1,
+#: Laplace measurement); past them, mst picks a spanning tree of pairs. On chain tables of 20,000 rows at epsilon = 1,
 #: mean TV over random triples with every pair against independent columns: 24 columns (276 pairs)
 #: 0.073 against 0.200, 30 (435) 0.092 against 0.166, 40 (780) 0.119 against 0.118, 60 (1,770)
 #: 0.258 against 0.077.
@@ -560,7 +560,9 @@ def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[
     * under a pure ε, whose Laplace noise grows with the marginals' number, pgm measures every pair
       (mean TV over every triple at ε = 1: 0.200 against 0.307 on the salary proxy, 0.644 against
       0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns), and past
-      :data:`PURE_MAX_PAIRS` pairs every column alone."""
+      :data:`PURE_MAX_PAIRS` pairs (unless given an option mst does not take) mst picks a spanning
+      tree of pairs with Laplace noise (chain tables of 40 to 80 columns: mean TV 0.xx to 0.xx
+      times independent columns', which measuring each column alone had made them)."""
     way = min(DEFAULT_WAY, len(attributes))
     if method != "pgm" or not set(options) <= set(OPTIONS["aim"]) or \
             math.prod(a.cells for a in binned(attributes, widened)) <= \
@@ -568,12 +570,12 @@ def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[
         return method, way
     if not (total.rho > 0 or total.delta > 0):
         pairs = math.comb(len(attributes), 2)
-        if pairs <= PURE_MAX_PAIRS:
+        if pairs <= PURE_MAX_PAIRS or not set(options) <= set(OPTIONS["mst"]):
             return method, min(2, way)
         warnings.warn(f"with no workload and a pure epsilon on {len(attributes)} columns, Laplace noise would drown "
-                      f"the {pairs:,} pairs of columns: each column is measured alone, and the synthetic columns are "
-                      "independent (give a workload, or a delta for aim's adaptive selection)", stacklevel=_caller())
-        return method, min(1, way)
+                      f"the {pairs:,} pairs of columns measured at once: mst selects a spanning tree of them instead "
+                      "(give a workload, or a delta for aim's adaptive selection)", stacklevel=_caller())
+        return "mst", 2
     scored = sum(math.comb(len(attributes), k) for k in range(1, way + 1))
     wide = "mst" if set(options) <= set(OPTIONS["mst"]) else method
     if scored <= AIM_MAX_CANDIDATES or not set(options) <= set(OPTIONS[wide]):
@@ -1174,18 +1176,20 @@ class _ModelOptions:
         return records, report
 
 
-def _compression(options: dict, domain: Sequence[int], gaussian: bool) -> tuple[float | None, float | None]:
+def _compression(options: dict, domain: Sequence[int], first: bool) -> tuple[float | None, float | None]:
     """The options ``one_way_share`` (in (0, 1)) and ``compress`` (a threshold in standard deviations,
-    or False), with their defaults: under Gaussian noise, compression at :data:`THRESHOLD` with the
-    one-way marginals taking :data:`ONE_WAY_SHARE` times the attributes' fraction that has more
-    than two values. None for no compression: when it is off, or no attribute is
+    or False), with their defaults: when the method measures the one-way marginals ``first`` (aim,
+    mst, and pgm under Gaussian noise), compression at :data:`THRESHOLD` with the one-way marginals
+    taking :data:`ONE_WAY_SHARE` times the attributes' fraction that has more than two values.
+    None for no compression: when it is off, or no attribute is
     :func:`~dpsql.synth.compress.compressible`."""
     share = option(options, "one_way_share", None)
     share = None if share is None else real("one_way_share", share, below_one=True)
-    threshold = option(options, "compress", THRESHOLD if gaussian else False)
+    threshold = option(options, "compress", THRESHOLD if first else False)
     threshold = None if threshold is False else real("compress", threshold)
-    if threshold is not None and not gaussian:
-        raise ArgumentError("compress needs Gaussian noise: give rho on a zCDP budget, or epsilon with a delta > 0")
+    if threshold is not None and not first:
+        raise ArgumentError("pgm compresses under Gaussian noise only, whose one-way marginals it measures first: "
+                            "give rho on a zCDP budget, or epsilon with a delta > 0 (mst compresses under either)")
     merged = compressible(domain)
     if threshold is None or not merged:
         return share, None
@@ -1285,21 +1289,22 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
-    return _reserved_fit(private, request, attributes, model, cost, rho, "pgm", f"PGM: rho={rho!r}",
+    return _reserved_fit(private, request, attributes, model, cost, {"rho": rho}, "pgm", f"PGM: rho={rho!r}",
                          lambda reservation, advance: pgm_compressed(
                              private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
                              compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
 
 
 def _reserved_fit(private: PrivateTable, request: _Request, attributes: Sequence[Attribute], model: _ModelOptions,
-                  cost: Cost, rho: float, mechanism: str, description: str,
+                  cost: Cost, allowance: dict[str, float], mechanism: str, description: str,
                   learn: Callable[[Any, Callable[[int, float], None]], PGMResult]) -> _Run:
-    """The run of a graphical-model method (pgm's two measurements, mst) whose whole ``ρ`` is
-    reserved at once (``cost`` in the ledger) before ``learn`` draws on the reservation and fits
-    the model, its fit shown converging; the table is sampled from the model fitted."""
+    """The run of a graphical-model method (pgm's two measurements, mst) whose whole budget is
+    reserved at once (``cost`` in the ledger, ``allowance`` its ``rho`` or pure ``epsilon``:
+    :meth:`~dpsql.private.kernel.PrivateTable.reserve`) before ``learn`` draws on the reservation
+    and fits the model, its fit shown converging; the table is sampled from the model fitted."""
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, description, mechanism, rho=rho)
+        reservation = private.reserve(cost, description, mechanism, **allowance)
         taken: list[int] = []
         try:
             with _fit_progress(bar, model.iterations, taken) as advance:
@@ -1395,21 +1400,23 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
 
 
 def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
-    """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``) reserved at
-    once, a third each for the one-way marginals, the picks among the pairs within the workload's
-    marginals, and the measurement of the pairs picked. Refused up front: a pure ``ε`` spend (MST
-    is zCDP), noise either measurement's third cannot add, and a run whose fit cannot take
-    :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a forest of the
-    largest pairs, which any the picks make is at most: :meth:`_ModelOptions.forest_plan`)."""
+    """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``), or a pure
+    ``ε`` (Laplace measurements), reserved at once, a third each for the one-way marginals, the
+    picks among the pairs within the workload's marginals, and the measurement of the pairs
+    picked. Refused up front: noise either measurement's third cannot add, and a run whose fit
+    cannot take :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a
+    forest of the largest pairs, which any the picks make is at most:
+    :meth:`_ModelOptions.forest_plan`)."""
     total = request.total
-    if not (request.zcdp or total.delta > 0):
-        raise PrivacyError("MST is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
-                           "takes a pure epsilon)")
+    pure = not (request.zcdp or total.delta > 0)
     model = _ModelOptions.of(options, PGM_ITERATIONS)
     model_attributes = binned(attributes, request.wide)
     domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     _, threshold = _compression(options, domain, True)
-    rho, cost = request.reservation()
+    if pure:
+        budget, cost, name = total.epsilon, Cost.laplace(total.epsilon, request.budget), "epsilon"
+    else:
+        (budget, cost), name = request.reservation(), "rho"
     model.check_one_ways(domain, "MST's model")
     pairs = mst_candidates(request.marginals)
     if pairs:
@@ -1418,14 +1425,17 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     size = {p: math.prod(domain[a] for a in p) for p in pairs}
     largest = heapq.nlargest(count, pairs, key=size.__getitem__)  # any forest the picks make is at most these
     full = [a.size for a in attributes]
-    # the pairs' noise, scaled to L2 sensitivity 1, is the same whichever are picked
-    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), 1 / 3 if count else 1, full),
+    # the pairs' noise, their weights scaled to L2 norm 1, is the same whichever are picked
+    one_way, share = 1 / 3 if count else 1, full_share(len(domain), len(request.wide))
+    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), one_way * share, full),
+                                     ("wide columns' binned", one_way_weights(request.wide), one_way * (1 - share),
+                                      domain),
                                      ("picked", unit_weights({p: 1.0 for p in largest}), 1 / 3, domain)):
         try:
             if weighted:
-                private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
+                private.plan(measurement(on, weighted), Laplace(part * budget) if pure else Gaussian(rho=part * budget))
         except PrivacyError as e:
-            raise _refine(e, f"MST's {what} marginals get {part:.3g} of rho={rho:g}, too little") from None
+            raise _refine(e, f"MST's {what} marginals get {part:.3g} of {name}={budget:g}, too little") from None
     marginals = count + len(domain)
     model.check_time("MST", [], marginals, request.rows)
     # two measurements and the first pick's counting; each pick a pass over the pairs' cells
@@ -1433,9 +1443,9 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = model.forest_plan("MST", sum(size[p] for p in largest) + sum(domain), marginals,
                               picking + refine_seconds(model.sweeps, marginals, request.rows or 1))
 
-    return _reserved_fit(private, request, attributes, model, cost, rho, "mst", f"MST: rho={rho!r}, {count} picks",
-                         lambda reservation, advance: mst(
-                             private, attributes, pairs, rho, reservation, model.max_cells, threshold,
+    return _reserved_fit(private, request, attributes, model, cost, {name: budget}, "mst",
+                         f"MST: {name}={budget!r}, {count} picks", lambda reservation, advance: mst(
+                             private, attributes, pairs, reservation, model.max_cells, threshold,
                              compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
 
 
