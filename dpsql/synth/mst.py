@@ -6,14 +6,15 @@ Confidentiality 11(3), 2021). It scores no model per candidate, as AIM's rounds 
 selects among every pair of a table of any width in seconds:
 
 1. a third of the budget measures every one-way marginal (all of it when there is no pair to
-   pick), which also decides the compression
-   (:mod:`dpsql.synth.compress`, as MST merges rare values);
+   pick), which also decides the compression (:mod:`dpsql.synth.compress`, as MST merges rare
+   values), and a wide column's one-way marginal in its bins as well (:func:`full_share`);
 2. a third selects pairs the way Kruskal's algorithm builds a maximum spanning tree: each pick is
    the exponential mechanism (:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`) among
    the candidate pairs that join two parts of the forest picked so far, scored by
    ``‖M_ij(D) − n̂ p̂_i ⊗ p̂_j‖₁``, how far the pair's counts are from independence of the noisy
-   one-way marginals (``p̂_i`` their shares, negative counts taken as 0, ``n̂`` their total); there are ``d − c`` picks (:func:`picks`), ``c`` the parts
-   the candidate pairs leave (1 when every pair is a candidate);
+   one-way marginals (``p̂_i`` their shares, negative counts taken as 0, ``n̂`` their total);
+   there are ``d − c`` picks (:func:`picks`), ``c`` the parts the candidate pairs leave (1 when
+   every pair is a candidate);
 3. the last third measures the chosen pairs (one measurement), and the graphical model
    of every measurement, a tree whose cliques are the pairs (:mod:`dpsql.synth.pgm`), is fitted.
 
@@ -24,11 +25,12 @@ a pure ``ε`` (Laplace measurements), for a ledger or a request with no ``δ``.
 at most ``k`` rows); under ``ρ``, ``(ε, δ)``-DP for the ``(ε, δ)`` that ``ρ`` stands for
 (:func:`~dpsql.synth.accounting.zcdp_rho`). The whole spend is charged to the ledger before the
 first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws on it and is
-refused once it would pass it. Each measurement (the ``d`` one-way marginals, then the chosen
-pairs) counts each row once in each of its ``m`` marginals: L2 sensitivity ``k√m`` and Gaussian
-noise scaled to it, ``ρ/3``-zCDP (Bun & Steinke 2016, Prop. 1.6); or L1 sensitivity ``km`` and
-Laplace noise of scale ``3km/ε``, ``ε/3``-DP. Each pick's scores move by at most ``k`` when a
-unit is added or removed, so a pick at ``ε_p`` is ``ε_p``-DP (McSherry & Talwar 2007), hence
+refused once it would pass it. Each measurement (the ``d`` one-way marginals, the wide columns'
+ones in their bins, the chosen pairs) counts each row once in each of its ``m`` marginals: L2
+sensitivity ``k√m`` and Gaussian noise scaled to its share ``ρ'``, ``ρ'``-zCDP (Bun & Steinke
+2016, Prop. 1.6); or L1 sensitivity ``km`` and Laplace noise of scale ``km/ε'``, ``ε'``-DP. The
+one-way measurements take a third between them and the pairs' a third. Each pick's scores move
+by at most ``k`` when a unit is added or removed, so a pick at ``ε_p`` is ``ε_p``-DP (McSherry & Talwar 2007), hence
 ``ε_p²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021): the ``P``
 picks spend a third, at ``ε_p = √(8ρ/(3P))``, or ``ε_p = ε/(3P)``. zCDP composes adaptively
 (Bun & Steinke, Lemma 2.3) and pure ``ε`` by basic composition (Dwork & Roth 2014, Thm. 3.16):
@@ -118,8 +120,8 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
         binned: dict[int, np.ndarray] | None = None) -> PGMResult:
     """Run MST on ``table`` drawing all of ``reservation``'s allowance, a zCDP ``ρ`` or a pure
     ``ε`` (see the module docstring for the guarantee), choosing among the candidate ``pairs``
-    (sorted attribute positions), with a model
-    of at most ``max_cells`` cells fitted in at most ``iterations`` steps (``progress`` gets them,
+    (sorted attribute positions), with a model of at most ``max_cells`` cells fitted in at most
+    ``iterations`` steps (``progress`` gets them,
     :func:`~dpsql.synth.estimate.estimate`). ``threshold``: compress the ``compressible``
     attributes at this many standard deviations of the one-way noise (None: not compressed).
     ``binned``: the attributes (by position, each value's bin) modelled in bins and drawn back to

@@ -407,10 +407,10 @@ AIM_MAX_ROUNDS = 1_000_000
 #: With no workload on a wider table, mst picks a spanning tree of pairs instead (:func:`_default_target`).
 AIM_MAX_CANDIDATES = 5_000
 #: Under a pure epsilon with no workload, the most pairs of columns the default measures (one
-#: Laplace measurement); past them, mst picks a spanning tree of pairs. On chain tables of 20,000 rows at epsilon = 1,
-#: mean TV over random triples with every pair against independent columns: 24 columns (276 pairs)
-#: 0.073 against 0.200, 30 (435) 0.092 against 0.166, 40 (780) 0.119 against 0.118, 60 (1,770)
-#: 0.258 against 0.077.
+#: Laplace measurement); past them, mst picks a spanning tree of pairs. On chain tables of 20,000
+#: rows at epsilon = 1, mean TV over random triples with every pair against independent columns:
+#: 24 columns (276 pairs) 0.073 against 0.200, 30 (435) 0.092 against 0.166, 40 (780) 0.119
+#: against 0.118, 60 (1,770) 0.258 against 0.077.
 PURE_MAX_PAIRS = 500
 #: The fewest rounds per column AIM's default is cut to when 16 a column do not fit in
 #: ``max_seconds`` (below it the one-way marginals would take more than half the budget).
@@ -561,7 +561,7 @@ def _default_target(method: str, attributes: Sequence[Attribute], widened: dict[
       (mean TV over every triple at ε = 1: 0.200 against 0.307 on the salary proxy, 0.644 against
       0.769 on the passenger proxy, 0.073 against 0.314 on 24 columns), and past
       :data:`PURE_MAX_PAIRS` pairs (unless given an option mst does not take) mst picks a spanning
-      tree of pairs with Laplace noise (chain tables of 40 to 80 columns: mean TV 0.xx to 0.xx
+      tree of pairs with Laplace noise (chain tables of 40 to 80 columns: mean TV 0.20 to 0.48
       times independent columns', which measuring each column alone had made them)."""
     way = min(DEFAULT_WAY, len(attributes))
     if method != "pgm" or not set(options) <= set(OPTIONS["aim"]) or \
@@ -1401,9 +1401,9 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
 
 def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
     """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``), or a pure
-    ``ε`` (Laplace measurements), reserved at once, a third each for the one-way marginals, the
-    picks among the pairs within the workload's marginals, and the measurement of the pairs
-    picked. Refused up front: noise either measurement's third cannot add, and a run whose fit
+    ``ε`` (Laplace measurements), reserved at once, a third each for the one-way marginals (and the
+    wide columns' in their bins: :func:`~dpsql.synth.mst.full_share`), the picks among the pairs
+    within the workload's marginals, and the measurement of the pairs picked. Refused up front: noise either measurement's third cannot add, and a run whose fit
     cannot take :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a
     forest of the largest pairs, which any the picks make is at most:
     :meth:`_ModelOptions.forest_plan`)."""
