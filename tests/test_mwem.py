@@ -119,6 +119,15 @@ def _private(con, budget=Budget(epsilon=1e9), source=None):
     return PrivateTable(con, "t", schema, ledger, source), schema_attributes(schema), ledger
 
 
+def _count_reads(monkeypatch) -> list[int]:
+    """The ledger entry of each read of the private table, as they happen."""
+    reads: list[int] = []
+    real = PrivateTable._read
+    monkeypatch.setattr(PrivateTable, "_read", lambda self, counting, entry: reads.append(entry) or
+                        real(self, counting, entry))
+    return reads
+
+
 def test_exponential_mechanism_probabilities(counted_once):
     con, records = make_table(600)
     table, attrs, ledger = _private(con, source=np.random.default_rng(3))
@@ -180,10 +189,7 @@ def test_a_reservation_with_a_zcdp_allowance_refuses_steps_beyond_it_before_read
 
     con, records = make_table(600)
     table, attrs, ledger = _private(con, budget=Budget(rho=2.0), source=np.random.default_rng(6))
-    reads = []
-    real = PrivateTable._read
-    monkeypatch.setattr(PrivateTable, "_read", lambda self, counting, entry: reads.append(entry) or
-                        real(self, counting, entry))
+    reads = _count_reads(monkeypatch)
     reservation = table.reserve(Cost(rho=1.0), "AIM test", "aim", rho=1.0)
     domain = [a.size for a in attrs]
     m = table.measure(attrs, marginal_strategy(domain, (0, 1)), Gaussian(rho=0.5), reservation, "first")
@@ -218,10 +224,7 @@ def test_a_reservation_with_a_pure_epsilon_allowance_adds_up_epsilons_and_takes_
 
     con, records = make_table(600)
     table, attrs, ledger = _private(con, budget=Budget(epsilon=2.0), source=np.random.default_rng(7))
-    reads = []
-    real = PrivateTable._read
-    monkeypatch.setattr(PrivateTable, "_read", lambda self, counting, entry: reads.append(entry) or
-                        real(self, counting, entry))
+    reads = _count_reads(monkeypatch)
     for bad in ({"epsilon": 1.5}, {"epsilon": 0.5, "rho": 0.5}):
         with pytest.raises(ValueError, match="a pure epsilon allowance needs a cost of at least that epsilon"):
             table.reserve(Cost(epsilon=1.0), "test", "mst", **bad)
