@@ -435,7 +435,8 @@ def test_a_workload_marginal_larger_than_the_model_is_measured_and_the_table_sti
     monkeypatch.setattr(pgm_module, "estimate", spy)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1e12), cache=False, progress=False)
     cells = int(1.6e-4 * 2**20 / 8)
-    syn = db.synthesize("pgm", workload=[("a", "b", "c")], rho=1e12, seed=0, name="s", max_model_size=1.6e-4)
+    syn = db.synthesize("pgm", workload=[("a", "b", "c")], rho=1e12, seed=0, name="s", max_model_size=1.6e-4,
+                        adaptive=False)  # (else AIM's rounds select, as pgm does by default)
     assert cells == 20 and 0 < sizes[0] <= cells
     assert largest_count_difference(table, syn.df, ("a", "b", "c")) <= 2
 
@@ -796,3 +797,71 @@ def test_a_35_attribute_table_is_synthesized_within_its_time_budget(method):
 
     (ours, ours_tv), (indep, indep_tv) = errors(syn.records), errors(shuffled)
     assert ours < indep and ours_tv < 0.5 * indep_tv, (ours, ours_tv, indep, indep_tv)
+
+
+TOO_LARGE = 40 * 8 / 2**20  # max_model_size of 40 cells: every triple of a, b, c, d is one clique of 72
+
+
+@pytest.mark.parametrize("budget,spend", ZCDP_SPENDS)
+def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_spend_the_rest(table, monkeypatch,
+                                                                                              budget, spend):
+    """Every triple of a, b, c, d (72 cells) in a model of 40: measured all at once, each is too
+    noisy for the greedy model that must choose among them. After the one-way marginals (pgm's
+    share, 0.3 * 3/4 of rho) the rest of rho goes to AIM's rounds, each a pick and a measurement,
+    from one reservation of the rho any zCDP mechanism stands for (AIM's picks are not Gaussian).
+    With adaptive=False, pgm measures them all, as before, at the exact Gaussian rho."""
+    db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    syn = db.synthesize("pgm", workload=3, seed=1, name="s", max_model_size=TOO_LARGE, **spend)
+    reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm")
+    rho, drawn = reservation.rho, reservation.drawn
+    kinds = [m.split("(")[0] for m, _ in drawn]
+    assert kinds[0] == "gaussian" and kinds[1::2] == ["exponential"] * (len(kinds) // 2) and len(kinds) % 2 == 1
+    assert drawn[0][1] == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-9)
+    assert math.fsum(r for _, r in drawn) == pytest.approx(rho, rel=1e-9)
+    assert syn.method == "pgm" and syn.report.attrs["estimate"].startswith(
+        "the measured marginals are too large for one model once compressed: AIM's rounds select among them")
+    plain = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, plain)
+    measured = plain.synthesize("pgm", workload=3, seed=1, name="s", max_model_size=TOO_LARGE, adaptive=False, **spend)
+    assert [m.split("(")[0] for m, _ in seen["reservation"].drawn] == ["gaussian", "gaussian"]
+    assert_reserved_up_front(plain, measured, seen, spend, "pgm", gaussian=True)
+
+
+def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
+    """x is declared 0..49 but holds two values: (x, a, b) is 300 cells, too many for a model of
+    100, and 18 once x's 48 empty values are merged. So AIM's rounds are planned (the reservation
+    is the zCDP rho), but once the one-way counts are released the marginal fits: it is measured
+    whole, as pgm does, and no pick is made."""
+    from dpsql.synth.accounting import zcdp_rho
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    a = rng.integers(0, 3, n)
+    frame = pd.DataFrame({"x": (a + (rng.random(n) < 0.2)) % 2, "a": a, "b": (a > 0) ^ (rng.random(n) < 0.1)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"x": {"type": "integer", "min": 0, "max": 49},
+                                        "a": {"type": "integer", "min": 0, "max": 2}, "b": {"type": "boolean"}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0, delta=1e-6), cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    syn = db.synthesize("pgm", workload=[("x", "a", "b")], epsilon=1.0, delta=1e-7, seed=0, name="s",
+                        max_model_size=100 * 8 / 2**20)
+    reservation = seen["reservation"]
+    assert [m.split("(")[0] for m, _ in reservation.drawn] == ["gaussian", "gaussian"]
+    assert reservation.rho == pytest.approx(zcdp_rho(1.0, 1e-7), rel=1e-9)
+    assert syn.report.attrs["estimate"].startswith("a model of")
+    assert largest_count_difference(con, syn.df, ("x", "a", "b")) < 0.05 * n
+
+
+def test_when_aims_rounds_cannot_be_planned_pgm_measures_every_marginal(table, monkeypatch):
+    """AIM's rounds refused before the charge (here: more candidates than AIM_MAX_CANDIDATES): pgm
+    measures every workload marginal at once and fits its greedy model, as without adaptive."""
+    import dpsql.synth.synthesize as synthesize
+
+    monkeypatch.setattr(synthesize, "AIM_MAX_CANDIDATES", 3)
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    db.synthesize("pgm", workload=3, rho=0.5, seed=1, name="s", max_model_size=TOO_LARGE)
+    assert [m.split("(")[0] for m, _ in seen["reservation"].drawn] == ["gaussian", "gaussian"]

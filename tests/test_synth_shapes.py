@@ -197,7 +197,7 @@ def test_the_default_rows_are_priced_on_the_model_fitted_not_the_plans_bound():
     db = _connect(frame, Budget(rho=1.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        syn = db.synthesize("pgm", workload=2, rho=1.0, name="s", seed=0, max_seconds=146)
+        syn = db.synthesize("pgm", workload=2, rho=1.0, name="s", seed=0, max_seconds=146, adaptive=False)
     assert abs(len(syn.df) - 3000) < 50
 
 

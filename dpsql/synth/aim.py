@@ -64,6 +64,7 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
+from dpsql.synth.compress import Compression
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -139,7 +140,8 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
         progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None,
         seconds: Callable[[float], float] = lambda total: math.inf,
-        warn: Callable[[str], None] | None = None) -> PGMResult:
+        warn: Callable[[str], None] | None = None,
+        start: tuple[list[Observation], Compression | None] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``refit_iterations``
@@ -153,17 +155,24 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     ``seconds``: the time the rounds may take, as :func:`round_seconds` prices them, given the
     noisy row count of the one-way marginals (the rows to sample after); the round that, with
     another like the one before, would pass it spends all that is left, and ``warn`` is told so.
+    ``start``: every one-way marginal already measured, drawn from ``reservation`` (on the
+    compressed domain), and the compression they decided (pgm's first measurement,
+    :func:`~dpsql.synth.pgm.pgm_compressed`), in place of AIM's own.
     The result's ``work`` is the rounds' and the last fit's priced seconds."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
     shares = rounds or 16 * d
     sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
 
-    observations = one_way_observations(table, attributes, range(d), d / (2 * sigma**2) if one_way_share is None
-                                        else one_way_share * rho, reservation, "AIM: every one-way marginal")
-    compression = shrink(domain, observations, threshold, binned or {})
+    if start is None:
+        observations = one_way_observations(table, attributes, range(d), d / (2 * sigma**2) if one_way_share is None
+                                            else one_way_share * rho, reservation, "AIM: every one-way marginal")
+        compression = shrink(domain, observations, threshold, binned or {})
+        if compression is not None:
+            observations = [compression.observe(o) for o in observations]
+    else:
+        observations, compression = list(start[0]), start[1]
     if compression is not None:
-        observations = [compression.observe(o) for o in observations]
         attributes, domain = compression.attributes(attributes), compression.domain
     weights = candidates(workload)
     cells = {r: math.prod(domain[a] for a in r) for r in weights}

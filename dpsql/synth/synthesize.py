@@ -35,7 +35,7 @@ from dpsql.hdmm.matrix import is_total
 from dpsql.limits import MAX_MEASURED_CELLS, check_synthetic_cells, synthetic_rows_cap
 from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import MIN_EPSILON, ZCDP, Budget, Cost
-from dpsql.private.kernel import PrivateTable
+from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute, Binned
 from dpsql.sql.compile import compile_batch
@@ -57,12 +57,13 @@ from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
-from dpsql.synth.compress import THRESHOLD, compress, compressible
+from dpsql.synth.compress import THRESHOLD, Compression, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
-from dpsql.synth.estimate import pool, total_std
+from dpsql.synth.estimate import Observation, pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
+from dpsql.synth.junction import junction_tree
 from dpsql.synth.mst import candidate_pairs as mst_candidates
 from dpsql.synth.mst import full_share, mst, picks
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
@@ -376,7 +377,7 @@ OPTIONS = {
     "dualquery": ("eta", "rounds", "samples", "count_share", "oracle", "time_limit", "max_seconds"),
     "fem": ("eps0", "rounds", "samples", "count_share", "noise", "oracle", "time_limit", "processes", "bounded_range",
             "max_seconds"),
-    "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress", "max_seconds"),
+    "pgm": ("iterations", "max_model_size", "sweeps", "measure", "one_way_share", "compress", "adaptive", "max_seconds"),
     "aim": ("rounds", "iterations", "max_model_size", "sweeps", "one_way_share", "compress", "max_seconds"),
     "mst": ("iterations", "max_model_size", "sweeps", "compress", "max_seconds"),
 }
@@ -1245,7 +1246,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
     if gaussian:
         share = _one_way_share(domain, unnamed, threshold) if given is None else share
-        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold)
+        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold, options)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         taken: list[int] = []
@@ -1271,15 +1272,31 @@ def _one_way_share(domain: Sequence[int], unnamed: Sequence[int], threshold: flo
 
 def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
                   model: _ModelOptions, measured: Sequence[tuple[int, ...]],
-                  weights: dict[tuple[int, ...], float], share: float, threshold: float | None) -> _Run:
+                  weights: dict[tuple[int, ...], float], share: float, threshold: float | None,
+                  options: dict) -> _Run:
     """PGM's two Gaussian measurements (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ``
-    (or the ``(ε, δ)`` it stands for: Gaussian measurements alone, so the exact conversion)
     reserved at once, ``share`` of it for every one-way marginal and the rest for the weighted
     marginals, on a domain compressed at ``threshold`` (None: not compressed) and with the
     request's wide columns in bins (:mod:`dpsql.synth.coarsen`). Both
     measurements' noise is planned before the spend: the second's, scaled to L2 sensitivity 1,
-    does not depend on the compression."""
-    rho, cost = request.reservation(gaussian=True)
+    does not depend on the compression.
+
+    Unless ``adaptive=False``, or one model holds every measured marginal on the uncompressed
+    domain already, AIM's rounds are planned too (:func:`_aim_rounds`; when they cannot be, as
+    on a workload of more than :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all):
+    when the compression leaves the marginals too large for one model, the rest of ``ρ`` is
+    spent in those rounds instead, starting from the one-way counts. The ``ρ`` standing for an
+    ``(ε, δ)`` is then the one for any zCDP mechanism (AIM's selections are not Gaussian),
+    otherwise the exact one for Gaussian measurements alone."""
+    tree = junction_tree([a.cells for a in binned(attributes, request.wide)],
+                         [*measured, *((a,) for a in range(len(attributes)))])
+    rounds = None
+    if flag("adaptive", option(options, "adaptive", True)) and tree.size > model_limit(model.max_cells):
+        try:
+            rounds = _aim_rounds(private, attributes, request, options, share)
+        except (ResourceLimitError, PrivacyError):
+            pass  # measured all at once, as without adaptive
+    rho, cost = request.reservation(gaussian=rounds is None)
     full = [a.size for a in attributes]
     domain = [a.cells if i not in request.wide else int(request.wide[i].max()) + 1 for i, a in enumerate(attributes)]
     for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), share, full),
@@ -1289,36 +1306,100 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
-    return _reserved_fit(private, request, attributes, model, cost, {"rho": rho}, "pgm", f"PGM: rho={rho!r}",
-                         lambda reservation, advance: pgm_compressed(
-                             private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
-                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
+    def learn(reservation: Reservation, advance: Callable[[int, float], None],
+              bar: tqdm) -> tuple[PGMResult, _ModelOptions]:
+        ran = [model]
+
+        def adaptive(first: list[Observation], compression: Compression | None) -> PGMResult:
+            ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
+                                         f"once compressed: AIM's rounds select among them; {rounds.model.estimate}")
+            rounds.announce()
+            return rounds.run(private, attributes, request, rho, reservation, bar, start=(first, compression))
+
+        learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
+                                 compressible(full), iterations=model.iterations, progress=advance,
+                                 binned=request.wide, adaptive=None if rounds is None else adaptive)
+        return learned, ran[0]
+
+    return _reserved_fit(private, request, attributes, model, cost, {"rho": rho}, "pgm", f"PGM: rho={rho!r}", learn)
 
 
 def _reserved_fit(private: PrivateTable, request: _Request, attributes: Sequence[Attribute], model: _ModelOptions,
                   cost: Cost, allowance: dict[str, float], mechanism: str, description: str,
-                  learn: Callable[[Any, Callable[[int, float], None]], PGMResult]) -> _Run:
+                  learn: Callable[[Reservation, Callable[[int, float], None], tqdm],
+                                  tuple[PGMResult, _ModelOptions]]) -> _Run:
     """The run of a graphical-model method (pgm's two measurements, mst) whose whole budget is
     reserved at once (``cost`` in the ledger, ``allowance`` its ``rho`` or pure ``epsilon``:
     :meth:`~dpsql.private.kernel.PrivateTable.reserve`) before ``learn`` draws on the reservation
-    and fits the model, its fit shown converging; the table is sampled from the model fitted."""
+    and fits the model, its fit shown converging; the table is sampled from the model fitted,
+    with the options ``learn`` ran it with (``model``'s, or aim's rounds' for pgm's adaptive path)."""
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, description, mechanism, **allowance)
         taken: list[int] = []
         try:
             with _fit_progress(bar, model.iterations, taken) as advance:
-                learned = learn(reservation, advance)
+                learned, ran = learn(reservation, advance, bar)
         finally:
             reservation.close()
-        return (*model.table(learned, request, attributes, rng, taken), {}, cost)
+        return (*ran.table(learned, request, attributes, rng, taken), {}, cost)
 
     return _Run(cost, execute)
 
 
 def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
     """AIM within the request (:mod:`dpsql.synth.aim`): the whole ``ρ`` (or ``(ε, δ)``) is reserved
-    at once and spent in adaptive rounds. Refused up front: a pure ``ε`` spend (AIM is zCDP), a
+    at once and spent in adaptive rounds (:func:`_aim_rounds`)."""
+    rounds = _aim_rounds(private, attributes, request, options)
+    rounds.announce()
+    rho, cost = request.reservation()
+
+    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
+        reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds.rounds}", "aim", rho=rho)
+        try:
+            learned = rounds.run(private, attributes, request, rho, reservation, bar)
+        finally:
+            reservation.close()
+        return (*rounds.model.table(learned, request, attributes, rng), {}, cost)
+
+    return _Run(cost, execute)
+
+
+@dataclass(frozen=True)
+class _AimRounds:
+    """AIM's rounds as planned before the spend (:func:`_aim_rounds`), for aim and for pgm's
+    adaptive path: ``rounds`` shares, the model's options, the one-way marginals' ``share`` of
+    ``ρ`` and the compression's ``threshold`` (:func:`_compression`), the ``seconds`` the rounds
+    may take given the noisy row count, and the warnings to give of them (:meth:`announce`)."""
+
+    rounds: int
+    model: _ModelOptions
+    share: float | None
+    threshold: float | None
+    seconds: Callable[[float], float]
+    notes: tuple[str, ...] = ()
+
+    def run(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request, rho: float,
+            reservation: Reservation, bar: tqdm,
+            start: tuple[list[Observation], Compression | None] | None = None) -> PGMResult:
+        """The rounds drawing ``rho`` from ``reservation``, ``bar`` showing the share of it spent;
+        ``start``: the one-way marginals already measured and their compression (pgm's)."""
+        bar.total, bar.unit = 100, "% of rho"
+        return aim(private, attributes, request.marginals, rho, reservation, self.model.max_cells, rounds=self.rounds,
+                   iterations=self.model.iterations, one_way_share=self.share, threshold=self.threshold,
+                   progress=_advance(bar), binned=request.wide, seconds=self.seconds,
+                   warn=lambda note: warnings.warn(note, stacklevel=_caller()), start=start)
+
+    def announce(self) -> None:
+        """Warn of what the plan changed (the default rounds cut to those that fit in time)."""
+        for note in self.notes:
+            warnings.warn(note, stacklevel=_caller())
+
+
+def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict,
+                share: float | None = None) -> _AimRounds:
+    """AIM's rounds within the request, from public values alone (``share``: the one-way
+    marginals' share of ``ρ`` when pgm measured them, else :func:`_compression`'s). Refused up front: a pure ``ε`` spend (AIM is zCDP), a
     model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
     add (the later rounds' shares are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more
     than :data:`AIM_MAX_CANDIDATES` candidates. The default ``16d`` rounds are cut to those that
@@ -1332,11 +1413,12 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     domain = [a.cells for a in model_attributes]  # the model's: a wide column's bins (dpsql.synth.coarsen)
     given = option(options, "rounds", None) is not None
     rounds = integer("rounds", option(options, "rounds", 16 * len(domain)), high=AIM_MAX_ROUNDS)
-    share, threshold = _compression(options, domain, True)
+    default, threshold = _compression(options, domain, True)
+    share = default if share is None else share
     if not (request.zcdp or total.delta > 0):
         raise PrivacyError("AIM is zCDP: give rho on a zCDP budget, or epsilon with a delta > 0 (method='pgm' "
                            "takes a pure epsilon)")
-    rho, cost = request.reservation()
+    rho, _ = request.reservation()
     model.check_one_ways(domain, "AIM's first model")
     scored = aim_candidates(request.marginals)
     if len(scored) > AIM_MAX_CANDIDATES:
@@ -1349,14 +1431,14 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     cells = min(model.max_cells, sum(math.prod(domain[a] for a in m) for m in fits))
     refit = fit_seconds(round_iterations(300, cells), cells) / 2  # the model grows from one-way marginals
     last = fit_seconds(model.iterations, cells)
+    notes: list[str] = []
     if not given:  # the default, 16 a column, capped to the rounds that fit in time
         rows = request.rows or 1  # each round adds a marginal to the sweeps, as check_time counts them
         fit = fitting(model.max_seconds, last + refine_seconds(model.sweeps, len(domain), rows),
                       2 * READ + refit + refine_seconds(model.sweeps, 1, rows), rounds)
         if fit < rounds and fit >= AIM_MIN_ROUNDS * len(domain):
-            warnings.warn(f"AIM's default of 16 rounds per column (rounds={rounds:,}) does not fit in "
-                          f"max_seconds={model.max_seconds:g}: running rounds={fit:,}, whose rounds each spend more",
-                          stacklevel=_caller())
+            notes.append(f"AIM's default of 16 rounds per column (rounds={rounds:,}) does not fit in "
+                         f"max_seconds={model.max_seconds:g}: running rounds={fit:,}, whose rounds each spend more")
             rounds = fit
     planned = rounds * (2 * READ + refit)
     marginals = min(rounds, len(fits)) + len(domain)
@@ -1384,19 +1466,7 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
         private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
                      Gaussian(rho=share * rho))  # at full resolution
 
-    def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
-        reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds}", "aim", rho=rho)
-        bar.total, bar.unit = 100, "% of rho"
-        try:
-            learned = aim(private, attributes, request.marginals, rho, reservation, model.max_cells, rounds=rounds,
-                          iterations=model.iterations, one_way_share=share, threshold=threshold,
-                          progress=_advance(bar), binned=request.wide, seconds=seconds,
-                          warn=lambda note: warnings.warn(note, stacklevel=_caller()))
-        finally:
-            reservation.close()
-        return (*model.table(learned, request, attributes, rng), {}, cost)
-
-    return _Run(cost, execute)
+    return _AimRounds(rounds, model, share, threshold, seconds, tuple(notes))
 
 
 def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
@@ -1444,9 +1514,10 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
                               picking + refine_seconds(model.sweeps, marginals, request.rows or 1))
 
     return _reserved_fit(private, request, attributes, model, cost, {name: budget}, "mst",
-                         f"MST: {name}={budget!r}, {count} picks", lambda reservation, advance: mst(
+                         f"MST: {name}={budget!r}, {count} picks", lambda reservation, advance, bar: (mst(
                              private, attributes, pairs, reservation, model.max_cells, threshold,
-                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide))
+                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide),
+                             model))
 
 
 def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
