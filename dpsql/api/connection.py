@@ -288,7 +288,10 @@ class Connection:
         * ``"pgm"``: the workload's marginals measured once with OPT_M's weights
           (Gaussian under ``rho`` or ``delta``, Laplace under a pure ``epsilon``) and a
           graphical model fitted to them (:mod:`dpsql.synth.pgm`; options ``iterations``,
-          ``max_model_size``, ``sweeps``, ``measure``);
+          ``max_model_size``, ``sweeps``, ``measure``, ``adaptive``); under Gaussian noise,
+          when the marginals are too large for one model once the one-way counts have
+          compressed the domain, AIM's rounds select among them instead (``adaptive=False``:
+          measured all the same);
         * ``"aim"``: zCDP AIM, adaptive selection of the marginals to measure on the
           same model, its whole spend charged before the first read
           (:mod:`dpsql.synth.aim`; options ``rounds``, ``iterations``,

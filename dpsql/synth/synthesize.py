@@ -359,7 +359,10 @@ class NameTakenError(WorkloadError):
 #:   standard deviations, :func:`~dpsql.synth.pgm.pgm_compressed`; only with Gaussian noise, and
 #:   only attributes of more than two values), ``one_way_share`` (in (0, 1): the share of the
 #:   budget those one-way counts take, :data:`ONE_WAY_SHARE` times the attributes' fraction that
-#:   has more than two values). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
+#:   has more than two values), ``adaptive`` (bool, True: under Gaussian noise, when the measured
+#:   marginals are too large for one model on the compressed domain, AIM's rounds select among
+#:   them with the rest of the budget, :func:`_plan_pgm_two`; False: measured all at once, and a
+#:   greedy model fitted). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
 #:   ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
 #: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in;
 #:   a default that does not fit in ``max_seconds`` is cut to the most that do, down to ``2d``),
