@@ -453,6 +453,8 @@ def test_refusals_spend_nothing(table):
         db.synthesize("pgm", workload=2, rho=0.05, compress=0)
     with pytest.raises(dpsql.Error, match="one_way_share must be in"):
         db.synthesize("pgm", workload=2, rho=0.05, one_way_share=1.0)
+    with pytest.raises(dpsql.Error, match="adaptive must be True or False"):
+        db.synthesize("pgm", workload=2, rho=0.05, adaptive=1)
     assert db.ledger.entries() == [] and db.spent().rho == 0
     pure = dpsql.connect(table, schema=SCHEMA, budget=Budget(epsilon=1.0), cache=False, progress=False)
     with pytest.raises(dpsql.Error, match="one_way_share is the one-way marginals' share of a Gaussian"):

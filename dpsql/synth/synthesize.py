@@ -1215,6 +1215,7 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     total, budget = request.total, request.budget
     model = _ModelOptions.of(options, PGM_ITERATIONS)
     measure = choice("measure", option(options, "measure", "workload"), PGM_MEASURES)
+    adaptive = flag("adaptive", option(options, "adaptive", True))
     gaussian = request.zcdp or total.delta > 0
     if request.zcdp:
         noise: NoiseModel = Gaussian(rho=total.rho)
@@ -1249,7 +1250,8 @@ def _plan_pgm(private: PrivateTable, attributes: Sequence[Attribute], request: _
     model = model.fit_plan("PGM", domain, subsets, refine_seconds(model.sweeps, sweeps, request.rows or 1))
     if gaussian:
         share = _one_way_share(domain, unnamed, threshold) if given is None else share
-        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold, options)
+        return _plan_pgm_two(private, attributes, request, model, measured, weights, share, threshold,
+                             options if adaptive else None)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         taken: list[int] = []
@@ -1276,7 +1278,7 @@ def _one_way_share(domain: Sequence[int], unnamed: Sequence[int], threshold: flo
 def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
                   model: _ModelOptions, measured: Sequence[tuple[int, ...]],
                   weights: dict[tuple[int, ...], float], share: float, threshold: float | None,
-                  options: dict) -> _Run:
+                  adaptive: dict | None) -> _Run:
     """PGM's two Gaussian measurements (:func:`~dpsql.synth.pgm.pgm_compressed`): the whole ``ρ``
     reserved at once, ``share`` of it for every one-way marginal and the rest for the weighted
     marginals, on a domain compressed at ``threshold`` (None: not compressed) and with the
@@ -1284,19 +1286,19 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     measurements' noise is planned before the spend: the second's, scaled to L2 sensitivity 1,
     does not depend on the compression.
 
-    Unless ``adaptive=False``, or one model holds every measured marginal on the uncompressed
-    domain already, AIM's rounds are planned too (:func:`_aim_rounds`; when they cannot be, as
-    on a workload of more than :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all):
-    when the compression leaves the marginals too large for one model, the rest of ``ρ`` is
+    Given the request's options as ``adaptive`` (None: ``adaptive=False``), unless one model holds
+    every measured marginal on the uncompressed domain already, AIM's rounds are planned too
+    (:func:`_aim_rounds`; when they cannot be, as on a workload of more than
+    :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all): when the compression leaves the marginals too large for one model, the rest of ``ρ`` is
     spent in those rounds instead, starting from the one-way counts. The ``ρ`` standing for an
     ``(ε, δ)`` is then the one for any zCDP mechanism (AIM's selections are not Gaussian),
     otherwise the exact one for Gaussian measurements alone."""
     tree = junction_tree([a.cells for a in binned(attributes, request.wide)],
                          [*measured, *((a,) for a in range(len(attributes)))])
     rounds = None
-    if flag("adaptive", option(options, "adaptive", True)) and tree.size > model_limit(model.max_cells):
+    if adaptive is not None and tree.size > model_limit(model.max_cells):
         try:
-            rounds = _aim_rounds(private, attributes, request, options, share)
+            rounds = _aim_rounds(private, attributes, request, adaptive, share)
         except (ResourceLimitError, PrivacyError):
             pass  # measured all at once, as without adaptive
     rho, cost = request.reservation(gaussian=rounds is None)
