@@ -1289,10 +1289,11 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     Given the request's options as ``adaptive`` (None: ``adaptive=False``), unless one model holds
     every measured marginal on the uncompressed domain already, AIM's rounds are planned too
     (:func:`_aim_rounds`; when they cannot be, as on a workload of more than
-    :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all): when the compression leaves the marginals too large for one model, the rest of ``ρ`` is
-    spent in those rounds instead, starting from the one-way counts. The ``ρ`` standing for an
-    ``(ε, δ)`` is then the one for any zCDP mechanism (AIM's selections are not Gaussian),
-    otherwise the exact one for Gaussian measurements alone."""
+    :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all): when the compression leaves
+    the marginals too large for one model, the rest of ``ρ`` is spent in those rounds instead,
+    starting from the one-way counts. The ``ρ`` standing for an ``(ε, δ)`` is then the one for
+    any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
+    measurements alone."""
     tree = junction_tree([a.cells for a in binned(attributes, request.wide)],
                          [*measured, *((a,) for a in range(len(attributes)))])
     rounds = None
@@ -1404,10 +1405,11 @@ class _AimRounds:
 def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict,
                 share: float | None = None) -> _AimRounds:
     """AIM's rounds within the request, from public values alone (``share``: the one-way
-    marginals' share of ``ρ`` when pgm measured them, else :func:`_compression`'s). Refused up front: a pure ``ε`` spend (AIM is zCDP), a
-    model of one-way marginals beyond ``max_model_size``, and noise the first round's share cannot
-    add (the later rounds' shares are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more
-    than :data:`AIM_MAX_CANDIDATES` candidates. The default ``16d`` rounds are cut to those that
+    marginals' share of ``ρ`` when pgm measured them, else :func:`_compression`'s). Refused up
+    front: a pure ``ε`` spend (AIM is zCDP), a model of one-way marginals beyond
+    ``max_model_size``, and noise the first round's share cannot add (the later rounds' shares
+    are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more than
+    :data:`AIM_MAX_CANDIDATES` candidates. The default ``16d`` rounds are cut to those that
     fit in ``max_seconds`` (from public values: the schema, the workload and the options), at
     least :data:`AIM_MIN_ROUNDS` ``d``: fewer rounds only spend more each. As the rounds run they
     price their own work (scoring every candidate included), and end, the last spending all
