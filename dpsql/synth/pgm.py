@@ -441,7 +441,11 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     compression (AIM's rounds, :func:`~dpsql.synth.aim.aim`): measuring every marginal once
     leaves each too noisy for a model that must choose among them, while selecting them one at a
     time measures the ones the data says matter (mean TV on ADULT's 64 random triples at ε = 1:
-    0.0585 against 0.0700)."""
+    0.0585 against 0.0700). The choice reads released counts only; the whole is then
+    ``ρ``-zCDP (the first measurement, then AIM's rounds, composed adaptively), not Gaussian
+    alone, so it is ``(ε, δ)``-DP only for the ``(ε, δ)`` whose
+    :func:`~dpsql.synth.accounting.zcdp_rho` is ``rho``: with ``adaptive``, the caller must
+    reserve that ``rho``."""
     binned = binned or {}
     full = [a.size for a in attributes]
     first = one_way_observations(table, attributes, range(len(attributes)), one_way_share * rho, reservation,
