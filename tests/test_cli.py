@@ -506,6 +506,11 @@ def test_unreadable_input_files_are_usage_errors(data, tmp_path, capsys):
     (["--workload", "nosuch.sql"], "the --workload file nosuch.sql: cannot be read"),
     (["--workload", "a,nope"], "unknown column"),
     (["--epsilon", "1e-320"], "--epsilon 1e-320 is below the smallest epsilon dpsql answers with, 1e-06"),
+    (["--option", "max_seconds"], "--option 'max_seconds': give NAME=VALUE"),
+    (["--option", "nosuch=1"], "pgm takes no option nosuch"),
+    (["--option", "sweeps=1", "--option", "sweeps=2"], "--option sweeps is given twice"),
+    (["--option", "adaptive=maybe", "--delta", "1e-6"], "adaptive must be True or False, got adaptive='maybe'"),
+    (["--option", "max_seconds=0.001", "--delta", "1e-6"], "max_seconds=0.001"),
 ])
 def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra, match):
     ledger = tmp_path / "l.ledger"
@@ -517,6 +522,19 @@ def test_synth_refusals_leave_the_ledger_untouched(data, tmp_path, capsys, extra
     (line,) = error_lines(err)
     assert match in line
     assert entries(ledger) == [] and not (tmp_path / "syn.csv").exists()
+
+
+def test_synth_takes_the_methods_options(data, tmp_path, capsys):
+    """--option passes a method's options (here pgm's sweeps and adaptive, and a max_seconds the run
+    fits in) as Python's keyword arguments would."""
+    ledger, out = tmp_path / "l.ledger", tmp_path / "syn.csv"
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--budget-epsilon", "2", "--budget-delta", "1e-5", "--epsilon", "1", "--delta", "1e-6",
+                          "--workload", "region,sex", "--option", "sweeps=0", "--option", "adaptive=false",
+                          "--option", "max_seconds=300", "--out", str(out))
+    assert rc == 0, err
+    (entry,) = entries(ledger)
+    assert entry.mechanism == "pgm" and len(pd.read_csv(out)) > 0
 
 
 def test_synth_defaults_to_pgm(data, tmp_path, capsys):

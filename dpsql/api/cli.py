@@ -168,6 +168,9 @@ def parser() -> argparse.ArgumentParser:
                         "spend starts in, 16 per column, fewer if those do not fit in the time)")
     y.add_argument("--rows", type=int, help="rows to sample (default: the noisy row count)")
     y.add_argument("--seed", type=int, help="seed for sampling rows from the learned distribution")
+    y.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="one of the method's options (docs/synthetic.md), e.g. max_seconds=300 or adaptive=false; "
+                        "repeatable")
     y.add_argument("--out", help="write the synthetic table here (.csv or .parquet)")
     _add_budget(y)
     v = sub.add_parser("validate", help="data owner only: report rows outside the schema's domains")
@@ -386,10 +389,42 @@ def _workload(text: str):
     return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
 
 
+def _synth_options(given: Sequence[str], rounds: int | None) -> dict[str, Any]:
+    """``--option NAME=VALUE`` as keyword options (``--rounds`` among them): ``true`` and
+    ``false`` are booleans, a number is an int or a float, anything else a string; the method
+    checks each, before anything is charged.
+
+    >>> _synth_options(["max_seconds=300", "adaptive=false", "measure=pairs", "compress=2.5"], 4)
+    {'max_seconds': 300, 'adaptive': False, 'measure': 'pairs', 'compress': 2.5, 'rounds': 4}
+    """
+    options: dict[str, Any] = {}
+    for item in given:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise UsageError(f"--option {item!r}: give NAME=VALUE, as in --option max_seconds=300")
+        name = name.strip()
+        if name in options or name == "rounds" and rounds is not None:
+            raise UsageError(f"--option {name} is given twice")
+        options[name] = _option_value(text.strip())
+    return options if rounds is None else {**options, "rounds": rounds}
+
+
+def _option_value(text: str) -> Any:
+    """An ``--option`` value: a boolean, an int, a float, or the string itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _run_synth(args: argparse.Namespace) -> int:
+    options = _synth_options(args.option, args.rounds)
     db = _connect(args, progress=True)
     try:
-        options = {} if args.rounds is None else {"rounds": args.rounds}
         syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,
                             rho=args.rho, rows=args.rows, seed=args.seed, **options)
         print(syn)
