@@ -13,6 +13,14 @@ from dpsql.errors import ResourceLimitError
 from dpsql.synth.coarsen import WIDE_SHARE
 
 
+def integer_table(frame: pd.DataFrame, highs: dict[str, int]) -> tuple[duckdb.DuckDBPyConnection, dict]:
+    """``frame`` as DuckDB table t, and its schema: each column an integer from 0 to its high."""
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    return con, {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": high} for c, high in highs.items()}}
+
+
 @pytest.fixture(scope="module")
 def wide():
     rng = np.random.default_rng(0)
@@ -20,14 +28,7 @@ def wide():
     frame = pd.DataFrame({"gain": rng.choice([0, 0, 0, 0, 2174, 7298, 15024], n),
                           "loss": rng.choice([0, 0, 0, 1902], n),
                           "a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "c": rng.integers(0, 4, n)})
-    con = duckdb.connect()
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"gain": {"type": "integer", "min": 0, "max": 99_999},
-                                        "loss": {"type": "integer", "min": 0, "max": 99_999},
-                                        "a": {"type": "integer", "min": 0, "max": 2},
-                                        "b": {"type": "integer", "min": 0, "max": 1},
-                                        "c": {"type": "integer", "min": 0, "max": 3}}}
+    con, schema = integer_table(frame, {"gain": 99_999, "loss": 99_999, "a": 2, "b": 1, "c": 3})
     return con, schema, frame
 
 
@@ -113,12 +114,7 @@ def test_aim_keeps_a_wide_columns_relation_to_another_through_its_bins():
     rng = np.random.default_rng(1)
     spread = rng.integers(0, 100_000, 2000)
     frame = pd.DataFrame({"spread": spread, "high": (spread >= 50_000).astype(int), "a": rng.integers(0, 3, 2000)})
-    con = duckdb.connect()
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"spread": {"type": "integer", "min": 0, "max": 99_999},
-                                        "high": {"type": "integer", "min": 0, "max": 1},
-                                        "a": {"type": "integer", "min": 0, "max": 2}}}
+    con, schema = integer_table(frame, {"spread": 99_999, "high": 1, "a": 2})
     db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=10.0, delta=1e-6), cache=False, progress=False)
     syn = db.synthesize("aim", workload=[["spread", "high"]], epsilon=10.0, delta=1e-6, seed=0, name="s",
                         rounds=5, iterations=100)
@@ -142,14 +138,7 @@ def test_mst_measures_a_wide_columns_bins_so_that_its_picks_do_not_all_join_it(m
     x = rng.integers(0, 2, n)
     frame = pd.DataFrame({"spread": spread, "high": (spread >= 50_000).astype(int), "x": x,
                           "y": np.where(rng.random(n) < 0.4, x, rng.integers(0, 2, n)), "z": rng.integers(0, 4, n)})
-    con = duckdb.connect()
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"spread": {"type": "integer", "min": 0, "max": 99_999},
-                                        "high": {"type": "integer", "min": 0, "max": 1},
-                                        "x": {"type": "integer", "min": 0, "max": 1},
-                                        "y": {"type": "integer", "min": 0, "max": 1},
-                                        "z": {"type": "integer", "min": 0, "max": 3}}}
+    con, schema = integer_table(frame, {"spread": 99_999, "high": 1, "x": 1, "y": 1, "z": 3})
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
     seen = spy_result(monkeypatch, db, "mst")
     syn = db.synthesize("mst", workload=2, rho=0.5, seed=0, name="s")
