@@ -138,28 +138,40 @@ def test_refusals_spend_nothing(table):
     assert db.ledger.entries() == [] and db.spent().epsilon == 0
 
 
-def test_with_no_workload_a_table_too_wide_for_aims_candidates_gets_mst():
-    """With no workload on 40 columns, aim would score the 10,700 marginals within every triple
-    in every round. The default was pgm measuring all 780 pairs (mean TV 0.29 times independent
-    columns' on a chain table of 40 columns, 0.95 on 80: the pairs' noise drowns the relations);
-    it is now MST's spanning tree of pairs, with a warning, and the chain's links are kept."""
+def chain_db(columns: int, budget: Budget) -> tuple[dpsql.Connection, pd.DataFrame]:
+    """A connection to a chain table t of 3,000 rows and ``columns`` columns of 3 values, each
+    copying the previous one in 80% of rows (uniform in the rest), and the table itself."""
     rng = np.random.default_rng(0)
     cols = [rng.integers(0, 3, 3000)]
-    for _ in range(39):
+    for _ in range(columns - 1):
         cols.append(np.where(rng.random(3000) < 0.2, rng.integers(0, 3, 3000), cols[-1]))
     frame = pd.DataFrame({f"c{j:02d}": c for j, c in enumerate(cols)})
     con = duckdb.connect()
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    return dpsql.connect(con, schema=schema, budget=budget, cache=False, progress=False), frame
+
+
+def chain_links(syn) -> tuple[list[str], int]:
+    """The pairs a synthetic table of a :func:`chain_db` table measured, and how many are links."""
+    measured = [m for m in syn.report["marginal"] if " x " in m]
+    links = {f"c{j:02d} x c{j + 1:02d}" for j in range(len(syn.df.columns) - 1)}
+    return measured, len(links & set(measured))
+
+
+def test_with_no_workload_a_table_too_wide_for_aims_candidates_gets_mst():
+    """With no workload on 40 columns, aim would score the 10,700 marginals within every triple
+    in every round. The default was pgm measuring all 780 pairs (mean TV 0.29 times independent
+    columns' on a chain table of 40 columns, 0.95 on 80: the pairs' noise drowns the relations);
+    it is now MST's spanning tree of pairs, with a warning, and the chain's links are kept."""
+    db, frame = chain_db(40, Budget(rho=1.0))
     with pytest.warns(UserWarning, match="aim would score 10,700 candidate marginals every round, more than 5,000: "
                                          "mst selects a spanning tree"):
         syn = db.synthesize(rho=0.5, name="s", seed=0)
     assert syn.method == "mst" and len(db.ledger.entries()) == 1
-    measured = [m for m in syn.report["marginal"] if " x " in m]
-    links = {f"c{j:02d} x c{j + 1:02d}" for j in range(39)}
-    assert len(measured) == 39 and len(links & set(measured)) >= 37
+    measured, links = chain_links(syn)
+    assert len(measured) == 39 and links >= 37
     for j in range(0, 39, 6):  # each kept link's share of equal values is the data's (about 0.8 + 0.2/3)
         same = (syn.df[f"c{j:02d}"] == syn.df[f"c{j + 1:02d}"]).mean()
         assert abs(same - (frame[f"c{j:02d}"] == frame[f"c{j + 1:02d}"]).mean()) < 0.05 or \

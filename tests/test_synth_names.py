@@ -142,20 +142,12 @@ def test_under_a_pure_epsilon_no_workload_on_a_wide_table_picks_a_spanning_tree_
     the data than independent columns (mean TV 0.258 against 0.077 on a chain table at epsilon = 1),
     and each column alone made them independent. Past PURE_MAX_PAIRS pairs, the default is mst
     under the pure epsilon: a chain's links kept, one ledger entry of (1, 0), and a warning."""
-    rng = np.random.default_rng(0)
-    cols = [rng.integers(0, 3, 3000)]
-    for _ in range(32):
-        cols.append(np.where(rng.random(3000) < 0.2, rng.integers(0, 3, 3000), cols[-1]))
-    frame = pd.DataFrame({f"c{j:02d}": c for j, c in enumerate(cols)})  # 33 columns, 528 pairs
-    con = duckdb.connect()
-    con.register("frame", frame)
-    con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": 2} for c in frame.columns}}
-    db = dpsql.connect(con, schema=schema, budget=Budget(epsilon=2.0), cache=False, progress=False)
+    from test_mst import chain_db, chain_links
+
+    db, _ = chain_db(33, Budget(epsilon=2.0))  # 528 pairs
     with pytest.warns(UserWarning, match="would drown the 528 pairs of columns measured at once: mst selects a "
                                          "spanning tree of them instead"):
         syn = db.synthesize(epsilon=1.0, seed=0, name="s")
     assert syn.method == "mst" and targets == [] and [e.cost for e in db.ledger.entries()] == [Cost(epsilon=1.0)]
-    measured = [m for m in syn.report["marginal"] if " x " in m]
-    links = {f"c{j:02d} x c{j + 1:02d}" for j in range(32)}
-    assert len(measured) == 32 and len(links & set(measured)) >= 28
+    measured, links = chain_links(syn)
+    assert len(measured) == 32 and links >= 28
