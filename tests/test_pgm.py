@@ -808,8 +808,9 @@ TOO_LARGE = 40 * 8 / 2**20  # max_model_size of 40 cells: every triple of a, b, 
 def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_spend_the_rest(table, monkeypatch,
                                                                                               budget, spend):
     """Every triple of a, b, c, d (72 cells) in a model of 40: measured all at once, each is too
-    noisy for the greedy model that must choose among them. After the one-way marginals (pgm's
-    share, 0.3 * 3/4 of rho) the rest of rho goes to AIM's rounds, each a pick and a measurement,
+    noisy for the greedy model that must choose among them. After the one-way marginals (AIM's
+    share: its 4 first rounds of 16 a column, each 0.9 of a round's) the rest of rho goes to AIM's
+    rounds, each a pick and a measurement,
     from one reservation of the rho any zCDP mechanism stands for (AIM's picks are not Gaussian).
     With adaptive=False, pgm measures them all, as before, at the exact Gaussian rho."""
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
@@ -819,7 +820,7 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
     rho, drawn = reservation.rho, reservation.drawn
     kinds = [m.split("(")[0] for m, _ in drawn]
     assert kinds[0] == "gaussian" and kinds[1::2] == ["exponential"] * (len(kinds) // 2) and len(kinds) % 2 == 1
-    assert drawn[0][1] == pytest.approx(0.3 * 3 / 4 * rho, rel=1e-9)
+    assert drawn[0][1] == pytest.approx(0.9 * 4 / 64 * rho, rel=1e-9)
     assert math.fsum(r for _, r in drawn) == pytest.approx(rho, rel=1e-9)
     assert syn.method == "pgm" and syn.report.attrs["estimate"].startswith(
         "the measured marginals are too large for one model once compressed: AIM's rounds select among them")
@@ -833,8 +834,10 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
 def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
     """x is declared 0..49 but holds two values: (x, a, b) is 300 cells, too many for a model of
     100, and 18 once x's 48 empty values are merged. So AIM's rounds are planned (the reservation
-    is the zCDP rho), but once the one-way counts are released the marginal fits: it is measured
-    whole, as pgm does, and no pick is made."""
+    is the zCDP rho) and the one-way marginals measured first with AIM's share (0.9 * 3/48), but
+    once they are released the marginal fits: the rest of pgm's share (0.3 * 2/3: x and a have
+    more than two values) measures them again and the marginal is measured whole, as pgm does,
+    and no pick is made."""
     from dpsql.synth.accounting import zcdp_rho
 
     rng = np.random.default_rng(5)
@@ -851,10 +854,40 @@ def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
     syn = db.synthesize("pgm", workload=[("x", "a", "b")], epsilon=1.0, delta=1e-7, seed=0, name="s",
                         max_model_size=100 * 8 / 2**20)
     reservation = seen["reservation"]
-    assert [m.split("(")[0] for m, _ in reservation.drawn] == ["gaussian", "gaussian"]
-    assert reservation.rho == pytest.approx(zcdp_rho(1.0, 1e-7), rel=1e-9)
+    assert [m.split("(")[0] for m, _ in reservation.drawn] == ["gaussian", "gaussian", "gaussian"]
+    rho, drawn = reservation.rho, [r for _, r in reservation.drawn]
+    assert rho == pytest.approx(zcdp_rho(1.0, 1e-7), rel=1e-9)
+    assert drawn[0] == pytest.approx(0.9 * 3 / 48 * rho) and drawn[0] + drawn[1] == pytest.approx(0.2 * rho)
     assert syn.report.attrs["estimate"].startswith("a model of")
     assert largest_count_difference(con, syn.df, ("x", "a", "b")) < 0.05 * n
+
+
+def test_aims_rounds_run_on_the_uncompressed_domain(monkeypatch):
+    """x is declared 0..49 and holds two values, so the one-way counts would merge its 48 empty
+    ones; every triple of x, a, b, c, d is 162 cells even then, too many for a model of 100, so
+    AIM's rounds spend the rest of rho. They run on the full domain, x's 50 values, as AIM does:
+    the rounds refine rare values the compression would fix for good from their noisy one-way
+    counts (for pgm's all-at-once measurement alone). The synthetic x keeps its two values."""
+    rng = np.random.default_rng(6)
+    n = 4000
+    a = rng.integers(0, 3, n)
+    frame = pd.DataFrame({"x": 7 * ((a + (rng.random(n) < 0.2)) % 2), "a": a, "b": (a > 0) ^ (rng.random(n) < 0.1),
+                          "c": (a + rng.integers(0, 2, n)) % 3, "d": rng.integers(0, 3, n)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"x": {"type": "integer", "min": 0, "max": 49},
+                                        **{k: {"type": "integer", "min": 0, "max": 2} for k in "acd"},
+                                        "b": {"type": "boolean"}}}
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    seen = spy_result(monkeypatch, db, "aim")
+    syn = db.synthesize("pgm", workload=3, rho=0.5, seed=0, name="s", max_model_size=100 * 8 / 2**20)
+    result = seen["result"]
+    assert result.compression is None and tuple(result.model.tree.domain) == (50, 3, 3, 3, 2)  # x, a, c, d, b
+    assert syn.report.attrs["estimate"].startswith("the measured marginals are too large for one model once "
+                                                   "compressed: AIM's rounds select among them, on the uncompressed")
+    assert len(result.observations) > 5  # the one-way marginals, then the rounds'
+    assert largest_count_difference(con, syn.df, ("x",)) < 0.05 * n
 
 
 def test_when_aims_rounds_cannot_be_planned_pgm_measures_every_marginal(table, monkeypatch):

@@ -72,8 +72,8 @@ from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.pgm import PGMResult, fit_cells, one_way_observations
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
-__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "round_iterations",
-           "round_seconds"]
+__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "first_share",
+           "round_iterations", "round_seconds"]
 
 #: The share of each round's budget that measures (the rest selects).
 ALPHA = 0.9
@@ -135,6 +135,16 @@ def round_seconds(before: JunctionTree, homes: Sequence[int], trials: int, read:
         fit_seconds(steps, fit_cells(after, measured))
 
 
+def first_share(rounds: int, attributes: int) -> float:
+    """The share of ``ρ`` that AIM's first measurement, every one-way marginal, takes as the paper
+    has it: one round's ``σ`` for each of the ``d`` attributes, ``α·d/T`` of ``T`` rounds' shares.
+
+    >>> first_share(16 * 7, 7)
+    0.05625
+    """
+    return ALPHA * attributes / rounds
+
+
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = AIM_ITERATIONS,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
@@ -165,8 +175,9 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
 
     if start is None:
-        observations = one_way_observations(table, attributes, range(d), d / (2 * sigma**2) if one_way_share is None
-                                            else one_way_share * rho, reservation, "AIM: every one-way marginal")
+        observations = one_way_observations(table, attributes, range(d), (first_share(shares, d) if one_way_share is None
+                                                                             else one_way_share) * rho,
+                                            reservation, "AIM: every one-way marginal")
         compression = shrink(domain, observations, threshold, binned or {})
         if compression is not None:
             observations = [compression.observe(o) for o in observations]

@@ -59,7 +59,7 @@ from dpsql.synth.refine import refine
 
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "RETRY_CANDIDATES", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "RELATIVE_TOLERANCE",
-           "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations",
+           "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "one_way_observations", "Rounds",
            "planned_model", "fit_cells", "greedy_trials", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights", "weighted_counts", "fit_model"]
 
@@ -415,12 +415,24 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
     return fit_model(domain, observations, max_cells, iterations, progress, tolerance=tolerance)
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """AIM's rounds as :func:`pgm_compressed`'s adaptive path takes them: the ``share`` of ``rho``
+    that its first measurement of every one-way marginal takes (AIM's own:
+    :func:`~dpsql.synth.aim.first_share`), and ``run``, the rounds spending the rest of ``rho``
+    from those observations and their :class:`~dpsql.synth.compress.Compression` (the wide
+    columns' bins: None when there is none)."""
+
+    share: float
+    run: Callable[[list[Observation], Compression | None], PGMResult]
+
+
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
                    rho: float, reservation: Reservation, max_cells: int, one_way_share: float,
                    threshold: float | None, compressible: Sequence[int], iterations: int = PGM_ITERATIONS,
                    progress: Callable[[int, float], None] | None = None,
                    tolerance: float = RELATIVE_TOLERANCE, binned: dict[int, np.ndarray] | None = None,
-                   adaptive: Callable[[list[Observation], Compression | None], PGMResult] | None = None) -> PGMResult:
+                   adaptive: Rounds | None = None) -> PGMResult:
     """PGM in two measurements drawn from ``reservation``: every attribute's one-way marginal
     with ``one_way_share · rho`` (:func:`one_way_observations`), so that a column no workload
     marginal names keeps its distribution, and the ``compressible`` attributes' decide the
@@ -435,28 +447,50 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     attributes (by position, each value's bin) are modelled in their bins, each drawn back to a
     value by its full-resolution one-way counts (:func:`~dpsql.synth.coarsen.coarsen`).
 
-    ``adaptive``: when no model of at most :func:`model_limit` cells holds every one of
-    ``marginals`` on the compressed domain (known once the one-way counts are released), the rest
-    of ``rho`` is spent by ``adaptive`` instead, given the one-way observations and the
-    compression (AIM's rounds, :func:`~dpsql.synth.aim.aim`): measuring every marginal once
-    leaves each too noisy for a model that must choose among them, while selecting them one at a
-    time measures the ones the data says matter (mean TV on ADULT's 64 random triples at ε = 1:
-    0.0585 against 0.0700). The choice reads released counts only; the whole is then
-    ``ρ``-zCDP (the first measurement, then AIM's rounds, composed adaptively), not Gaussian
-    alone, so it is ``(ε, δ)``-DP only for the ``(ε, δ)`` whose
+    ``adaptive``: AIM's rounds (:func:`~dpsql.synth.aim.aim`) may spend the rest of ``rho``
+    instead: measuring every marginal once leaves each too noisy for a model that must choose
+    among them, while selecting them one at a time measures the ones the data says matter (mean
+    TV on ADULT's 64 random triples at ε = 1: 0.0585 against 0.0700). The one-way marginals are
+    then measured first with the rounds' share only (``adaptive.share``, when less than
+    ``one_way_share``). When the compression those counts make leaves ``marginals`` too large
+    for one model of at most :func:`model_limit` cells, the rounds run from those counts, on the
+    uncompressed domain (the wide columns still in bins),
+    as the paper has it: the compression serves a measurement of every marginal at once, each
+    too noisy for rare values' cells, while the rounds, a few marginals each measured with more
+    of ``rho``, refine the rare values a compression would fix for good from their noisy
+    one-way counts. Otherwise the rest of ``one_way_share`` measures the one-way marginals again,
+    the two pooled into one observation as precise as a single measurement of the whole share
+    (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their less
+    noisy counts merge fewer values, so the model may then be greedy, :func:`model_structure`;
+    a compression at a threshold scaled down to the whole share's noise let values noise alone
+    made pass it: on a 1,309-row table whose 513-value column holds far fewer, 39 of them, and
+    the model 629k cells, not 4,320). On a
+    136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
+    0.0009 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022
+    and 0.187; dpmm's AIM: 0.0013 and 0.192). The choice reads released counts only; the whole
+    is then ``ρ``-zCDP (the Gaussian measurements and AIM's picks, composed adaptively), not
+    Gaussian alone, so it is ``(ε, δ)``-DP only for the ``(ε, δ)`` whose
     :func:`~dpsql.synth.accounting.zcdp_rho` is ``rho``: with ``adaptive``, the caller must
     reserve that ``rho``."""
     binned = binned or {}
     full = [a.size for a in attributes]
-    first = one_way_observations(table, attributes, range(len(attributes)), one_way_share * rho, reservation,
-                                 "PGM: every one-way marginal")
-    compression = shrink(full, first, threshold, binned, compressible)
-    domain = tuple(a.size for a in attributes) if compression is None else compression.domain
+    share = one_way_share if adaptive is None else min(adaptive.share, one_way_share)
+    raw = one_way_observations(table, attributes, range(len(attributes)), share * rho, reservation,
+                               "PGM: every one-way marginal")
+    if adaptive is not None:
+        merged = shrink(full, raw, threshold, binned, compressible)
+        domain = tuple(full) if merged is None else merged.domain
+        if junction_tree(domain, [*marginals, *((a,) for a in range(len(domain)))]).size > model_limit(max_cells):
+            kept = shrink(full, raw, None, binned)  # the wide columns in bins, nothing merged
+            return adaptive.run(raw if kept is None else [kept.observe(o) for o in raw], kept)
+        if share < one_way_share:
+            raw = pool(raw + one_way_observations(table, attributes, range(len(attributes)),
+                                                  (one_way_share - share) * rho, reservation,
+                                                  "PGM: every one-way marginal, the rest of its share"))
+    compression = shrink(full, raw, threshold, binned, compressible)
+    domain = tuple(full) if compression is None else compression.domain
     counted = attributes if compression is None else compression.attributes(attributes)
-    first = first if compression is None else [compression.observe(o) for o in first]
-    if adaptive is not None and \
-            junction_tree(domain, [*marginals, *((a,) for a in range(len(domain)))]).size > model_limit(max_cells):
-        return adaptive(first, compression)
+    first = raw if compression is None else [compression.observe(o) for o in raw]
     rest = Gaussian(rho=rho - reservation.used)
     weights = unit_weights(marginal_weights(domain, marginals, rest))
     observations = first + weighted_counts(table, counted, weights, rest, reservation,

@@ -53,7 +53,7 @@ from dpsql.synth.accounting import (
     zcdp_epsilon,
     zcdp_rho,
 )
-from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, round_iterations
+from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, first_share, round_iterations
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
@@ -72,6 +72,7 @@ from dpsql.synth.oracle import ORACLES
 from dpsql.synth.pgm import (
     PGM_ITERATIONS,
     PGMResult,
+    Rounds,
     fit_cells,
     marginal_weights,
     measurement,
@@ -1289,9 +1290,12 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     Given the request's options as ``adaptive`` (None: ``adaptive=False``), unless one model holds
     every measured marginal on the uncompressed domain already, AIM's rounds are planned too
     (:func:`_aim_rounds`; when they cannot be, as on a workload of more than
-    :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all): when the compression leaves
-    the marginals too large for one model, the rest of ``ρ`` is spent in those rounds instead,
-    starting from the one-way counts. The ``ρ`` standing for an ``(ε, δ)`` is then the one for
+    :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all). The one-way marginals are then
+    measured first with AIM's share (:func:`~dpsql.synth.aim.first_share`, unless
+    ``one_way_share`` is given); when the compression they predict leaves the marginals too
+    large for one model, the rest of ``ρ`` is spent in those rounds, on the uncompressed domain,
+    else the rest of ``share`` measures the one-way marginals again
+    (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
     any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
     measurements alone."""
     tree = junction_tree([a.cells for a in binned(attributes, request.wide)],
@@ -1305,10 +1309,14 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     rho, cost = request.reservation(gaussian=rounds is None)
     full = [a.size for a in attributes]
     domain = [a.cells if i not in request.wide else int(request.wide[i].max()) + 1 for i, a in enumerate(attributes)]
-    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), share, full),
+    given = rounds is None or option(adaptive, "one_way_share", None) is not None
+    first = share if given else min(share, first_share(rounds.rounds, len(domain)))
+    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), first, full),
+                                     ("one-way", one_way_weights(range(len(domain))), share - first, full),
                                      ("weighted", unit_weights(weights), 1 - share, domain)):
         try:
-            private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
+            if part > 0:
+                private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
         except PrivacyError as e:
             raise _refine(e, f"PGM's {what} marginals get {part:g} of rho={rho:g}, too little") from None
 
@@ -1316,15 +1324,16 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
               bar: tqdm) -> tuple[PGMResult, _ModelOptions]:
         ran = [model]
 
-        def adaptive(first: list[Observation], compression: Compression | None) -> PGMResult:
+        def select(observed: list[Observation], compression: Compression | None) -> PGMResult:
             ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
-                                         f"once compressed: AIM's rounds select among them; {rounds.model.estimate}")
+                                         f"once compressed: AIM's rounds select among them, on the uncompressed domain; "
+                                         f"{rounds.model.estimate}")
             rounds.announce()
-            return rounds.run(private, attributes, request, rho, reservation, bar, start=(first, compression))
+            return rounds.run(private, attributes, request, rho, reservation, bar, start=(observed, compression))
 
         learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
                                  compressible(full), iterations=model.iterations, progress=advance,
-                                 binned=request.wide, adaptive=None if rounds is None else adaptive)
+                                 binned=request.wide, adaptive=None if rounds is None else Rounds(first, select))
         return learned, ran[0]
 
     return _reserved_fit(private, request, attributes, model, cost, {"rho": rho}, "pgm", f"PGM: rho={rho!r}", learn)
