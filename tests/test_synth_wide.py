@@ -149,3 +149,29 @@ def test_mst_measures_a_wide_columns_bins_so_that_its_picks_do_not_all_join_it(m
     assert (2, 3) in picked and (0, 1) in picked, picked
     df = syn.df.astype(int)
     assert ((df.spread >= 50_000) == df.high).mean() > 0.9 and (df.x == df.y).mean() > 0.6
+
+
+@pytest.mark.parametrize("method,function", [("aim", "aim"), ("pgm", "pgm_compressed")])
+def test_aim_and_pgm_measure_a_wide_columns_bins_as_well(monkeypatch, method, function):
+    """As MST does: a wide column's bins summed from its full-resolution one-way counts carry the
+    noise of every value in them (here 2,000 to 3,000 a bin), so the first measurement also counts
+    it in its bins. Of the one-way share (0.3 x 2/3: spread and a have more than two values), 3/4
+    measures the 3 columns at full resolution and 1/4 spread's 49 bins; the model gets both."""
+    from test_pgm import spy_result
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    spread = rng.integers(0, 100_000, n)
+    frame = pd.DataFrame({"spread": spread, "high": (spread >= 50_000).astype(int), "a": rng.integers(0, 3, n)})
+    con, schema = integer_table(frame, {"spread": 99_999, "high": 1, "a": 2})
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
+    seen = spy_result(monkeypatch, db, function)
+    syn = db.synthesize(method, workload=[["spread", "high"]], rho=0.5, seed=0, name="s",
+                        **({"rounds": 5, "iterations": 100} if method == "aim" else {}))
+    drawn = seen["reservation"].drawn
+    assert [m.split("(")[0] for m, _ in drawn[:2]] == ["gaussian", "gaussian"]
+    assert [r for _, r in drawn[:2]] == pytest.approx([0.5 * 0.2 * 3 / 4, 0.5 * 0.2 / 4], rel=1e-9)
+    spreads = [o for o in seen["result"].observations if o.subset == (0,)]
+    assert len(spreads) >= 2 and {o.values.size for o in spreads} == {49}  # (aim's rounds may measure it again)
+    df = syn.df.astype(int)
+    assert df.spread.between(0, 99_999).all() and ((df.spread >= 50_000) == df.high).mean() > 0.9

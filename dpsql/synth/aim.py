@@ -45,7 +45,8 @@ noise ``kσ``: ``1/(2σ²)``-zCDP (Bun & Steinke 2016, Prop. 1.6); a selection h
 sensitivity ``k·max w_r`` and is ``ε``-DP, hence ``ε²/8``-zCDP as the exponential mechanism is
 ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
 the steps sum to at most ``ρ`` (the one-way marginals, ``d`` of sensitivity ``k`` each, are one
-measurement of L2 sensitivity ``k√d``). Which candidates are kept, the compression, the noise
+measurement of L2 sensitivity ``k√d``, and the ``b`` wide columns' in their bins another, of
+``k√b``, the two splitting the one-way share ``d : b``). Which candidates are kept, the compression, the noise
 scales, the annealing and the rounds' priced time depend only on released values (never a
 clock, which reads of the private table would move). Fitting and sampling are post-processing.
 """
@@ -69,7 +70,7 @@ from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
 from dpsql.synth.mwem import marginal_strategy
-from dpsql.synth.pgm import PGMResult, fit_cells, one_way_observations
+from dpsql.synth.pgm import PGMResult, first_counts, fit_cells
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
 __all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "first_share",
@@ -175,12 +176,13 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
 
     if start is None:
-        observations = one_way_observations(table, attributes, range(d), (first_share(shares, d) if one_way_share is None
-                                                                             else one_way_share) * rho,
-                                            reservation, "AIM: every one-way marginal")
+        observations, bins = first_counts(table, attributes, binned or {}, lambda part: Gaussian(rho=part),
+                                          (first_share(shares, d) if one_way_share is None else one_way_share) * rho,
+                                          reservation, "AIM")
         compression = shrink(domain, observations, threshold, binned or {})
         if compression is not None:
             observations = [compression.observe(o) for o in observations]
+        observations += bins
     else:
         observations, compression = list(start[0]), start[1]
     if compression is not None:

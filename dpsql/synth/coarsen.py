@@ -12,9 +12,10 @@ at full resolution, and each sampled bin becomes one of its values drawn from th
 one-way distribution (:func:`coarsen`). Everything here is public or post-processing of
 released counts.
 
-Every method takes this one path. pgm (under Gaussian noise) and aim measure every one-way
+Every method takes this one path. pgm (under Gaussian noise), aim and mst measure every one-way
 marginal at full resolution anyway, and :func:`shrink` turns those counts into the model's
-domain: compressed, with the wide columns in bins. The methods that measure no one-way
+domain: compressed, with the wide columns in bins (they measure the wide columns' one-way
+marginals in their bins too, :func:`~dpsql.synth.pgm.first_counts`). The methods that measure no one-way
 marginal (mwem, fem, dualquery, and pgm under a pure ``ε``) run on the binned attributes, and
 :data:`WIDE_SHARE` of the request measures the wide columns' one-way marginals at full
 resolution beforehand (Laplace noise under a pure ``ε`` or an ``(ε, δ)`` spend, Gaussian under

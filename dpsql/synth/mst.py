@@ -7,7 +7,8 @@ selects among every pair of a table of any width in seconds:
 
 1. a third of the budget measures every one-way marginal (all of it when there is no pair to
    pick), which also decides the compression (:mod:`dpsql.synth.compress`, as MST merges rare
-   values), and a wide column's one-way marginal in its bins as well (:func:`full_share`);
+   values), and a wide column's one-way marginal in its bins as well
+   (:func:`~dpsql.synth.pgm.first_counts`);
 2. a third selects pairs the way Kruskal's algorithm builds a maximum spanning tree: each pick is
    the exponential mechanism (:meth:`~dpsql.private.kernel.PrivateTable.select_marginal`) among
    the candidate pairs that join two parts of the forest picked so far, scored by
@@ -51,9 +52,9 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
 from dpsql.synth.estimate import estimate_total, pool
-from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, fit_model, one_way_counts, unit_weights, weighted_counts
+from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, first_counts, fit_model, unit_weights, weighted_counts
 
-__all__ = ["candidate_pairs", "picks", "full_share", "mst"]
+__all__ = ["candidate_pairs", "picks", "mst"]
 
 
 def candidate_pairs(workload: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -80,20 +81,6 @@ def picks(attributes: int, pairs: Sequence[tuple[int, int]]) -> int:
             parent[a] = b
             joined += 1
     return joined
-
-
-def full_share(attributes: int, binned: int) -> float:
-    """The share of the one-way marginals' budget that measures every attribute at full resolution
-    when ``binned`` of the ``attributes`` are wide columns modelled in bins (the rest measures those
-    in their bins): ``d/(d + b)``, so that each of the ``d + b`` marginals gets the noise it would in
-    one measurement of them all. A wide column's bins summed from its full-resolution counts carry
-    the noise of every value in them (ADULT's ``fnlwgt``: about 19,000 values a bin), which made
-    every pair with it look far from independence, so every pick joined it.
-
-    >>> full_share(15, 3), full_share(4, 0)
-    (0.8333333333333334, 1.0)
-    """
-    return attributes / (attributes + binned)
 
 
 def _shares(counts: np.ndarray) -> np.ndarray:
@@ -137,17 +124,12 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     def noise(part: float) -> NoiseModel:
         return Laplace(part) if pure else Gaussian(rho=part)
 
-    one_way = budget / 3 if count else budget
-    part = one_way * full_share(len(full), len(binned))
-    first = one_way_counts(table, attributes, range(len(attributes)), noise(part), reservation,
-                           "MST: every one-way marginal")
+    first, bins = first_counts(table, attributes, binned, noise, budget / 3 if count else budget, reservation, "MST")
     compression = shrink(full, first, threshold, binned, compressible, laplace=pure)
     if compression is not None:
         first = [compression.observe(o) for o in first]
         attributes = compression.attributes(attributes)
-    if binned:
-        first += one_way_counts(table, attributes, sorted(binned), noise(one_way - part), reservation,
-                                "MST: the wide columns' one-way marginals in their bins")
+    first += bins
     domain = tuple(a.cells for a in attributes)
     total = estimate_total(first)
     shares = {o.subset[0]: _shares(o.values) for o in pool(first)}

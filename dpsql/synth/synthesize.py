@@ -65,7 +65,7 @@ from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
 from dpsql.synth.junction import junction_tree
 from dpsql.synth.mst import candidate_pairs as mst_candidates
-from dpsql.synth.mst import full_share, mst, picks
+from dpsql.synth.mst import mst, picks
 from dpsql.synth.mwem import INITS, check_mwem, marginal_strategy, mwem, mwem_steps
 from dpsql.synth.options import choice, flag, integer, option, real
 from dpsql.synth.oracle import ORACLES
@@ -74,6 +74,7 @@ from dpsql.synth.pgm import (
     PGMResult,
     Rounds,
     fit_cells,
+    full_share,
     marginal_weights,
     measurement,
     model_limit,
@@ -636,6 +637,18 @@ def _check_cells(method: str, marginals: Sequence[tuple[int, ...]], attributes: 
                                  f"{attributes[widest].name}, has {domain[widest]:,} values: bin it in the schema, "
                                  "or choose fewer or smaller marginals")
     return MarginalCells(domain, marginals)
+
+
+def _first_parts(attributes: Sequence[Attribute], wide: dict[int, np.ndarray],
+                 part: float) -> list[tuple[str, dict[tuple[int, ...], float], float, list[int]]]:
+    """The measurements of :func:`~dpsql.synth.pgm.first_counts` at ``part`` of the budget, for a
+    planner to plan before the spend: what each counts, its weights, its part, and its domain."""
+    share = full_share(len(attributes), len(wide))
+    parts = [("one-way", one_way_weights(range(len(attributes))), part * share, [a.size for a in attributes])]
+    if wide:
+        parts.append(("wide columns' binned one-way", one_way_weights(wide), part * (1 - share),
+                      [a.cells for a in binned(attributes, wide)]))
+    return parts
 
 
 def _refine(error: PrivacyError, what: str) -> PrivacyError:
@@ -1308,11 +1321,11 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
             pass  # measured all at once, as without adaptive
     rho, cost = request.reservation(gaussian=rounds is None)
     full = [a.size for a in attributes]
-    domain = [a.cells if i not in request.wide else int(request.wide[i].max()) + 1 for i, a in enumerate(attributes)]
+    domain = [a.cells for a in binned(attributes, request.wide)]
     given = rounds is None or option(adaptive, "one_way_share", None) is not None
     first = share if given else min(share, first_share(rounds.rounds, len(domain)))
-    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), first, full),
-                                     ("one-way", one_way_weights(range(len(domain))), share - first, full),
+    for what, weighted, part, on in (*_first_parts(attributes, request.wide, first),
+                                     *_first_parts(attributes, request.wide, share - first),
                                      ("weighted", unit_weights(weights), 1 - share, domain)):
         try:
             if part > 0:
@@ -1478,9 +1491,8 @@ def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request:
     model = dataclasses.replace(model, estimate=f"{model.estimate}; the rounds end within what the last fit and the "
                                                 "sampling leave of max_seconds, as they price their own work")
     private.plan(marginal_strategy(domain, largest), Gaussian(rho=ALPHA * rho / rounds))  # the smallest share
-    if share is not None:
-        private.plan(measurement([a.size for a in attributes], one_way_weights(range(len(domain)))),
-                     Gaussian(rho=share * rho))  # at full resolution
+    for _, weighted, part, on in _first_parts(attributes, request.wide, share) if share is not None else ():
+        private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
 
     return _AimRounds(rounds, model, share, threshold, seconds, tuple(notes))
 
@@ -1488,7 +1500,7 @@ def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request:
 def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
     """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``), or a pure
     ``ε`` (Laplace measurements), reserved at once, a third each for the one-way marginals (and the
-    wide columns' in their bins: :func:`~dpsql.synth.mst.full_share`), the picks among the pairs
+    wide columns' in their bins: :func:`~dpsql.synth.pgm.full_share`), the picks among the pairs
     within the workload's marginals, and the measurement of the pairs picked. Refused up front: noise either measurement's third cannot add, and a run whose fit
     cannot take :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a
     forest of the largest pairs, which any the picks make is at most:
@@ -1512,10 +1524,7 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     largest = heapq.nlargest(count, pairs, key=size.__getitem__)  # any forest the picks make is at most these
     full = [a.size for a in attributes]
     # the pairs' noise, their weights scaled to L2 norm 1, is the same whichever are picked
-    one_way, share = 1 / 3 if count else 1, full_share(len(domain), len(request.wide))
-    for what, weighted, part, on in (("one-way", one_way_weights(range(len(domain))), one_way * share, full),
-                                     ("wide columns' binned", one_way_weights(request.wide), one_way * (1 - share),
-                                      domain),
+    for what, weighted, part, on in (*_first_parts(attributes, request.wide, 1 / 3 if count else 1),
                                      ("picked", unit_weights({p: 1.0 for p in largest}), 1 / 3, domain)):
         try:
             if weighted:
