@@ -46,9 +46,10 @@ sensitivity ``k·max w_r`` and is ``ε``-DP, hence ``ε²/8``-zCDP as the expone
 ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
 the steps sum to at most ``ρ`` (the one-way marginals, ``d`` of sensitivity ``k`` each, are one
 measurement of L2 sensitivity ``k√d``, and the ``b`` wide columns' in their bins another, of
-``k√b``, the two splitting the one-way share ``d : b``). Which candidates are kept, the compression, the noise
-scales, the annealing and the rounds' priced time depend only on released values (never a
-clock, which reads of the private table would move). Fitting and sampling are post-processing.
+``k√b``, the two splitting the one-way share ``d : b``). Which candidates are kept, the
+compression, the noise scales, the annealing and the rounds' priced time depend only on
+released values (never a clock, which reads of the private table would move). Fitting and
+sampling are post-processing.
 """
 
 from __future__ import annotations
