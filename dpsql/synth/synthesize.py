@@ -1305,8 +1305,8 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     (:func:`_aim_rounds`; when they cannot be, as on a workload of more than
     :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all). The one-way marginals are then
     measured first with AIM's share (:func:`~dpsql.synth.aim.first_share`, unless
-    ``one_way_share`` is given); when the compression they predict leaves the marginals too
-    large for one model, the rest of ``ρ`` is spent in those rounds, on the uncompressed domain,
+    ``one_way_share`` is given); when their compression leaves the marginals too large for one
+    model, the rest of ``ρ`` is spent in those rounds, on the uncompressed domain,
     else the rest of ``share`` measures the one-way marginals again
     (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
     any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
@@ -1322,8 +1322,9 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     rho, cost = request.reservation(gaussian=rounds is None)
     full = [a.size for a in attributes]
     domain = [a.cells for a in binned(attributes, request.wide)]
-    given = rounds is None or option(adaptive, "one_way_share", None) is not None
-    first = share if given else min(share, first_share(rounds.rounds, len(domain)))
+    first = share  # the one-way marginals' first measurement: AIM's share when its rounds may follow
+    if rounds is not None and option(adaptive, "one_way_share", None) is None:
+        first = min(share, first_share(rounds.rounds, len(domain)))
     for what, weighted, part, on in (*_first_parts(attributes, request.wide, first),
                                      *_first_parts(attributes, request.wide, share - first),
                                      ("weighted", unit_weights(weights), 1 - share, domain)):
