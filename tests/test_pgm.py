@@ -831,6 +831,17 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
     assert_reserved_up_front(plain, measured, seen, spend, "pgm", gaussian=True)
 
 
+def test_a_given_one_way_share_is_measured_whole_before_aims_rounds(table, monkeypatch):
+    """one_way_share is the user's: the one-way marginals take all of it in one measurement, then
+    AIM's rounds (a pick first), not AIM's share."""
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    db.synthesize("pgm", workload=3, rho=0.5, seed=1, name="s", max_model_size=TOO_LARGE, one_way_share=0.1)
+    drawn = seen["reservation"].drawn
+    assert drawn[0][0].startswith("gaussian") and drawn[0][1] == pytest.approx(0.05, rel=1e-9)
+    assert drawn[1][0].startswith("exponential")
+
+
 def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
     """x is declared 0..49 but holds two values: (x, a, b) is 300 cells, too many for a model of
     100, and 18 once x's 48 empty values are merged. So AIM's rounds are planned (the reservation
