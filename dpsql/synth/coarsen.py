@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsql.schema import Attribute, DateRange, IntegerRange, Schema
-from dpsql.synth.compress import THRESHOLD, Compression, compress
+from dpsql.synth.compress import THRESHOLD, Compression, compress, merged_shares
 from dpsql.synth.estimate import Observation
 
 __all__ = ["WIDE_VALUES", "EQUAL_BINS", "WIDE_SHARE", "wide", "bins", "binned", "spikes", "coarsen", "shrink"]
@@ -100,8 +100,8 @@ def coarsen(compression: Compression, binned: dict[int, np.ndarray], one_way: Se
       are mostly empty cells, they share it equally, and only when it is above ``threshold``
       standard deviations (of its summed noise), else nothing.
     * On a narrower one (binned whole because no workload marginal names it), they share it
-      clipped at 0 in proportion to their counts clipped at 0, as
-      :func:`~dpsql.synth.compress.compress`'s merged values do: a 4-value column counted
+      clipped at 0 as :func:`~dpsql.synth.compress.compress`'s merged values do
+      (:func:`~dpsql.synth.compress.merged_shares`): a 4-value column counted
       ``250, 80, 90, 85`` with noise of standard deviation 70 keeps every value, where the
       wide rule drew the first alone.
 
@@ -131,9 +131,11 @@ def coarsen(compression: Compression, binned: dict[int, np.ndarray], one_way: Se
             if sparse:  # their total, unless noise could make it up, shared equally
                 rest = rest if rest >= threshold * np.sqrt(float(counts[a].variances[below].sum())) else 0.0
                 spread = np.full(y.size, rest / max(int(below.sum()), 1))
-            else:  # their total clipped at 0, in proportion to their counts clipped at 0
-                clipped = np.where(below, np.maximum(y, 0.0), 0.0)
-                spread = clipped * (max(rest, 0.0) / clipped.sum() if clipped.sum() > 0 else 0.0)
+            else:  # their total clipped at 0, shared as merged values are
+                spread = np.zeros(y.size)
+                if below.any():
+                    variances = np.broadcast_to(counts[a].variances, y.shape)[below]
+                    spread[below] = max(rest, 0.0) * merged_shares(y[below], variances)
             weight = np.where(above, y, spread)[members]
             share[members] = weight / weight.sum() if weight.sum() > 0 else 1.0 / members.sum()
         labels[a], shares[a] = np.asarray(groups, dtype=np.int64), share

@@ -13,7 +13,7 @@ counts alone, so it costs nothing; :class:`Compression` carries it through measu
 (:meth:`~Compression.attributes`, grouped attributes the private kernel counts by group),
 estimation (:meth:`~Compression.observe`) and back to the full domain
 (:meth:`~Compression.expand`: a record with a merged value gets one of the values merged,
-drawn in proportion to their noisy one-way counts).
+drawn by their noisy one-way counts, :func:`merged_shares`).
 
 >>> import numpy as np
 >>> from dpsql.synth.estimate import Observation
@@ -35,7 +35,7 @@ import numpy as np
 from dpsql.schema import Attribute
 from dpsql.synth.estimate import Observation, uniform_std
 
-__all__ = ["THRESHOLD", "Compression", "compress", "compressible"]
+__all__ = ["THRESHOLD", "Compression", "compress", "compressible", "merged_shares"]
 
 #: Values whose noisy one-way count is below this many noise standard deviations are merged (MST's choice).
 THRESHOLD = 3.0
@@ -117,6 +117,28 @@ def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: f
         kept = np.flatnonzero(~rare)
         labels[a] = np.full(y.size, kept.size, dtype=np.int64)
         labels[a][kept] = np.arange(kept.size)
-        weight = np.maximum(y[rare], 0.0)
-        shares[a][rare] = weight / weight.sum() if weight.sum() > 0 else 1.0 / rare.sum()
+        shares[a][rare] = merged_shares(y[rare], np.broadcast_to(o.variances, y.shape)[rare])
     return Compression(tuple(labels), tuple(shares))
+
+
+def merged_shares(counts: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Each merged value's share of its group from its noisy count: the ``m`` counts shrunk toward
+    their mean by the positive-part James–Stein factor ``1 − (m − 3)σ̄²/Σ(y − ȳ)²`` (``σ̄²`` their
+    noise's mean variance; not shrunk when ``m ≤ 3``), clipped at 0, as shares (equal when none is
+    positive). Post-processing. Below the threshold the counts are mostly noise: in proportion to
+    them clipped at 0, the values that noise lifted took the group (the passenger proxy at
+    ε = 0.1, 6 runs: mean TV 0.708, against 0.642 shrunk, and dpmm's AIM's 0.705); where they
+    vary beyond their noise, the shrinking keeps it.
+
+    >>> merged_shares(np.array([1.0, 3.0, 0.0]), np.ones(3)).tolist()
+    [0.25, 0.75, 0.0]
+    >>> merged_shares(np.array([0.5, -0.5, 0.2, -0.2, 1.0]), np.ones(5)).tolist()
+    [0.2, 0.2, 0.2, 0.2, 0.2]
+    >>> merged_shares(np.array([40.0, -1.0, 0.0, 1.0, 0.0]), np.ones(5)).round(3).tolist()
+    [0.975, 0.0, 0.0, 0.025, 0.0]
+    """
+    m, mean = counts.size, float(counts.mean())
+    spread = float(np.sum(np.square(counts - mean)))
+    factor = max(0.0, 1 - (m - 3) * float(np.mean(variances)) / spread) if m > 3 and spread > 0 else 1.0
+    weight = np.maximum(mean + factor * (counts - mean), 0.0)
+    return weight / weight.sum() if weight.sum() > 0 else np.full(m, 1.0 / m)
