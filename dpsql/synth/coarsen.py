@@ -13,13 +13,13 @@ one-way distribution (:func:`coarsen`). Everything here is public or post-proces
 released counts.
 
 Every method takes this one path. pgm (under Gaussian noise), aim and mst measure every one-way
-marginal at full resolution anyway, and :func:`shrink` turns those counts into the model's
-domain: compressed, with the wide columns in bins (they measure the wide columns' one-way
-marginals in their bins too, :func:`~dpsql.synth.pgm.first_counts`). The methods that measure no one-way
-marginal (mwem, fem, dualquery, and pgm under a pure ``ε``) run on the binned attributes, and
-:data:`WIDE_SHARE` of the request measures the wide columns' one-way marginals at full
-resolution beforehand (Laplace noise under a pure ``ε`` or an ``(ε, δ)`` spend, Gaussian under
-a ``ρ`` one), which :func:`coarsen` turns into each bin's values (``dpsql.synth.synthesize``).
+marginal at full resolution anyway, and :func:`shrink` turns those counts into the model's domain:
+compressed, with the wide columns in bins (they measure the wide columns' one-way marginals in their
+bins too, :func:`~dpsql.synth.pgm.first_counts`). The methods that measure no one-way marginal
+(mwem, fem, dualquery, and pgm under a pure ``ε``) run on the binned attributes, and
+:data:`WIDE_SHARE` of the request measures the wide columns' one-way marginals at full resolution
+beforehand (Laplace noise under a pure ``ε`` or an ``(ε, δ)`` spend, Gaussian under a ``ρ`` one),
+which :func:`coarsen` turns into each bin's values (``dpsql.synth.synthesize``).
 
 >>> bins(100_000)[:10].tolist(), int(bins(100_000).max()) + 1
 ([0, 1, 2, 2, 3, 3, 3, 3, 4, 4], 49)

@@ -433,12 +433,13 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
                    progress: Callable[[int, float], None] | None = None,
                    tolerance: float = RELATIVE_TOLERANCE, binned: dict[int, np.ndarray] | None = None,
                    adaptive: Rounds | None = None) -> PGMResult:
-    """PGM in two measurements drawn from ``reservation``: every attribute's one-way marginal
-    with ``one_way_share · rho`` (:func:`first_counts`: the wide ones' in their bins as well), so
-    that a column no workload marginal names keeps its distribution, and the ``compressible``
-    attributes' decide the compression (:func:`~dpsql.synth.compress.compress` at ``threshold``; None: none), then the
-    weighted marginals for ``marginals`` on the compressed domain (:func:`marginal_weights`
-    there, scaled to L2 sensitivity 1) with the rest of ``rho``; the model is fitted to both.
+    """PGM in two steps drawn from ``reservation``: every attribute's one-way marginal with
+    ``one_way_share · rho`` (:func:`first_counts`: the wide ones' in their bins as well), so that
+    a column no workload marginal names keeps its distribution, and the ``compressible``
+    attributes' decide the compression (:func:`~dpsql.synth.compress.compress` at
+    ``threshold``; None: none), then the weighted marginals for ``marginals`` on the compressed
+    domain (:func:`marginal_weights` there, scaled to L2 sensitivity 1) with the rest of
+    ``rho``; the model is fitted to both.
     ``ρ``-zCDP: the two Gaussian
     measurements' ``ρ`` add up (Bun & Steinke 2016, Lemma 2.3), and the compression, the
     weights and the fit depend on released values only. Being Gaussian alone, the two are also
@@ -447,34 +448,30 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     attributes (by position, each value's bin) are modelled in their bins, each drawn back to a
     value by its full-resolution one-way counts (:func:`~dpsql.synth.coarsen.coarsen`).
 
-    ``adaptive``: AIM's rounds (:func:`~dpsql.synth.aim.aim`) may spend the rest of ``rho``
-    instead: measuring every marginal once leaves each too noisy for a model that must choose
-    among them, while selecting them one at a time measures the ones the data says matter (mean
-    TV on ADULT's 64 random triples at ε = 1: 0.0585 against 0.0700). The one-way marginals are
-    then measured first with the rounds' share only (``adaptive.share``, when less than
-    ``one_way_share``). When the compression those counts make leaves ``marginals`` too large
-    for one model of at most :func:`model_limit` cells, the rounds run from those counts, on the
-    uncompressed domain (the wide columns still in bins),
-    as the paper has it: the compression serves a measurement of every marginal at once, each
-    too noisy for rare values' cells, while the rounds, a few marginals each measured with more
-    of ``rho``, refine the rare values a compression would fix for good from their noisy
-    one-way counts. Otherwise the rest of ``one_way_share`` measures the one-way marginals again,
-    the two pooled into one observation as precise as a single measurement of the whole share
-    (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their less
-    noisy counts merge fewer values, so the model may then be greedy, :func:`model_structure`;
-    a compression at a threshold scaled down to the whole share's noise let values noise alone
-    made pass it: on a 1,309-row table whose 513-value column holds far fewer, 39 of them, and
-    the model 629k cells, not 4,320). On a
-    136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
-    0.0009 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022
-    and 0.187; dpmm's AIM: 0.0013 and 0.192). The choice reads released counts only; the whole
-    is then ``ρ``-zCDP (the Gaussian measurements and AIM's picks, composed adaptively), not
-    Gaussian alone, so it is ``(ε, δ)``-DP only for the ``(ε, δ)`` whose
-    :func:`~dpsql.synth.accounting.zcdp_rho` is ``rho``: with ``adaptive``, the caller must
-    reserve that ``rho``."""
+    ``adaptive``: AIM's rounds (:func:`~dpsql.synth.aim.aim`) may spend the rest of ``rho`` instead:
+    measuring every marginal once leaves each too noisy for a model that must choose among them,
+    while selecting them one at a time measures the ones the data says matter (mean TV on ADULT's 64
+    random triples at ε = 1: 0.0585 against 0.0700). The one-way marginals are then measured first
+    with the rounds' share only (``adaptive.share``, when less than ``one_way_share``). When the
+    compression those counts make leaves ``marginals`` too large for one model of at most
+    :func:`model_limit` cells, the rounds run from those counts, on the uncompressed domain (the
+    wide columns still in bins), as the paper has it: the compression serves a measurement of every
+    marginal at once, each too noisy for rare values' cells, while the rounds, a few marginals each
+    measured with more of ``rho``, refine the rare values a compression would fix for good from
+    their noisy one-way counts. Otherwise the rest of ``one_way_share`` measures the one-way
+    marginals again, the two pooled into one observation as precise as a single measurement of the
+    whole share (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their
+    less noisy counts merge fewer values, so the model may then be greedy, :func:`model_structure`).
+    On a 136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
+    0.0010 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022 and
+    0.187; dpmm's AIM: 0.0013 and 0.192). The choice reads released counts only; the whole is then
+    ``ρ``-zCDP (the Gaussian measurements and AIM's picks, composed adaptively), not Gaussian alone,
+    so it is ``(ε, δ)``-DP only for the ``(ε, δ)`` whose :func:`~dpsql.synth.accounting.zcdp_rho` is
+    ``rho``: with ``adaptive``, the caller must reserve that ``rho``."""
     binned = binned or {}
     full = [a.size for a in attributes]
     share = one_way_share if adaptive is None else min(adaptive.share, one_way_share)
+
     def gaussian(part: float) -> NoiseModel:
         return Gaussian(rho=part)
 
