@@ -476,9 +476,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
         return Gaussian(rho=part)
 
     raw, bins = first_counts(table, attributes, binned, gaussian, share * rho, reservation, "PGM")
+    compression = shrink(full, raw, threshold, binned, compressible)
+    domain = tuple(full) if compression is None else compression.domain
     if adaptive is not None:
-        merged = shrink(full, raw, threshold, binned, compressible)
-        domain = tuple(full) if merged is None else merged.domain
         if junction_tree(domain, [*marginals, *((a,) for a in range(len(domain)))]).size > model_limit(max_cells):
             kept = shrink(full, raw, None, binned)  # the wide columns in bins, nothing merged
             return adaptive.run((raw if kept is None else [kept.observe(o) for o in raw]) + bins, kept)
@@ -486,8 +486,8 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
             more, more_bins = first_counts(table, attributes, binned, gaussian, (one_way_share - share) * rho,
                                            reservation, "PGM, the rest of the one-way share")
             raw, bins = pool(raw + more), pool(bins + more_bins)
-    compression = shrink(full, raw, threshold, binned, compressible)
-    domain = tuple(full) if compression is None else compression.domain
+            compression = shrink(full, raw, threshold, binned, compressible)
+            domain = tuple(full) if compression is None else compression.domain
     counted = attributes if compression is None else compression.attributes(attributes)
     first = (raw if compression is None else [compression.observe(o) for o in raw]) + bins
     rest = Gaussian(rho=rho - reservation.used)

@@ -1311,8 +1311,8 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
     any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
     measurements alone."""
-    tree = junction_tree([a.cells for a in binned(attributes, request.wide)],
-                         [*measured, *((a,) for a in range(len(attributes)))])
+    domain = [a.cells for a in binned(attributes, request.wide)]
+    tree = junction_tree(domain, [*measured, *((a,) for a in range(len(attributes)))])
     rounds = None
     if adaptive is not None and tree.size > model_limit(model.max_cells):
         try:
@@ -1321,7 +1321,6 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
             pass  # measured all at once, as without adaptive
     rho, cost = request.reservation(gaussian=rounds is None)
     full = [a.size for a in attributes]
-    domain = [a.cells for a in binned(attributes, request.wide)]
     first = share  # the one-way marginals' first measurement: AIM's share when its rounds may follow
     if rounds is not None and option(adaptive, "one_way_share", None) is None:
         first = min(share, first_share(rounds.rounds, len(domain)))
