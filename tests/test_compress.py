@@ -35,6 +35,22 @@ def test_values_below_the_threshold_are_merged_only_two_or_more_at_a_time():
         compress((2, 2), [Observation((0, 1), np.ones(4), 1.0)])
 
 
+def test_with_most_rare_values_are_merged_only_where_together_they_hold_few_rows():
+    """Below 3 sd of noise of sd 2: attribute 0's rare values (3, 4 and -2) add up to 5 of 405 rows,
+    attribute 1's (2.5 each, 40 of them) to 100 of 300. At most 10% of the rows, only attribute 0's
+    merge. Attribute 2 is all noise: its total, -1, is clipped at 0, and its values merge; attribute
+    3's are all rare too, but their total is every row it has: they stay apart."""
+    one_way = [Observation((0,), np.array([200.0, 200.0, 3.0, 4.0, -2.0]), 2.0),
+               Observation((1,), np.concatenate([[100.0, 100.0], np.full(40, 2.5)]), 2.0),
+               Observation((2,), np.array([3.0, -5.0, 1.0]), 2.0),
+               Observation((3,), np.array([3.0, 1.0, 2.0]), 2.0)]
+    every = compress((5, 42, 3, 3), one_way, threshold=3.0)
+    few = compress((5, 42, 3, 3), one_way, threshold=3.0, most=0.1)
+    assert every.domain == (3, 3, 1, 1) and few.domain == (3, 42, 1, 3)
+    assert few.labels[0].tolist() == every.labels[0].tolist() == [0, 1, 2, 2, 2]
+    assert compress((5, 42, 3, 3), one_way, threshold=3.0, most=0.34).domain == (3, 3, 1, 3)
+
+
 def test_merged_values_counted_within_their_noise_share_their_group_equally():
     """Merged values whose counts vary no more than their noise are told apart by noise alone: they
     share their group equally (in proportion to the clipped counts, 1.0 took 59%). Where two stand

@@ -873,31 +873,37 @@ def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
     assert largest_count_difference(con, syn.df, ("x", "a", "b")) < 0.05 * n
 
 
-def test_aims_rounds_run_on_the_uncompressed_domain(monkeypatch):
-    """x is declared 0..49 and holds two values, so the one-way counts would merge its 48 empty
-    ones; every triple of x, a, b, c, d is 162 cells even then, too many for a model of 100, so
-    AIM's rounds spend the rest of rho. They run on the full domain, x's 50 values, as AIM does:
-    the rounds refine rare values the compression would fix for good from their noisy one-way
-    counts (for pgm's all-at-once measurement alone). The synthetic x keeps its two values."""
+def test_aims_rounds_merge_only_the_rare_values_that_hold_few_rows(monkeypatch):
+    """x is declared 0..49 and holds two values; y's 2 common values hold 3,000 of the 4,000 rows
+    and its 40 others 25 each, below 3 standard deviations of the one-way noise (about 10 at this
+    spend) but together a quarter of the rows. Every triple is too large for a model of 200 cells,
+    so AIM's rounds spend the rest of rho, on a domain where x's 48 empty values are merged
+    (together they hold nothing) and y's are not (together they hold more than FEW_ROWS of the
+    rows: merged, they would be drawn back independent of every other column). The synthetic x
+    keeps its two values."""
     rng = np.random.default_rng(6)
     n = 4000
     a = rng.integers(0, 3, n)
-    frame = pd.DataFrame({"x": 7 * ((a + (rng.random(n) < 0.2)) % 2), "a": a, "b": (a > 0) ^ (rng.random(n) < 0.1),
-                          "c": (a + rng.integers(0, 2, n)) % 3, "d": rng.integers(0, 3, n)})
+    y = np.concatenate([np.repeat([0, 1], 1500), np.repeat(np.arange(2, 42), 25)])
+    frame = pd.DataFrame({"x": 7 * ((a + (rng.random(n) < 0.2)) % 2), "y": rng.permutation(y), "a": a,
+                          "b": (a > 0) ^ (rng.random(n) < 0.1), "c": (a + rng.integers(0, 2, n)) % 3,
+                          "d": rng.integers(0, 3, n)})
     con = duckdb.connect()
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     schema = {"table": "t", "columns": {"x": {"type": "integer", "min": 0, "max": 49},
+                                        "y": {"type": "integer", "min": 0, "max": 41},
                                         **{k: {"type": "integer", "min": 0, "max": 2} for k in "acd"},
                                         "b": {"type": "boolean"}}}
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
     seen = spy_result(monkeypatch, db, "aim")
-    syn = db.synthesize("pgm", workload=3, rho=0.5, seed=0, name="s", max_model_size=100 * 8 / 2**20)
+    syn = db.synthesize("pgm", workload=3, rho=0.5, seed=0, name="s", max_model_size=200 * 8 / 2**20)
     result = seen["result"]
-    assert result.compression is None and tuple(result.model.tree.domain) == (50, 3, 3, 3, 2)  # x, a, c, d, b
+    x_values, y_values = result.model.tree.domain[:2]
+    assert x_values <= 5 and y_values == 42  # x: 2 kept, the rest merged (and a stray value or two)
     assert syn.report.attrs["estimate"].startswith("the measured marginals are too large for one model once "
-                                                   "compressed: AIM's rounds select among them, on the uncompressed")
-    assert len(result.observations) > 5  # the one-way marginals, then the rounds'
+                                                   "compressed: AIM's rounds select among them, merging only")
+    assert len(result.observations) > 6  # the one-way marginals, then the rounds'
     assert largest_count_difference(con, syn.df, ("x",)) < 0.05 * n
 
 

@@ -144,11 +144,12 @@ def coarsen(compression: Compression, binned: dict[int, np.ndarray], one_way: Se
 
 def shrink(domain: Sequence[int], one_way: Sequence[Observation], threshold: float | None,
            binned: dict[int, np.ndarray], compressible: Sequence[int] | None = None,
-           laplace: bool = False) -> Compression | None:
+           laplace: bool = False, most: float = 1.0) -> Compression | None:
     """The model's domain from the noisy full-resolution one-way counts ``one_way`` (with
     ``laplace`` noise, else Gaussian) of every attribute of ``domain``: the ``compressible``
-    attributes (None: all) but the ``binned`` ones compressed at ``threshold``
-    (:func:`~dpsql.synth.compress.compress`; None: not compressed), and the ``binned`` ones in
+    attributes (None: all) but the ``binned`` ones compressed at ``threshold``, where the rare
+    values hold at most ``most`` of the rows (:func:`~dpsql.synth.compress.compress`; None: not
+    compressed), and the ``binned`` ones in
     their bins (:func:`coarsen`). None when nothing changes. Post-processing.
 
     >>> o = [Observation((0,), np.array([50.0, 0.0, 1.0, 40.0]), 1.0), Observation((1,), np.array([9.0, 1.0]), 1.0)]
@@ -158,5 +159,5 @@ def shrink(domain: Sequence[int], one_way: Sequence[Observation], threshold: flo
     """
     which = range(len(domain)) if compressible is None else set(compressible)
     rare = [o for o in one_way if o.subset[0] in which and o.subset[0] not in binned]
-    compression = None if threshold is None else compress(domain, rare, threshold)
+    compression = None if threshold is None else compress(domain, rare, threshold, most)
     return coarsen(compression or compress(domain, []), binned, one_way, laplace=laplace) if binned else compression

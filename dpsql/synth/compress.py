@@ -35,10 +35,13 @@ import numpy as np
 from dpsql.schema import Attribute
 from dpsql.synth.estimate import Observation, uniform_std
 
-__all__ = ["THRESHOLD", "Compression", "compress", "compressible", "merged_shares"]
+__all__ = ["THRESHOLD", "FEW_ROWS", "Compression", "compress", "compressible", "merged_shares"]
 
 #: Values whose noisy one-way count is below this many noise standard deviations are merged (MST's choice).
 THRESHOLD = 3.0
+#: Before AIM's rounds (:func:`~dpsql.synth.pgm.pgm_compressed`), a column's rare values are merged
+#: only when together they hold at most this share of its rows (see :func:`compress`'s ``most``).
+FEW_ROWS = 0.1
 
 
 @dataclass(frozen=True)
@@ -99,11 +102,23 @@ def compressible(domain: Sequence[int]) -> list[int]:
     return [a for a, n in enumerate(domain) if n > 2]
 
 
-def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: float = THRESHOLD) -> Compression:
+def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: float = THRESHOLD,
+             most: float = 1.0) -> Compression:
     """The compression of the domain ``domain`` given noisy one-way counts (``one_way``, each on
     one attribute; an attribute without is left as it is): the values counted below ``threshold``
-    standard deviations of their noise are merged into one when there are two or more.
-    Post-processing of released counts."""
+    standard deviations of their noise are merged into one when there are two or more, and when
+    their noisy counts add up to at most ``most`` of the column's noisy total (clipped at 0).
+    Post-processing of released counts.
+
+    ``most`` below 1 weighs what a merge costs against what it buys. A merged value's records
+    are drawn back independent of every other column, so a merge can misplace up to its share
+    of the rows in any marginal with the column; where the rare values hold little, it costs
+    little and removes cells that are nearly empty.
+
+    >>> y = np.array([500.0, 400.0, 2.0, 1.0, 60.0, 70.0])      # 4 rare values: 133 of 1,033 rows
+    >>> compress((6,), [Observation((0,), y, 30.0)]).domain, compress((6,), [Observation((0,), y, 30.0)], most=0.1).domain
+    ((3,), (6,))
+    """
     labels = [np.arange(n) for n in domain]
     shares = [np.ones(n) for n in domain]
     for o in one_way:
@@ -112,7 +127,7 @@ def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: f
         a = o.subset[0]
         y = np.asarray(o.values, dtype=float)
         rare = y < threshold * np.sqrt(o.variances)
-        if rare.sum() < 2:
+        if rare.sum() < 2 or y[rare].sum() > most * max(y.sum(), 0.0):
             continue
         kept = np.flatnonzero(~rare)
         labels[a] = np.full(y.size, kept.size, dtype=np.int64)

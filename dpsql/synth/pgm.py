@@ -50,7 +50,7 @@ from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.compress import Compression
+from dpsql.synth.compress import FEW_ROWS, Compression
 from dpsql.synth.estimate import Observation, estimate, pool, uniform_std
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -454,13 +454,17 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     random triples at ε = 1: 0.0585 against 0.0700). The one-way marginals are then measured first
     with the rounds' share only (``adaptive.share``, when less than ``one_way_share``). When the
     compression those counts make leaves ``marginals`` too large for one model of at most
-    :func:`model_limit` cells, the rounds run from those counts, on the uncompressed domain (the
-    wide columns still in bins), as the paper has it: the compression serves a measurement of every
-    marginal at once, each too noisy for rare values' cells, while the rounds, a few marginals each
-    measured with more of ``rho``, refine the rare values a compression would fix for good from
-    their noisy one-way counts. Otherwise the rest of ``one_way_share`` measures the one-way
-    marginals again, the two pooled into one observation as precise as a single measurement of the
-    whole share (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their
+    :func:`model_limit` cells, the rounds run from those counts, on a domain where a column's rare
+    values are merged only if together they hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of
+    its rows (the wide columns still in bins). AIM's score charges a candidate the noise of every
+    cell, nearly empty or not: unmerged, ADULT's ``capital_gain`` (26 of its 32 values hold 0.6% of
+    the rows) made every pair with it too costly to select, and its pair with ``marital_status``
+    was off by 1.5–2% of the rows in one cell. But a merged value's records are drawn back
+    independent of every other column: merged whatever they hold, a 500-value column's 303 rare
+    values (14.5% of the rows at ε = 1, 93% at ε = 0.1) raised a salary-shaped table's mean TV at
+    ε = 0.1 from 0.346 to 0.425 (benchmarks/results/synthetic_issue42.txt, sessions 13 and 14).
+    Otherwise the rest of ``one_way_share`` measures the one-way marginals again, the two pooled
+    into one observation as precise as a single measurement of the whole share (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their
     less noisy counts merge fewer values, so the model may then be greedy, :func:`model_structure`).
     On a 136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
     0.0010 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022 and
@@ -480,7 +484,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     domain = tuple(full) if compression is None else compression.domain
     if adaptive is not None:
         if junction_tree(domain, [*marginals, *((a,) for a in range(len(domain)))]).size > model_limit(max_cells):
-            kept = shrink(full, raw, None, binned)  # the wide columns in bins, nothing merged
+            kept = shrink(full, raw, threshold, binned, compressible, most=FEW_ROWS)
             return adaptive.run((raw if kept is None else [kept.observe(o) for o in raw]) + bins, kept)
         if share < one_way_share:
             more, more_bins = first_counts(table, attributes, binned, gaussian, (one_way_share - share) * rho,

@@ -57,7 +57,7 @@ from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, first_share, round_itera
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
-from dpsql.synth.compress import THRESHOLD, Compression, compress, compressible
+from dpsql.synth.compress import FEW_ROWS, THRESHOLD, Compression, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.estimate import Observation, pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
@@ -1306,7 +1306,8 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all). The one-way marginals are then
     measured first with AIM's share (:func:`~dpsql.synth.aim.first_share`, unless
     ``one_way_share`` is given); when their compression leaves the marginals too large for one
-    model, the rest of ``ρ`` is spent in those rounds, on the uncompressed domain,
+    model, the rest of ``ρ`` is spent in those rounds, on a domain where only the rare values
+    that hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of a column's rows are merged,
     else the rest of ``share`` measures the one-way marginals again
     (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
     any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
@@ -1339,7 +1340,8 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
 
         def select(observed: list[Observation], compression: Compression | None) -> PGMResult:
             ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
-                                         f"once compressed: AIM's rounds select among them, on the uncompressed domain; "
+                                         f"once compressed: AIM's rounds select among them, merging only the rare values "
+                                         f"that hold at most {FEW_ROWS:.0%} of a column's rows; "
                                          f"{rounds.model.estimate}")
             rounds.announce()
             return rounds.run(private, attributes, request, rho, reservation, bar, start=(observed, compression))
