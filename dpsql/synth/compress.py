@@ -82,13 +82,13 @@ class Compression:
         becomes one of the values merged into it, drawn by their ``shares``."""
         out = np.array(records, dtype=np.int64, copy=True)
         for a, (labels, shares) in enumerate(zip(self.labels, self.shares)):
-            for g in range(int(labels.max()) + 1):
+            value = np.zeros(int(labels.max()) + 1, dtype=np.int64)
+            value[labels] = np.arange(labels.size)  # a value kept alone: itself, in one pass
+            out[:, a] = value[out[:, a]]
+            for g in np.flatnonzero(np.bincount(labels) > 1):
                 members = np.flatnonzero(labels == g)
-                if members.size > 1:
-                    rows = np.flatnonzero(records[:, a] == g)
-                    out[rows, a] = rng.choice(members, size=rows.size, p=shares[members])
-                else:
-                    out[records[:, a] == g, a] = members[0]
+                rows = np.flatnonzero(records[:, a] == g)
+                out[rows, a] = rng.choice(members, size=rows.size, p=shares[members])
         return out
 
 
