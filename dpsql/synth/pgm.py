@@ -464,8 +464,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     values (14.5% of the rows at ε = 1, 93% at ε = 0.1) raised a salary-shaped table's mean TV at
     ε = 0.1 from 0.346 to 0.425 (benchmarks/results/synthetic_issue42.txt, sessions 13 and 14).
     Otherwise the rest of ``one_way_share`` measures the one-way marginals again, the two pooled
-    into one observation as precise as a single measurement of the whole share (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their
-    less noisy counts merge fewer values, so the model may then be greedy, :func:`model_structure`).
+    into one observation as precise as a single measurement of the whole share
+    (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their less noisy
+    counts merge fewer values, so the model may then be greedy, :func:`model_structure`).
     On a 136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
     0.0010 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022 and
     0.187; dpmm's AIM: 0.0013 and 0.192). The choice reads released counts only; the whole is then
