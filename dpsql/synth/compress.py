@@ -115,8 +115,8 @@ def compress(domain: Sequence[int], one_way: Sequence[Observation], threshold: f
     of the rows in any marginal with the column; where the rare values hold little, it costs
     little and removes cells that are nearly empty.
 
-    >>> y = np.array([500.0, 400.0, 2.0, 1.0, 60.0, 70.0])      # 4 rare values: 133 of 1,033 rows
-    >>> compress((6,), [Observation((0,), y, 30.0)]).domain, compress((6,), [Observation((0,), y, 30.0)], most=0.1).domain
+    >>> o = [Observation((0,), np.array([500.0, 400.0, 2.0, 1.0, 60.0, 70.0]), 30.0)]  # 4 rare: 133 of 1,033 rows
+    >>> compress((6,), o).domain, compress((6,), o, most=0.1).domain
     ((3,), (6,))
     """
     labels = [np.arange(n) for n in domain]
