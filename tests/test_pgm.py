@@ -182,10 +182,9 @@ def table():
     return make_table()
 
 
-def make_table():
-    """5,000 rows of four dependent columns (a, b, c, d) as DuckDB table t."""
+def make_table(n: int = 5000):
+    """``n`` rows of four dependent columns (a, b, c, d) as DuckDB table t."""
     rng = np.random.default_rng(4)
-    n = 5000
     a = rng.integers(0, 3, n)
     b = (a + rng.integers(0, 2, n)) % 4
     c = (b > 1) ^ (rng.random(n) < 0.2)
@@ -809,8 +808,9 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
                                                                                               budget, spend):
     """Every triple of a, b, c, d (72 cells) in a model of 40: measured all at once, each is too
     noisy for the greedy model that must choose among them. After the one-way marginals (AIM's
-    share: its 4 first rounds of 16 a column, each 0.9 of a round's) the rest of rho goes to AIM's
-    rounds, each a pick and a measurement,
+    share: its 4 first rounds of 16 a column, each 0.9 of a round's), measured again (on 5,000
+    rows their noise is above ONE_WAY_NOISE of them at either spend: :func:`one_way_top_up_by_hand`),
+    the rest of rho goes to AIM's rounds, each a pick and a measurement,
     from one reservation of the rho any zCDP mechanism stands for (AIM's picks are not Gaussian).
     With adaptive=False, pgm measures them all, as before, at the exact Gaussian rho."""
     db = dpsql.connect(table, schema=SCHEMA, budget=budget, cache=False, progress=False)
@@ -819,8 +819,10 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
     reservation = assert_reserved_up_front(db, syn, seen, spend, "pgm")
     rho, drawn = reservation.rho, reservation.drawn
     kinds = [m.split("(")[0] for m, _ in drawn]
-    assert kinds[0] == "gaussian" and kinds[1::2] == ["exponential"] * (len(kinds) // 2) and len(kinds) % 2 == 1
+    assert kinds[:2] == ["gaussian"] * 2 and kinds[2::2] == ["exponential"] * (len(kinds) // 2 - 1)
+    assert len(kinds) % 2 == 0
     assert drawn[0][1] == pytest.approx(0.9 * 4 / 64 * rho, rel=1e-9)
+    assert drawn[1][1] == pytest.approx(one_way_top_up_by_hand(rho, 5000) * rho, rel=0.03)
     assert math.fsum(r for _, r in drawn) == pytest.approx(rho, rel=1e-9)
     assert syn.method == "pgm" and syn.report.attrs["estimate"].startswith(
         "the measured marginals are too large for one model once compressed: AIM's rounds select among them")
@@ -829,6 +831,42 @@ def test_when_the_compressed_marginals_are_too_large_for_one_model_aims_rounds_s
     measured = plain.synthesize("pgm", workload=3, seed=1, name="s", max_model_size=TOO_LARGE, adaptive=False, **spend)
     assert [m.split("(")[0] for m, _ in seen["reservation"].drawn] == ["gaussian", "gaussian"]
     assert_reserved_up_front(plain, measured, seen, spend, "pgm", gaussian=True)
+
+
+def one_way_top_up_by_hand(rho: float, rows: int) -> float:
+    """What pgm measures the one-way marginals of make_table's 4 columns again with before AIM's
+    rounds, by hand: AIM's first share (0.9 * 4/64 of rho) leaves each count a noise standard
+    deviation sigma = sqrt(4 / (2 * 0.05625 * rho)); pooled with a second share, the variance falls
+    as the whole share grows, so the whole that brings sigma to ONE_WAY_NOISE of the rows is
+    0.05625 (sigma / (ONE_WAY_NOISE rows))^2, at most pgm's own one-way share (0.3 * 3/4: a, b
+    and d have more than two values)."""
+    from dpsql.synth.pgm import ONE_WAY_NOISE
+
+    first = 0.9 * 4 / 64
+    sigma = math.sqrt(4 / (2 * first * rho))
+    return max(0.0, min(0.3 * 3 / 4, first * (sigma / (ONE_WAY_NOISE * rows)) ** 2) - first)
+
+
+@pytest.mark.parametrize("rows", [4_000, 6_000, 60_000])
+def test_before_aims_rounds_the_one_way_counts_are_measured_again_until_their_noise_is_few_rows(monkeypatch, rows):
+    """AIM's rounds measure a marginal with the noise its first measurement gave every one-way
+    count, so they seldom measure one again. At rho = 0.5, AIM's share of it leaves each count a
+    noise standard deviation of 8.4: more than ONE_WAY_NOISE (0.1%) of 4,000 or 6,000 rows, less
+    than that of 60,000. So pgm measures them again with what brings the pooled noise there
+    (:func:`one_way_top_up_by_hand`): all of its own share on 4,000 rows, part of it on 6,000 (the
+    noisy row count moves it by a fraction of a percent), nothing on 60,000."""
+    db = dpsql.connect(make_table(rows), schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
+    seen = spy_kernel(monkeypatch, db)
+    db.synthesize("pgm", workload=3, rho=0.5, seed=1, name="s", max_model_size=TOO_LARGE)
+    drawn = seen["reservation"].drawn
+    more = one_way_top_up_by_hand(0.5, rows)
+    assert drawn[0][0].startswith("gaussian") and drawn[0][1] == pytest.approx(0.9 * 4 / 64 * 0.5, rel=1e-9)
+    if more > 0:
+        assert drawn[1][0].startswith("gaussian") and drawn[1][1] == pytest.approx(more * 0.5, rel=0.03)
+        assert drawn[2][0].startswith("exponential")
+    else:
+        assert drawn[1][0].startswith("exponential")
+    assert (rows == 4_000) == (more == pytest.approx(0.3 * 3 / 4 - 0.9 * 4 / 64)) and (rows == 60_000) == (more == 0)
 
 
 def test_a_given_one_way_share_is_measured_whole_before_aims_rounds(table, monkeypatch):

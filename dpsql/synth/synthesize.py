@@ -1306,7 +1306,9 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     :data:`AIM_MAX_CANDIDATES` candidates, pgm measures them all). The one-way marginals are then
     measured first with AIM's share (:func:`~dpsql.synth.aim.first_share`, unless
     ``one_way_share`` is given); when their compression leaves the marginals too large for one
-    model, the rest of ``ρ`` is spent in those rounds, on a domain where only the rare values
+    model, they are measured again, within ``share``, as far as their noise is large against the
+    noisy row count (:func:`~dpsql.synth.pgm.one_way_top_up`), and the rest of ``ρ`` is spent in
+    those rounds, on a domain where only the rare values
     that hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of a column's rows are merged,
     else the rest of ``share`` measures the one-way marginals again
     (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
