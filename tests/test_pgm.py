@@ -850,19 +850,19 @@ def one_way_top_up_by_hand(rho: float, rows: int) -> float:
 @pytest.mark.parametrize("rows", [4_000, 6_000, 60_000])
 def test_before_aims_rounds_the_one_way_counts_are_measured_again_until_their_noise_is_few_rows(monkeypatch, rows):
     """AIM's rounds measure a marginal with the noise its first measurement gave every one-way
-    count, so they seldom measure one again. At rho = 0.5, AIM's share of it leaves each count a
-    noise standard deviation of 8.4: more than ONE_WAY_NOISE (0.1%) of 4,000 or 6,000 rows, less
+    count, so they seldom measure one again. At rho = 0.1, AIM's share of it leaves each count a
+    noise standard deviation of 18.9: more than ONE_WAY_NOISE (0.2%) of 4,000 or 6,000 rows, less
     than that of 60,000. So pgm measures them again with what brings the pooled noise there
     (:func:`one_way_top_up_by_hand`): all of its own share on 4,000 rows, part of it on 6,000 (the
     noisy row count moves it by a fraction of a percent), nothing on 60,000."""
     db = dpsql.connect(make_table(rows), schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
     seen = spy_kernel(monkeypatch, db)
-    db.synthesize("pgm", workload=3, rho=0.5, seed=1, name="s", max_model_size=TOO_LARGE)
+    db.synthesize("pgm", workload=3, rho=0.1, seed=1, name="s", max_model_size=TOO_LARGE)
     drawn = seen["reservation"].drawn
-    more = one_way_top_up_by_hand(0.5, rows)
-    assert drawn[0][0].startswith("gaussian") and drawn[0][1] == pytest.approx(0.9 * 4 / 64 * 0.5, rel=1e-9)
+    more = one_way_top_up_by_hand(0.1, rows)
+    assert drawn[0][0].startswith("gaussian") and drawn[0][1] == pytest.approx(0.9 * 4 / 64 * 0.1, rel=1e-9)
     if more > 0:
-        assert drawn[1][0].startswith("gaussian") and drawn[1][1] == pytest.approx(more * 0.5, rel=0.03)
+        assert drawn[1][0].startswith("gaussian") and drawn[1][1] == pytest.approx(more * 0.1, rel=0.03)
         assert drawn[2][0].startswith("exponential")
     else:
         assert drawn[1][0].startswith("exponential")
@@ -912,17 +912,18 @@ def test_the_choice_is_made_on_the_compressed_domain(monkeypatch):
 
 
 def test_aims_rounds_merge_only_the_rare_values_that_hold_few_rows(monkeypatch):
-    """x is declared 0..49 and holds two values; y's 2 common values hold 3,000 of the 4,000 rows
-    and its 40 others 25 each, below 3 standard deviations of the one-way noise (about 10 at this
-    spend) but together a quarter of the rows. Every triple is too large for a model of 200 cells,
+    """x is declared 0..49 and holds two values; y's 2 common values hold 5,000 of the 6,000 rows
+    and its 100 others 10 each, below 3 standard deviations of the one-way noise (about 10 at this
+    spend, below ONE_WAY_NOISE of the rows: not measured again) but together a sixth of the rows.
+    Every triple is too large for a model of 200 cells,
     so AIM's rounds spend the rest of rho, on a domain where x's 48 empty values are merged
     (together they hold nothing) and y's are not (together they hold more than FEW_ROWS of the
     rows: merged, they would be drawn back independent of every other column). The synthetic x
     keeps its two values."""
     rng = np.random.default_rng(6)
-    n = 4000
+    n = 6000
     a = rng.integers(0, 3, n)
-    y = np.concatenate([np.repeat([0, 1], 1500), np.repeat(np.arange(2, 42), 25)])
+    y = np.concatenate([np.repeat([0, 1], 2500), np.repeat(np.arange(2, 102), 10)])
     frame = pd.DataFrame({"x": 7 * ((a + (rng.random(n) < 0.2)) % 2), "y": rng.permutation(y), "a": a,
                           "b": (a > 0) ^ (rng.random(n) < 0.1), "c": (a + rng.integers(0, 2, n)) % 3,
                           "d": rng.integers(0, 3, n)})
@@ -930,7 +931,7 @@ def test_aims_rounds_merge_only_the_rare_values_that_hold_few_rows(monkeypatch):
     con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
     schema = {"table": "t", "columns": {"x": {"type": "integer", "min": 0, "max": 49},
-                                        "y": {"type": "integer", "min": 0, "max": 41},
+                                        "y": {"type": "integer", "min": 0, "max": 101},
                                         **{k: {"type": "integer", "min": 0, "max": 2} for k in "acd"},
                                         "b": {"type": "boolean"}}}
     db = dpsql.connect(con, schema=schema, budget=Budget(rho=1.0), cache=False, progress=False)
@@ -938,10 +939,11 @@ def test_aims_rounds_merge_only_the_rare_values_that_hold_few_rows(monkeypatch):
     syn = db.synthesize("pgm", workload=3, rho=0.5, seed=0, name="s", max_model_size=200 * 8 / 2**20)
     result = seen["result"]
     x_values, y_values = result.model.tree.domain[:2]
-    assert x_values <= 5 and y_values == 42  # x: 2 kept, the rest merged (and a stray value or two)
+    assert x_values <= 5 and y_values == 102  # x: 2 kept, the rest merged (and a stray value or two)
     assert syn.report.attrs["estimate"].startswith("the measured marginals are too large for one model once "
                                                    "compressed: AIM's rounds select among them, merging only")
     assert len(result.observations) > 6  # the one-way marginals, then the rounds'
+    assert seen["reservation"].drawn[1][0].startswith("exponential")  # a pick next: not measured again
     assert largest_count_difference(con, syn.df, ("x",)) < 0.05 * n
 
 
