@@ -1,6 +1,7 @@
 """KDD Cup 1999 (the 10% sample, 494,021 rows) as an integer-coded CSV and domain file.
 
-``../shared/data/kdd99/kdd99.tar.bz2`` holds the raw records (``kdd99.data``) and their
+``../shared/data/kdd99/kdd99.tar.bz2`` (``DPSQL_DATA`` names another folder for
+``../shared/data``, as for the other benchmarks) holds the raw records (``kdd99.data``) and their
 schema (``kdd99.schema``: each column's categories, or ``continuous``). The synthetic-data
 benchmark wants what ADULT and NLTCS are: every attribute coded ``0..k−1`` with a declared
 domain size. So the categorical columns get the position of their value in the schema's
@@ -33,8 +34,9 @@ import tempfile
 
 import duckdb
 
-ARCHIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "kdd99",
-                       "kdd99.tar.bz2")
+ARCHIVE = os.path.join(os.environ.get("DPSQL_DATA") or
+                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"),
+                       "kdd99", "kdd99.tar.bz2")
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".data_cache", "kdd99")
 #: Power-of-two bins of each count column (``⌊log2(x + 1)⌋`` capped at the last); other counts 8.
 LOG2_BINS = {"src_bytes": 32, "dst_bytes": 32, "duration": 16, "count": 10, "srv_count": 10,
