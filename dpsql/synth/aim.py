@@ -31,7 +31,11 @@ the first selection can know.
 
 Unlike the paper, it may compress the domain first (:mod:`dpsql.synth.compress`, as MST does):
 the one-way marginals then take a given share of ``ρ`` (``one_way_share``), each attribute's
-values they count below ``threshold`` noise standard deviations are merged, and every later
+values they count below ``threshold`` noise standard deviations are merged where together they
+hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of its rows (a merged value's records are
+drawn back independent of every other column; on ADULT, 5 runs, max error / mean TV 0.0118 /
+0.0606 at ε = 1 and 0.0384 / 0.1479 at ε = 0.1, against 0.0137 / 0.0608 and 0.0396 / 0.1521 with
+every rare value merged; a salary-shaped table's mean TV at ε = 0.1 0.345 against 0.362), and every later
 candidate is a marginal of the merged values (fewer, fuller cells). dpsql's synthesize does so
 by default when an attribute has more than two values. A wide integer column is modelled in
 public bins the same way (:mod:`dpsql.synth.coarsen`).
@@ -66,7 +70,7 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.compress import Compression
+from dpsql.synth.compress import FEW_ROWS, Compression
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -180,7 +184,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         observations, bins = first_counts(table, attributes, binned or {}, lambda part: Gaussian(rho=part),
                                           (first_share(shares, d) if one_way_share is None else one_way_share) * rho,
                                           reservation, "AIM")
-        compression = shrink(domain, observations, threshold, binned or {})
+        compression = shrink(domain, observations, threshold, binned or {}, most=FEW_ROWS)
         if compression is not None:
             observations = [compression.observe(o) for o in observations]
         observations += bins
