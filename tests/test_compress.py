@@ -162,8 +162,8 @@ def test_compression_keeps_the_noise_of_empty_cells_from_draining_the_large_ones
 def test_attributes_merged_into_a_single_value_still_give_a_table_over_the_full_domain(method):
     """40 rows at rho = 1e-4: every value of x and y is below 3 sigma, so each collapses to one value;
     the run completes, the report counts one cell for each, and the records use the full domain.
-    (aim merges a column's rare values only where they hold at most FEW_ROWS of its rows: all of
-    them, here, hold all of it.)"""
+    (aim merges a column's rare values only where they hold at most FEW_ROWS of its noisy rows:
+    here every value of y is rare, so together they hold all of them and stay apart.)"""
     import dpsql
     from dpsql.private.budget import Budget
 

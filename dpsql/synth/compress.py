@@ -39,8 +39,9 @@ __all__ = ["THRESHOLD", "FEW_ROWS", "Compression", "compress", "compressible", "
 
 #: Values whose noisy one-way count is below this many noise standard deviations are merged (MST's choice).
 THRESHOLD = 3.0
-#: Before AIM's rounds (:func:`~dpsql.synth.pgm.pgm_compressed`), a column's rare values are merged
-#: only when together they hold at most this share of its rows (see :func:`compress`'s ``most``).
+#: Before AIM's rounds (:func:`~dpsql.synth.aim.aim`, and pgm's adaptive path,
+#: :func:`~dpsql.synth.pgm.pgm_compressed`), a column's rare values are merged only when together
+#: they hold at most this share of its rows (see :func:`compress`'s ``most``).
 FEW_ROWS = 0.1
 
 
