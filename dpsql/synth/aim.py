@@ -70,7 +70,7 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.private.measure import MAX_GROUPING_SETS
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.compress import FEW_ROWS, Compression
+from dpsql.synth.compress import FEW_ROWS, Compression, compressible
 from dpsql.synth.estimate import Observation, estimate
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -78,7 +78,7 @@ from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.pgm import PGMResult, first_counts, fit_cells
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
-__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "first_share",
+__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "rounds_domain", "first_share",
            "round_iterations", "round_seconds"]
 
 #: The share of each round's budget that measures (the rest selects).
@@ -151,13 +151,30 @@ def first_share(rounds: int, attributes: int) -> float:
     return ALPHA * attributes / rounds
 
 
+def rounds_domain(domain: Sequence[int], one_way: Sequence[Observation], threshold: float | None,
+                  binned: dict[int, np.ndarray]) -> Compression | None:
+    """The domain AIM's rounds run on, from the noisy full-resolution one-way counts ``one_way``:
+    the :func:`~dpsql.synth.compress.compressible` attributes' values counted below ``threshold``
+    noise standard deviations merged where together they hold at most
+    :data:`~dpsql.synth.compress.FEW_ROWS` of the column's rows, and the ``binned`` ones in their
+    bins (:func:`~dpsql.synth.coarsen.shrink`; None: no ``threshold`` and no ``binned``).
+    Post-processing.
+
+    >>> few = Observation((0,), np.array([900.0, 60.0, 1.0, 2.0, 0.0]), 1.0)  # 3 rare values: 3 of 963 rows
+    >>> many = Observation((0,), np.array([500.0, 60.0, 50.0, 40.0, 45.0]), 20.0)  # 135 of 695 rows
+    >>> rounds_domain((5,), [few], 3.0, {}).domain, rounds_domain((5,), [many], 3.0, {}).domain
+    ((3,), (5,))
+    """
+    return shrink(domain, one_way, threshold, binned, compressible(domain), most=FEW_ROWS)
+
+
 def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence[tuple[int, ...]], rho: float,
         reservation: Reservation, max_cells: int, rounds: int | None = None, iterations: int = AIM_ITERATIONS,
         refit_iterations: int = 300, one_way_share: float | None = None, threshold: float | None = None,
         progress: Callable[[int], None] | None = None, binned: dict[int, np.ndarray] | None = None,
         seconds: Callable[[float], float] = lambda total: math.inf,
         warn: Callable[[str], None] | None = None,
-        start: tuple[list[Observation], Compression | None] | None = None) -> PGMResult:
+        start: tuple[list[Observation], list[Observation]] | None = None) -> PGMResult:
     """Run AIM on ``table`` drawing ``rho`` from ``reservation`` (see the module docstring for the
     guarantee), for the workload's marginals (sorted attribute positions), with a model of at most
     ``max_cells`` cells. ``rounds`` is ``T`` (default ``16d``); each refit takes ``refit_iterations``
@@ -171,9 +188,10 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     ``seconds``: the time the rounds may take, as :func:`round_seconds` prices them, given the
     noisy row count of the one-way marginals (the rows to sample after); the round that, with
     another like the one before, would pass it spends all that is left, and ``warn`` is told so.
-    ``start``: every one-way marginal already measured, drawn from ``reservation`` (on the
-    compressed domain), and the compression they decided (pgm's first measurement,
-    :func:`~dpsql.synth.pgm.pgm_compressed`), in place of AIM's own.
+    ``start``: every one-way marginal already measured, drawn from ``reservation``, at full
+    resolution and (the ``binned`` ones) in bins, as :func:`~dpsql.synth.pgm.first_counts` gives
+    them (pgm's first measurement, :func:`~dpsql.synth.pgm.pgm_compressed`), in place of AIM's own.
+    Either way the rounds run on :func:`rounds_domain`.
     The result's ``work`` is the rounds' and the last fit's priced seconds."""
     domain = tuple(a.size for a in attributes)
     d, k = len(domain), table.rows_per_unit
@@ -181,15 +199,12 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     sigma, eps = math.sqrt(shares / (2 * ALPHA * rho)), math.sqrt(8 * (1 - ALPHA) * rho / shares)
 
     if start is None:
-        observations, bins = first_counts(table, attributes, binned or {}, lambda part: Gaussian(rho=part),
-                                          (first_share(shares, d) if one_way_share is None else one_way_share) * rho,
-                                          reservation, "AIM")
-        compression = shrink(domain, observations, threshold, binned or {}, most=FEW_ROWS)
-        if compression is not None:
-            observations = [compression.observe(o) for o in observations]
-        observations += bins
-    else:
-        observations, compression = list(start[0]), start[1]
+        start = first_counts(table, attributes, binned or {}, lambda part: Gaussian(rho=part),
+                             (first_share(shares, d) if one_way_share is None else one_way_share) * rho,
+                             reservation, "AIM")
+    raw, bins = start
+    compression = rounds_domain(domain, raw, threshold, binned or {})
+    observations = (list(raw) if compression is None else [compression.observe(o) for o in raw]) + list(bins)
     if compression is not None:
         attributes, domain = compression.attributes(attributes), compression.domain
     weights = candidates(workload)

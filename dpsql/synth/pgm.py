@@ -50,7 +50,7 @@ from dpsql.private.budget import Cost
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.compress import FEW_ROWS, Compression
+from dpsql.synth.compress import Compression
 from dpsql.synth.estimate import Observation, estimate, estimate_total, pool, uniform_std
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import JunctionTree, junction_tree
@@ -431,11 +431,11 @@ class Rounds:
     """AIM's rounds as :func:`pgm_compressed`'s adaptive path takes them: the ``share`` of ``rho``
     that its first measurement of every one-way marginal takes (AIM's own:
     :func:`~dpsql.synth.aim.first_share`), and ``run``, the rounds spending the rest of ``rho``
-    from those observations and their :class:`~dpsql.synth.compress.Compression` (the wide
-    columns' bins: None when there is none)."""
+    from the one-way counts, at full resolution and the wide columns' in their bins
+    (:func:`first_counts`)."""
 
     share: float
-    run: Callable[[list[Observation], Compression | None], PGMResult]
+    run: Callable[[list[Observation], list[Observation]], PGMResult]
 
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
@@ -469,7 +469,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     against the noisy row count (:func:`one_way_top_up`, within ``one_way_share``, pooled with the
     first), and the rounds run from those counts, on a domain where a column's rare
     values are merged only if together they hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of
-    its rows (the wide columns still in bins). AIM's score charges a candidate the noise of every
+    its rows (the wide columns still in bins; :func:`~dpsql.synth.aim.rounds_domain`). AIM's score charges a candidate the noise of every
     cell, nearly empty or not: unmerged, ADULT's ``capital_gain`` (26 of its 32 values hold 0.6% of
     the rows) made every pair with it too costly to select, and its pair with ``marital_status``
     was off by 1.5–2% of the rows in one cell. But a merged value's records are drawn back
@@ -507,8 +507,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
             more = one_way_top_up(raw, share, one_way_share)
             if more > 0:
                 raw, bins = again(more, "PGM, the one-way marginals again before AIM's rounds")
-            kept = shrink(full, raw, threshold, binned, compressible, most=FEW_ROWS)
-            return adaptive.run((raw if kept is None else [kept.observe(o) for o in raw]) + bins, kept)
+            return adaptive.run(raw, bins)
         if share < one_way_share:
             raw, bins = again(one_way_share - share, "PGM, the rest of the one-way share")
             compression = shrink(full, raw, threshold, binned, compressible)

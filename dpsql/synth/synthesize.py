@@ -57,7 +57,7 @@ from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, first_share, round_itera
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
-from dpsql.synth.compress import FEW_ROWS, THRESHOLD, Compression, compress, compressible
+from dpsql.synth.compress import FEW_ROWS, THRESHOLD, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
 from dpsql.synth.estimate import Observation, pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
@@ -1340,13 +1340,13 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
               bar: tqdm) -> tuple[PGMResult, _ModelOptions]:
         ran = [model]
 
-        def select(observed: list[Observation], compression: Compression | None) -> PGMResult:
+        def select(raw: list[Observation], bins: list[Observation]) -> PGMResult:
             ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
                                          f"once compressed: AIM's rounds select among them, merging only the rare values "
                                          f"that hold at most {FEW_ROWS:.0%} of a column's rows; "
                                          f"{rounds.model.estimate}")
             rounds.announce()
-            return rounds.run(private, attributes, request, rho, reservation, bar, start=(observed, compression))
+            return rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))
 
         learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
                                  compressible(full), iterations=model.iterations, progress=advance,
@@ -1413,9 +1413,9 @@ class _AimRounds:
 
     def run(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request, rho: float,
             reservation: Reservation, bar: tqdm,
-            start: tuple[list[Observation], Compression | None] | None = None) -> PGMResult:
+            start: tuple[list[Observation], list[Observation]] | None = None) -> PGMResult:
         """The rounds drawing ``rho`` from ``reservation``, ``bar`` showing the share of it spent;
-        ``start``: the one-way marginals already measured and their compression (pgm's)."""
+        ``start``: the one-way marginals already measured (pgm's, :func:`~dpsql.synth.aim.aim`)."""
         bar.total, bar.unit = 100, "% of rho"
         return aim(private, attributes, request.marginals, rho, reservation, self.model.max_cells, rounds=self.rounds,
                    iterations=self.model.iterations, one_way_share=self.share, threshold=self.threshold,
