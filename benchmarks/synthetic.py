@@ -116,7 +116,10 @@ PEER_CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".peer_cac
 #: a 500-value job title, and a table of 35 attributes. Drawn by :func:`generate_proxy`.
 PROXIES = {"passengers": (1_309, [3, 2, 81, 9, 7, 513, 3, 2]),
            "salaries": (136_000, [500, 20, 10, 5, 2, 2, 200]),
-           "wide35": (170_000, [int(k) for k in np.random.default_rng(35).integers(2, 11, 35)])}
+           "wide35": (170_000, [int(k) for k in np.random.default_rng(35).integers(2, 11, 35)]),
+           # shapes no default was chosen on: they check the defaults (sessions 15 and 16)
+           "mixed20k": (20_000, [60, 2, 2, 9, 14, 5, 3, 25, 7, 2, 11]),
+           "small8k": (8_000, [40, 12, 8, 5, 3, 2, 30, 7, 4, 16])}
 
 
 def generate_proxy(name: str, seed: int = 42) -> tuple[str, str]:

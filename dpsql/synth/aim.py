@@ -78,8 +78,8 @@ from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.pgm import PGMResult, first_counts, fit_cells
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
-__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "rounds_domain", "first_share",
-           "round_iterations", "round_seconds"]
+__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "candidates", "aim", "rounds_domain",
+           "first_share", "round_iterations", "round_seconds"]
 
 #: The share of each round's budget that measures (the rest selects).
 ALPHA = 0.9

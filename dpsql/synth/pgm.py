@@ -469,8 +469,8 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     against the noisy row count (:func:`one_way_top_up`, within ``one_way_share``, pooled with the
     first), and the rounds run from those counts, on a domain where a column's rare
     values are merged only if together they hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of
-    its rows (the wide columns still in bins; :func:`~dpsql.synth.aim.rounds_domain`). AIM's score charges a candidate the noise of every
-    cell, nearly empty or not: unmerged, ADULT's ``capital_gain`` (26 of its 32 values hold 0.6% of
+    its rows (the wide columns still in bins; :func:`~dpsql.synth.aim.rounds_domain`). AIM's score
+    charges a candidate the noise of every cell, nearly empty or not: unmerged, ADULT's ``capital_gain`` (26 of its 32 values hold 0.6% of
     the rows) made every pair with it too costly to select, and its pair with ``marital_status``
     was off by 1.5–2% of the rows in one cell. But a merged value's records are drawn back
     independent of every other column: merged whatever they hold, a 500-value column's 303 rare
