@@ -467,19 +467,20 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     compression those counts make leaves ``marginals`` too large for one model of at most
     :func:`model_limit` cells, the one-way marginals are measured again where their noise is large
     against the noisy row count (:func:`one_way_top_up`, within ``one_way_share``, pooled with the
-    first), and the rounds run from those counts, on a domain where a column's rare
-    values are merged only if together they hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of
-    its rows (the wide columns still in bins; :func:`~dpsql.synth.aim.rounds_domain`). AIM's score
-    charges a candidate the noise of every cell, nearly empty or not: unmerged, ADULT's ``capital_gain`` (26 of its 32 values hold 0.6% of
-    the rows) made every pair with it too costly to select, and its pair with ``marital_status``
-    was off by 1.5–2% of the rows in one cell. But a merged value's records are drawn back
-    independent of every other column: merged whatever they hold, a 500-value column's 303 rare
-    values (14.5% of the rows at ε = 1, 93% at ε = 0.1) raised a salary-shaped table's mean TV at
-    ε = 0.1 from 0.346 to 0.425 (benchmarks/results/synthetic_issue42.txt, sessions 13 and 14).
-    Otherwise the rest of ``one_way_share`` measures the one-way marginals again, the two pooled
-    into one observation as precise as a single measurement of the whole share
-    (:func:`~dpsql.synth.estimate.pool`), and pgm goes on as without ``adaptive`` (their less noisy
-    counts merge fewer values, so the model may then be greedy, :func:`model_structure`).
+    first), and the rounds run from those counts, on a domain where a column's rare values are
+    merged only if together they hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of its rows
+    (the wide columns still in bins; :func:`~dpsql.synth.aim.rounds_domain`). AIM's score charges
+    a candidate the noise of every cell, nearly empty or not: unmerged, ADULT's ``capital_gain``
+    (26 of its 32 values hold 0.6% of the rows) made every pair with it too costly to select, and
+    its pair with ``marital_status`` was off by 1.5–2% of the rows in one cell. But a merged
+    value's records are drawn back independent of every other column: merged whatever they hold, a
+    500-value column's 303 rare values (14.5% of the rows at ε = 1, 93% at ε = 0.1) raised a
+    salary-shaped table's mean TV at ε = 0.1 from 0.346 to 0.425
+    (benchmarks/results/synthetic_issue42.txt, sessions 13 and 14). Otherwise the rest of
+    ``one_way_share`` measures the one-way marginals again, the two pooled into one observation
+    as precise as a single measurement of the whole share (:func:`~dpsql.synth.estimate.pool`),
+    and pgm goes on as without ``adaptive`` (their less noisy counts merge fewer values, so the
+    model may then be greedy, :func:`model_structure`).
     On a 136,000-row table with a 500- and a 200-value column, 64 random triples, 3 runs: max error
     0.0010 and mean TV 0.182 at ε = 1 (compressed rounds after pgm's whole one-way share: 0.0022 and
     0.187; dpmm's AIM: 0.0013 and 0.192). The choice reads released counts only; the whole is then
