@@ -35,8 +35,11 @@ by at most ``k`` when a unit is added or removed, so a pick at ``ε_p`` is ``ε_
 ``ε_p²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021): the ``P``
 picks spend a third, at ``ε_p = √(8ρ/(3P))``, or ``ε_p = ε/(3P)``. zCDP composes adaptively
 (Bun & Steinke, Lemma 2.3) and pure ``ε`` by basic composition (Dwork & Roth 2014, Thm. 3.16):
-``ρ``, or ``ε``, in all. The candidates, the compression and the independent model depend on
-released values only; fitting and sampling are post-processing.
+``ρ``, or ``ε``, in all. Started from one-way marginals already measured (AIM's first
+measurement, when pgm finds its rounds too noisy: :func:`~dpsql.synth.aim.too_noisy`), it measures
+them again up to a third, each measurement Gaussian as above; when they drew more, the picks and
+the pairs split what is left: ``ρ`` in all either way. The candidates, the compression and the
+independent model depend on released values only; fitting and sampling are post-processing.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
-from dpsql.synth.estimate import estimate_total, pool
+from dpsql.synth.estimate import Observation, estimate_total, pool
 from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, first_counts, fit_model, unit_weights, weighted_counts
 
 __all__ = ["candidate_pairs", "picks", "mst"]
@@ -104,7 +107,8 @@ def _root(parent: list[int], a: int) -> int:
 def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tuple[int, int]],
         reservation: Reservation, max_cells: int, threshold: float | None, compressible: Sequence[int],
         iterations: int = PGM_ITERATIONS, progress: Callable[[int, float], None] | None = None,
-        binned: dict[int, np.ndarray] | None = None) -> PGMResult:
+        binned: dict[int, np.ndarray] | None = None,
+        start: tuple[list[Observation], list[Observation]] | None = None) -> PGMResult:
     """Run MST on ``table`` drawing all of ``reservation``'s allowance, a zCDP ``ρ`` or a pure
     ``ε`` (see the module docstring for the guarantee), choosing among the candidate ``pairs``
     (sorted attribute positions), with a model of at most ``max_cells`` cells fitted in at most
@@ -112,7 +116,13 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     :func:`~dpsql.synth.estimate.estimate`). ``threshold``: compress the ``compressible``
     attributes at this many standard deviations of the one-way noise (None: not compressed).
     ``binned``: the attributes (by position, each value's bin) modelled in bins and drawn back to
-    values by their one-way counts (:func:`~dpsql.synth.coarsen.shrink`)."""
+    values by their one-way counts (:func:`~dpsql.synth.coarsen.shrink`). ``start``: every one-way
+    marginal already measured with Gaussian noise, drawn from ``reservation`` (full resolution, and
+    the ``binned`` ones in bins, as :func:`~dpsql.synth.pgm.first_counts` gives them: AIM's first
+    measurement, :func:`~dpsql.synth.aim.too_noisy`); they are measured again, pooled, until the
+    one-way marginals have drawn the third of the allowance they take (the pooled counts are as
+    precise as one measurement of it all, :func:`~dpsql.synth.estimate.pool`); a ``start`` that
+    drew more leaves the picks and the pairs half each of what is left."""
     binned = binned or {}
     full = [a.size for a in attributes]
     count = picks(len(attributes), pairs)
@@ -124,7 +134,15 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     def noise(part: float) -> NoiseModel:
         return Laplace(part) if pure else Gaussian(rho=part)
 
-    first, bins = first_counts(table, attributes, binned, noise, budget / 3 if count else budget, reservation, "MST")
+    one_way = budget / 3 if count else budget
+    if start is None:
+        first, bins = first_counts(table, attributes, binned, noise, one_way, reservation, "MST")
+    else:
+        first, bins = start
+        if one_way > reservation.used:
+            more, more_bins = first_counts(table, attributes, binned, noise, one_way - reservation.used, reservation,
+                                           "MST, the one-way marginals again")
+            first, bins = pool(first + more), pool(bins + more_bins)
     compression = shrink(full, first, threshold, binned, compressible, laplace=pure)
     if compression is not None:
         first = [compression.observe(o) for o in first]
@@ -134,7 +152,8 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     total = estimate_total(first)
     shares = {o.subset[0]: _shares(o.values) for o in pool(first)}
     estimates = {(i, j): total * np.outer(shares[i], shares[j]).ravel() for i, j in pairs}
-    eps = (budget / 3 / count if pure else math.sqrt(8 * (budget / 3) / count)) if count else 0.0
+    part = (budget - reservation.used) / 2  # a third, or half of what a larger start left
+    eps = (part / count if pure else math.sqrt(8 * part / count)) if count else 0.0
     parent = list(range(len(domain)))
     chosen: list[tuple[int, int]] = []
     for n in range(count):

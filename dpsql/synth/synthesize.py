@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import math
@@ -53,13 +54,23 @@ from dpsql.synth.accounting import (
     zcdp_epsilon,
     zcdp_rho,
 )
-from dpsql.synth.aim import AIM_ITERATIONS, ALPHA, aim, first_share, round_iterations
+from dpsql.synth.aim import (
+    AIM_ITERATIONS,
+    ALPHA,
+    TREE_NOISE,
+    aim,
+    first_measurement,
+    first_share,
+    round_iterations,
+    round_noise,
+    too_noisy,
+)
 from dpsql.synth.aim import candidates as aim_candidates
 from dpsql.synth.cells import MarginalCells, marginal_name
 from dpsql.synth.coarsen import WIDE_SHARE, binned, coarsen, wide
 from dpsql.synth.compress import FEW_ROWS, THRESHOLD, compress, compressible
 from dpsql.synth.dualquery import DEFAULT_ETA, DEFAULT_SAMPLES, MAX_ETA, dualquery
-from dpsql.synth.estimate import Observation, pool, total_std
+from dpsql.synth.estimate import Observation, estimate_total, pool, total_std
 from dpsql.synth.factored import MAX_GROUP_CELLS
 from dpsql.synth.fem import PUBLISHED_EPS0_FACTOR, PUBLISHED_NOISE, fem
 from dpsql.synth.game import GameResult
@@ -532,7 +543,7 @@ def _plan(private: PrivateTable, schema: "Schema", attributes: Sequence[Attribut
     widened = {**widened, **{a: np.zeros(attributes[a].size, dtype=np.int64) for a in alone}}
     request = _Request(budget, total, marginals, rows, columns, seed, widened)
     planner = {"mwem": _plan_mwem, "dualquery": _plan_dualquery, "fem": _plan_fem_rows, "pgm": _plan_pgm,
-               "aim": _plan_aim, "mst": _plan_mst}[method]
+               "aim": functools.partial(_plan_aim, tree=asked == "pgm"), "mst": _plan_mst}[method]
     gaussian = request.zcdp or total.delta > 0  # pgm (so), aim and mst measure every one-way marginal themselves
     if request.wide and not (method in ("aim", "mst") or method == "pgm" and gaussian):
         run = _plan_binned(private, attributes, request, planner, dict(options), alone)
@@ -1319,7 +1330,7 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     rounds = None
     if adaptive is not None and tree.size > model_limit(model.max_cells):
         try:
-            rounds = _aim_rounds(private, attributes, request, adaptive, share)
+            rounds = _aim_rounds(private, attributes, request, adaptive, share, tree=True)
         except (ResourceLimitError, PrivacyError):
             pass  # measured all at once, as without adaptive
     rho, cost = request.reservation(gaussian=rounds is None)
@@ -1341,12 +1352,13 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         ran = [model]
 
         def select(raw: list[Observation], bins: list[Observation]) -> PGMResult:
-            ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
-                                         f"once compressed: AIM's rounds select among them, merging only the rare values "
-                                         f"that hold at most {FEW_ROWS:.0%} of a column's rows; "
-                                         f"{rounds.model.estimate}")
             rounds.announce()
-            return rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))
+            learned, used = rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))
+            how = f"AIM's rounds select among them, merging only the rare values that hold at most {FEW_ROWS:.0%} " \
+                  "of a column's rows; " if used is rounds.model else ""
+            ran[0] = dataclasses.replace(used, estimate="the measured marginals are too large for one model once "
+                                         f"compressed: {how}{used.estimate}")
+            return learned
 
         learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
                                  compressible(full), iterations=model.iterations, progress=advance,
@@ -1379,20 +1391,22 @@ def _reserved_fit(private: PrivateTable, request: _Request, attributes: Sequence
     return _Run(cost, execute)
 
 
-def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
+def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict,
+              tree: bool = False) -> _Run:
     """AIM within the request (:mod:`dpsql.synth.aim`): the whole ``ρ`` (or ``(ε, δ)``) is reserved
-    at once and spent in adaptive rounds (:func:`_aim_rounds`)."""
-    rounds = _aim_rounds(private, attributes, request, options)
+    at once and spent in adaptive rounds (:func:`_aim_rounds`; ``tree``: pgm's default target,
+    which gives a table too small for them MST instead)."""
+    rounds = _aim_rounds(private, attributes, request, options, tree=tree)
     rounds.announce()
     rho, cost = request.reservation()
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds.rounds}", "aim", rho=rho)
         try:
-            learned = rounds.run(private, attributes, request, rho, reservation, bar)
+            learned, ran = rounds.run(private, attributes, request, rho, reservation, bar)
         finally:
             reservation.close()
-        return (*rounds.model.table(learned, request, attributes, rng), {}, cost)
+        return (*ran.table(learned, request, attributes, rng), {}, cost)
 
     return _Run(cost, execute)
 
@@ -1402,7 +1416,9 @@ class _AimRounds:
     """AIM's rounds as planned before the spend (:func:`_aim_rounds`), for aim and for pgm's
     adaptive path: ``rounds`` shares, the model's options, the one-way marginals' ``share`` of
     ``ρ`` and the compression's ``threshold`` (:func:`_compression`), the ``seconds`` the rounds
-    may take given the noisy row count, and the warnings to give of them (:meth:`announce`)."""
+    may take given the noisy row count, the warnings to give of them (:meth:`announce`), and
+    ``tree``, MST as planned for a table too small for the rounds (None: the rounds run whatever
+    the table)."""
 
     rounds: int
     model: _ModelOptions
@@ -1410,17 +1426,35 @@ class _AimRounds:
     threshold: float | None
     seconds: Callable[[float], float]
     notes: tuple[str, ...] = ()
+    tree: _MstTree | None = None
 
     def run(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request, rho: float,
             reservation: Reservation, bar: tqdm,
-            start: tuple[list[Observation], list[Observation]] | None = None) -> PGMResult:
-        """The rounds drawing ``rho`` from ``reservation``, ``bar`` showing the share of it spent;
-        ``start``: the one-way marginals already measured (pgm's, :func:`~dpsql.synth.aim.aim`)."""
+            start: tuple[list[Observation], list[Observation]] | None = None) -> tuple[PGMResult, _ModelOptions]:
+        """The rounds drawing ``rho`` from ``reservation``, ``bar`` showing the share of it spent, and
+        the options the model was fitted with; ``start``: the one-way marginals already measured
+        (pgm's, :func:`~dpsql.synth.aim.aim`). With a ``tree``, once the one-way marginals are
+        measured, a table whose noisy row count makes the rounds' noise too large
+        (:func:`~dpsql.synth.aim.too_noisy`, released counts only) gets MST from them instead,
+        and a warning."""
+        if self.tree is not None:
+            start = start or first_measurement(private, attributes, rho, reservation, self.rounds, self.share,
+                                               request.wide)
+            noise, rows = private.rows_per_unit * round_noise(self.rounds, rho), estimate_total(start[0])
+            if too_noisy(noise, start[0]):
+                note = (f"AIM's rounds would measure each marginal with noise of standard deviation {noise:,.1f}, "
+                        f"{noise / rows:.1%} of the noisy row count ({rows:,.0f}), past {TREE_NOISE:.1%} "
+                        "(dpsql.synth.aim.TREE_NOISE): MST's spanning tree of pairs is measured instead")
+                warnings.warn(note, stacklevel=_caller())
+                taken: list[int] = []
+                with _fit_progress(bar, self.tree.model.iterations, taken) as advance:
+                    learned = self.tree.learn(private, attributes, request, reservation, advance, start)
+                return learned, dataclasses.replace(self.tree.model, estimate=f"{note}; {self.tree.model.estimate}")
         bar.total, bar.unit = 100, "% of rho"
         return aim(private, attributes, request.marginals, rho, reservation, self.model.max_cells, rounds=self.rounds,
                    iterations=self.model.iterations, one_way_share=self.share, threshold=self.threshold,
                    progress=_advance(bar), binned=request.wide, seconds=self.seconds,
-                   warn=lambda note: warnings.warn(note, stacklevel=_caller()), start=start)
+                   warn=lambda note: warnings.warn(note, stacklevel=_caller()), start=start), self.model
 
     def announce(self) -> None:
         """Warn of what the plan changed (the default rounds cut to those that fit in time)."""
@@ -1429,9 +1463,11 @@ class _AimRounds:
 
 
 def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict,
-                share: float | None = None) -> _AimRounds:
+                share: float | None = None, tree: bool = False) -> _AimRounds:
     """AIM's rounds within the request, from public values alone (``share``: the one-way
-    marginals' share of ``ρ`` when pgm measured them, else :func:`_compression`'s). Refused up
+    marginals' share of ``ρ`` when pgm measured them, else :func:`_compression`'s), and with
+    ``tree`` (pgm's), MST planned for a table too small for them (:func:`_mst_tree`, after a first
+    measurement of that share; none when it cannot be planned: the rounds run). Refused up
     front: a pure ``ε`` spend (AIM is zCDP), a model of one-way marginals beyond
     ``max_model_size``, and noise the first round's share cannot add (the later rounds' shares
     are larger), more than :data:`AIM_MAX_ROUNDS` shares, and more than
@@ -1498,15 +1534,59 @@ def _aim_rounds(private: PrivateTable, attributes: Sequence[Attribute], request:
     for _, weighted, part, on in _first_parts(attributes, request.wide, share) if share is not None else ():
         private.plan(measurement(on, weighted), Gaussian(rho=part * rho))
 
-    return _AimRounds(rounds, model, share, threshold, seconds, tuple(notes))
+    small = None
+    if tree:
+        try:
+            small = _mst_tree(private, attributes, request, options,
+                              first_share(rounds, len(domain)) if share is None else share)
+        except (ResourceLimitError, PrivacyError):
+            pass  # the rounds run whatever the table
+    return _AimRounds(rounds, model, share, threshold, seconds, tuple(notes), small)
 
 
 def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict) -> _Run:
     """MST within the request (:mod:`dpsql.synth.mst`): the whole ``ρ`` (or ``(ε, δ)``), or a pure
     ``ε`` (Laplace measurements), reserved at once, a third each for the one-way marginals (and the
     wide columns' in their bins: :func:`~dpsql.synth.pgm.full_share`), the picks among the pairs
-    within the workload's marginals, and the measurement of the pairs picked. Refused up front: noise either measurement's third cannot add, and a run whose fit
-    cannot take :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a
+    within the workload's marginals, and the measurement of the pairs picked (:func:`_mst_tree`)."""
+    tree = _mst_tree(private, attributes, request, options)
+    return _reserved_fit(private, request, attributes, tree.model, tree.cost, {tree.name: tree.budget}, "mst",
+                         f"MST: {tree.name}={tree.budget!r}, {tree.count} picks",
+                         lambda reservation, advance, bar: (tree.learn(private, attributes, request, reservation,
+                                                                       advance), tree.model))
+
+
+@dataclass(frozen=True)
+class _MstTree:
+    """MST as planned before the spend (:func:`_mst_tree`), for mst and for AIM's rounds on a table too
+    small for them (:meth:`_AimRounds.run`): the candidate ``pairs`` and the ``count`` of picks, the
+    model's options, the compression's ``threshold``, and the ``budget`` (``name``: ``rho`` or a pure
+    ``epsilon``) with its ``cost`` in the ledger."""
+
+    pairs: list[tuple[int, int]]
+    count: int
+    model: _ModelOptions
+    threshold: float | None
+    budget: float
+    name: str
+    cost: Cost
+
+    def learn(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request,
+              reservation: Reservation, advance: Callable[[int, float], None],
+              start: tuple[list[Observation], list[Observation]] | None = None) -> PGMResult:
+        """MST drawing the whole allowance of ``reservation``, its fit shown by ``advance``; ``start``:
+        the one-way marginals already measured (:func:`~dpsql.synth.mst.mst`)."""
+        return mst(private, attributes, self.pairs, reservation, self.model.max_cells, self.threshold,
+                   compressible([a.size for a in attributes]), iterations=self.model.iterations, progress=advance,
+                   binned=request.wide, start=start)
+
+
+def _mst_tree(private: PrivateTable, attributes: Sequence[Attribute], request: _Request, options: dict,
+              spent: float = 0.0) -> _MstTree:
+    """MST within the request, from public values alone. Refused up front: noise either
+    measurement's share cannot add (a third each, or, after a first measurement of the one-way
+    marginals that may take ``spent`` of the budget, half each of what it leaves), and a run whose
+    fit cannot take :data:`~dpsql.synth.work.MIN_FIT_STEPS` steps in ``max_seconds`` (priced on a
     forest of the largest pairs, which any the picks make is at most:
     :meth:`_ModelOptions.forest_plan`)."""
     total = request.total
@@ -1526,10 +1606,10 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     count = picks(len(domain), pairs)
     size = {p: math.prod(domain[a] for a in p) for p in pairs}
     largest = heapq.nlargest(count, pairs, key=size.__getitem__)  # any forest the picks make is at most these
-    full = [a.size for a in attributes]
+    one_way = max(1 / 3, spent) if count else 1
     # the pairs' noise, their weights scaled to L2 norm 1, is the same whichever are picked
-    for what, weighted, part, on in (*_first_parts(attributes, request.wide, 1 / 3 if count else 1),
-                                     ("picked", unit_weights({p: 1.0 for p in largest}), 1 / 3, domain)):
+    for what, weighted, part, on in (*_first_parts(attributes, request.wide, one_way),
+                                     ("picked", unit_weights({p: 1.0 for p in largest}), (1 - one_way) / 2, domain)):
         try:
             if weighted:
                 private.plan(measurement(on, weighted), Laplace(part * budget) if pure else Gaussian(rho=part * budget))
@@ -1541,12 +1621,7 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
     picking = READ * (2 + math.ceil(len(pairs) / MAX_GROUPING_SETS)) + count * fit_seconds(1, sum(size.values()))
     model = model.forest_plan("MST", sum(size[p] for p in largest) + sum(domain), marginals,
                               picking + refine_seconds(model.sweeps, marginals, request.rows or 1))
-
-    return _reserved_fit(private, request, attributes, model, cost, {name: budget}, "mst",
-                         f"MST: {name}={budget!r}, {count} picks", lambda reservation, advance, bar: (mst(
-                             private, attributes, pairs, reservation, model.max_cells, threshold,
-                             compressible(full), iterations=model.iterations, progress=advance, binned=request.wide),
-                             model))
+    return _MstTree(pairs, count, model, threshold, budget, name, cost)
 
 
 def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
