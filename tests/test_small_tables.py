@@ -35,11 +35,10 @@ def kinds(reservation) -> list[str]:
 
 
 def test_past_the_line_mst_spends_the_rest_from_pgms_one_way_counts_by_hand(table, monkeypatch):
-    """At 8% (rho 0.0002): pgm's first measurement takes AIM's share of rho (0.9 * 4 / 64), its top-up
-    the rest of its one-way share (0.3 * 3/4: a, b and d decide the compression), then MST measures
-    them again up to a third, makes its 3 picks at eps = sqrt(8 (rho/3) / 3), and measures the 3
-    pairs with the last third: rho in all, in one ledger entry. The one-way counts MST fits are the
-    three measurements pooled: as precise as one at a third of rho."""
+    """At 8% (rho 0.0002): pgm's first measurement takes AIM's share of rho (0.9 * 4 / 64), then MST
+    measures the one-way marginals again up to a third, makes its 3 picks at eps = sqrt(8 (rho/3) / 3),
+    and measures the 3 pairs with the last third: rho in all, in one ledger entry. The one-way
+    counts MST fits are the two measurements pooled: as precise as one at a third of rho."""
     rho = 0.0002
     assert math.sqrt(ROUNDS / (2 * ALPHA * rho)) > TREE_NOISE * ROWS * 1.5
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
@@ -51,36 +50,39 @@ def test_past_the_line_mst_spends_the_rest_from_pgms_one_way_counts_by_hand(tabl
     assert len(entries) == 1 and entries[0].mechanism == "pgm" and db.spent().rho == syn.rho == rho
     reservation = seen["reservation"]
     assert reservation.rho == rho and reservation.closed
-    assert kinds(reservation) == ["gaussian"] * 3 + ["exponential"] * 3 + ["gaussian"]
+    assert kinds(reservation) == ["gaussian"] * 2 + ["exponential"] * 3 + ["gaussian"]
     first = first_share(ROUNDS, 4)
     eps = math.sqrt(8 * (rho / 3) / 3)
     charges = [r for _, r in reservation.drawn]
-    assert charges == pytest.approx([first * rho, (0.225 - first) * rho, (1 / 3 - 0.225) * rho]
-                                    + [eps**2 / 8] * 3 + [rho / 3], rel=1e-9)
+    assert charges == pytest.approx([first * rho, (1 / 3 - first) * rho] + [eps**2 / 8] * 3 + [rho / 3], rel=1e-9)
     assert math.fsum(charges) == pytest.approx(rho, rel=1e-12)
-    assert "MST pick 1 of 3" in reservation.drawn[3][0] and "AIM round" not in str(reservation.drawn)
+    assert "MST pick 1 of 3" in reservation.drawn[2][0] and "AIM round" not in str(reservation.drawn)
     result = seen["result"]
     for o in result.observations[:4]:  # pooled, then merged: sd sqrt(4 / (2 rho/3)) per value merged
         merged = np.bincount(result.compression.labels[o.subset[0]]) if result.compression else np.ones(len(o.values))
         np.testing.assert_allclose(np.broadcast_to(o.std, merged.shape), np.sqrt(merged * 4 / (2 * rho / 3)),
                                    rtol=1e-6)
-    assert [o.subset for o in result.observations[4:]] and all(len(o.subset) == 2 for o in result.observations[4:])
-    assert syn.report.attrs["estimate"].startswith("the measured marginals are too large for one model once "
-                                                   "compressed: AIM's rounds would measure each marginal")
+    assert [len(o.subset) for o in result.observations[4:]] == [2, 2, 2]
+    assert syn.report.attrs["estimate"].startswith("AIM's rounds would measure each marginal with noise")
 
 
 @pytest.mark.parametrize("share, switched", [(0.06, True), (0.03, False)])
 def test_the_line_is_the_rounds_noise_against_the_noisy_rows(table, monkeypatch, share, switched):
-    """The rule reads AIM's rounds' noise, not the one-way counts' after pgm's top-up (at 6% the
-    pooled one-way counts have 3%, below the line, and the table still gets MST); at 3%, AIM's
-    rounds run."""
+    """The rule reads AIM's rounds' noise, not the first one-way counts': with one_way_share=0.6 those
+    have under a third of it (1.8% of the rows at 6%) and the table still gets MST, whose picks and
+    pairs then share what the one-way marginals left (0.2 of rho each); at 3%, AIM's rounds run."""
+    rho = rho_for(share)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
     seen = spy_result(monkeypatch, db, "aim")
     with pytest.warns(UserWarning) if switched else _no_warning(SWITCHED):
-        db.synthesize("pgm", workload=3, rho=rho_for(share), seed=1, name="s", max_model_size=TINY)
-    drawn = str(seen["reservation"].drawn)
+        db.synthesize("pgm", workload=3, rho=rho, seed=1, name="s", max_model_size=TINY, one_way_share=0.6)
+    reservation = seen["reservation"]
+    drawn = str(reservation.drawn)
     assert ("MST pick" in drawn) == switched and ("AIM round" in drawn) == (not switched)
     assert ("result" in seen) == (not switched)
+    if switched:
+        assert [r for _, r in reservation.drawn] == pytest.approx([0.6 * rho] + [0.2 * rho / 3] * 3 + [0.2 * rho],
+                                                                  rel=1e-9)
 
 
 def test_aim_by_name_runs_its_rounds_however_small_the_table(table, monkeypatch):

@@ -430,12 +430,14 @@ def pgm(table: PrivateTable, attributes: Sequence[Attribute], weights: dict[tupl
 class Rounds:
     """AIM's rounds as :func:`pgm_compressed`'s adaptive path takes them: the ``share`` of ``rho``
     that its first measurement of every one-way marginal takes (AIM's own:
-    :func:`~dpsql.synth.aim.first_share`), and ``run``, the rounds spending the rest of ``rho``
+    :func:`~dpsql.synth.aim.first_share`), ``run``, the rounds spending the rest of ``rho``
     from the one-way counts, at full resolution and the wide columns' in their bins
-    (:func:`first_counts`)."""
+    (:func:`first_counts`), and ``small``, MST spending it from those counts instead when they
+    show a table too small for the rounds (:func:`~dpsql.synth.aim.too_noisy`), else None."""
 
     share: float
     run: Callable[[list[Observation], list[Observation]], PGMResult]
+    small: Callable[[list[Observation], list[Observation]], PGMResult | None] = lambda raw, bins: None
 
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
@@ -459,7 +461,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
     attributes (by position, each value's bin) are modelled in their bins, each drawn back to a
     value by its full-resolution one-way counts (:func:`~dpsql.synth.coarsen.coarsen`).
 
-    ``adaptive``: AIM's rounds (:func:`~dpsql.synth.aim.aim`) may spend the rest of ``rho`` instead:
+    ``adaptive``: AIM's rounds (:func:`~dpsql.synth.aim.aim`) may spend the rest of ``rho`` instead,
+    or, on a table too small for them (``adaptive.small``, from the first one-way counts, whether
+    or not one model would hold ``marginals``), MST (:func:`~dpsql.synth.mst.mst`):
     measuring every marginal once leaves each too noisy for a model that must choose among them,
     while selecting them one at a time measures the ones the data says matter (mean TV on ADULT's 64
     random triples at ε = 1: 0.0585 against 0.0700). The one-way marginals are then measured first
@@ -504,6 +508,9 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
         return pool(raw + more), pool(bins + more_bins)
 
     if adaptive is not None:
+        tree = adaptive.small(raw, bins)
+        if tree is not None:
+            return tree
         if junction_tree(domain, [*marginals, *((a,) for a in range(len(domain)))]).size > model_limit(max_cells):
             more = one_way_top_up(raw, share, one_way_share)
             if more > 0:

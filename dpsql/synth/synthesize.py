@@ -1352,17 +1352,23 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
         ran = [model]
 
         def select(raw: list[Observation], bins: list[Observation]) -> PGMResult:
+            ran[0] = dataclasses.replace(rounds.model, estimate="the measured marginals are too large for one model "
+                                         f"once compressed: AIM's rounds select among them, merging only the rare values "
+                                         f"that hold at most {FEW_ROWS:.0%} of a column's rows; "
+                                         f"{rounds.model.estimate}")
             rounds.announce()
-            learned, used = rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))
-            how = f"AIM's rounds select among them, merging only the rare values that hold at most {FEW_ROWS:.0%} " \
-                  "of a column's rows; " if used is rounds.model else ""
-            ran[0] = dataclasses.replace(used, estimate="the measured marginals are too large for one model once "
-                                         f"compressed: {how}{used.estimate}")
-            return learned
+            return rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))[0]
+
+        def small(raw: list[Observation], bins: list[Observation]) -> PGMResult | None:
+            tree = rounds.instead(private, attributes, request, rho, reservation, bar, (raw, bins))
+            if tree is None:
+                return None
+            ran[0] = tree[1]
+            return tree[0]
 
         learned = pgm_compressed(private, attributes, measured, rho, reservation, model.max_cells, share, threshold,
                                  compressible(full), iterations=model.iterations, progress=advance,
-                                 binned=request.wide, adaptive=None if rounds is None else Rounds(first, select))
+                                 binned=request.wide, adaptive=None if rounds is None else Rounds(first, select, small))
         return learned, ran[0]
 
     return _reserved_fit(private, request, attributes, model, cost, {"rho": rho}, "pgm", f"PGM: rho={rho!r}", learn)
@@ -1403,7 +1409,10 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds.rounds}", "aim", rho=rho)
         try:
-            learned, ran = rounds.run(private, attributes, request, rho, reservation, bar)
+            start = None if rounds.tree is None else first_measurement(private, attributes, rho, reservation,
+                                                                       rounds.rounds, rounds.share, request.wide)
+            learned, ran = (start and rounds.instead(private, attributes, request, rho, reservation, bar, start)) or \
+                rounds.run(private, attributes, request, rho, reservation, bar, start)
         finally:
             reservation.close()
         return (*ran.table(learned, request, attributes, rng), {}, cost)
@@ -1433,28 +1442,34 @@ class _AimRounds:
             start: tuple[list[Observation], list[Observation]] | None = None) -> tuple[PGMResult, _ModelOptions]:
         """The rounds drawing ``rho`` from ``reservation``, ``bar`` showing the share of it spent, and
         the options the model was fitted with; ``start``: the one-way marginals already measured
-        (pgm's, :func:`~dpsql.synth.aim.aim`). With a ``tree``, once the one-way marginals are
-        measured, a table whose noisy row count makes the rounds' noise too large
-        (:func:`~dpsql.synth.aim.too_noisy`, released counts only) gets MST from them instead,
-        and a warning."""
-        if self.tree is not None:
-            start = start or first_measurement(private, attributes, rho, reservation, self.rounds, self.share,
-                                               request.wide)
-            noise, rows = private.rows_per_unit * round_noise(self.rounds, rho), estimate_total(start[0])
-            if too_noisy(noise, start[0]):
-                note = (f"AIM's rounds would measure each marginal with noise of standard deviation {noise:,.1f}, "
-                        f"{noise / rows:.1%} of the noisy row count ({rows:,.0f}), past {TREE_NOISE:.1%} "
-                        "(dpsql.synth.aim.TREE_NOISE): MST's spanning tree of pairs is measured instead")
-                warnings.warn(note, stacklevel=_caller())
-                taken: list[int] = []
-                with _fit_progress(bar, self.tree.model.iterations, taken) as advance:
-                    learned = self.tree.learn(private, attributes, request, reservation, advance, start)
-                return learned, dataclasses.replace(self.tree.model, estimate=f"{note}; {self.tree.model.estimate}")
+        (pgm's, :func:`~dpsql.synth.aim.aim`)."""
         bar.total, bar.unit = 100, "% of rho"
         return aim(private, attributes, request.marginals, rho, reservation, self.model.max_cells, rounds=self.rounds,
                    iterations=self.model.iterations, one_way_share=self.share, threshold=self.threshold,
                    progress=_advance(bar), binned=request.wide, seconds=self.seconds,
                    warn=lambda note: warnings.warn(note, stacklevel=_caller()), start=start), self.model
+
+    def instead(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request, rho: float,
+                reservation: Reservation, bar: tqdm,
+                start: tuple[list[Observation], list[Observation]]) -> tuple[PGMResult, _ModelOptions] | None:
+        """With a ``tree``, on a table whose noisy row count (from the one-way marginals ``start``,
+        drawn from ``reservation``) makes the rounds' noise too large
+        (:func:`~dpsql.synth.aim.too_noisy`, released counts only): MST from ``start``, drawing the
+        rest of ``rho``, its fit on ``bar``, with a warning, and the options it was fitted with.
+        Otherwise None, having drawn nothing."""
+        if self.tree is None:
+            return None
+        noise, rows = private.rows_per_unit * round_noise(self.rounds, rho), estimate_total(start[0])
+        if not too_noisy(noise, start[0]):
+            return None
+        note = (f"AIM's rounds would measure each marginal with noise of standard deviation {noise:,.1f}, "
+                f"{noise / rows:.1%} of the noisy row count ({rows:,.0f}), past {TREE_NOISE:.1%} "
+                "(dpsql.synth.aim.TREE_NOISE): MST's spanning tree of pairs is measured instead")
+        warnings.warn(note, stacklevel=_caller())
+        taken: list[int] = []
+        with _fit_progress(bar, self.tree.model.iterations, taken) as advance:
+            learned = self.tree.learn(private, attributes, request, reservation, advance, start)
+        return learned, dataclasses.replace(self.tree.model, estimate=f"{note}; {self.tree.model.estimate}")
 
     def announce(self) -> None:
         """Warn of what the plan changed (the default rounds cut to those that fit in time)."""
