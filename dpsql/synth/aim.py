@@ -94,16 +94,16 @@ AIM_ITERATIONS = 1000
 #: AIM's rounds are worth their noise while each round's measurement (of standard deviation
 #: :func:`round_noise`, per privacy unit) is at most this share of the noisy row count; past it, a
 #: table is too small for the budget, and a spanning tree of pairs, selected and measured as MST
-#: does (:mod:`dpsql.synth.mst`), has less error (:func:`too_noisy`). On 64 random triples, 3 runs
-#: each at ε = 0.1 (δ = 1/n²), max error / mean TV of MST against the rounds (pgm's adaptive path):
-#: at 37%, 12.7%, 8% and 4.9%, 0.171 / 0.623 against 0.214 / 0.665 (1,309 passengers), 0.053 /
-#: 0.369 against 0.067 / 0.394, 0.048 / 0.388 against 0.064 / 0.394 (6 runs) and 0.043 / 0.326
-#: against 0.052 / 0.339 (4,000 to 12,000 rows); at 3.6%, 2.1%, 1.8% and 0.48%, 0.045 / 0.266
-#: against 0.036 / 0.244, 0.025 / 0.291 against 0.027 / 0.272, 0.045 / 0.164 against 0.036 / 0.148
-#: (ADULT) and 0.051 / 0.400 against 0.007 / 0.345 (20,000 to 136,000 rows); at ε = 1 the
-#: passengers' 4.2% kept the rounds' max error lower (0.036 against 0.047; mean TV 0.52 against
-#: 0.51). So the line falls between 4.2% and 4.9%
-#: (benchmarks/results/synthetic_issue42.txt, session 16).
+#: does (:mod:`dpsql.synth.mst`), has less error (:func:`too_noisy`). Max error / mean TV on 64
+#: random triples at ε = 0.1 (δ = 1/n²), MST (dpsql's; where marked, 30 runs of pgm switching to
+#: it) against pgm's default before, the same triples, 10 runs each: at 37% of the rows 0.181 / 0.648 against 0.184 / 0.658 (1,309
+#: passengers, 30), at 12.7% 0.061 / 0.373 against 0.068 / 0.399 (4,000 rows), at 8% 0.060 / 0.385
+#: against 0.067 / 0.397 (8,000 rows, 30), at 4.9% 0.040 / 0.327 against 0.045 / 0.351 (12,000
+#: rows); at 3.6% 0.048 / 0.259 against 0.041 / 0.257 (20,000 rows), at 2.1% 0.024 / 0.289
+#: against 0.025 / 0.266 (30,000 rows), and below, on ADULT (1.8%) and a 136,000-row table
+#: (0.48%), pgm's max error and mean TV are lower (3 and 5 runs); at ε = 1, the passengers' 4.2%
+#: kept pgm's max error lower (0.036 against 0.047, 3 runs). So the line falls between 4.2% and
+#: 4.9% (benchmarks/results/synthetic_issue42.txt, sessions 16 and 17).
 TREE_NOISE = 0.045
 
 

@@ -374,8 +374,9 @@ class NameTakenError(WorkloadError):
 #:   budget those one-way counts take, :data:`ONE_WAY_SHARE` times the attributes' fraction that
 #:   has more than two values), ``adaptive`` (bool, True: under Gaussian noise, when the measured
 #:   marginals are too large for one model on the compressed domain, AIM's rounds select among
-#:   them with the rest of the budget, :func:`_plan_pgm_two`; False: measured all at once, and a
-#:   greedy model fitted). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
+#:   them with the rest of the budget, and on a table too small for them
+#:   (:func:`~dpsql.synth.aim.too_noisy`) MST's tree of pairs, :func:`_plan_pgm_two`; False:
+#:   measured all at once, and a greedy model fitted). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
 #:   ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
 #: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in;
 #:   a default that does not fit in ``max_seconds`` is cut to the most that do, down to ``2d``),
@@ -1322,9 +1323,11 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
     those rounds, on a domain where only the rare values
     that hold at most :data:`~dpsql.synth.compress.FEW_ROWS` of a column's rows are merged,
     else the rest of ``share`` measures the one-way marginals again
-    (:class:`~dpsql.synth.pgm.Rounds`). The ``ρ`` standing for an ``(ε, δ)`` is then the one for
-    any zCDP mechanism (AIM's selections are not Gaussian), otherwise the exact one for Gaussian
-    measurements alone."""
+    (:class:`~dpsql.synth.pgm.Rounds`). Whether or not one model holds the marginals, a table whose
+    first one-way counts show it too small for those rounds gets MST from them instead
+    (:meth:`_AimRounds.instead`, planned with them). The ``ρ`` standing for an ``(ε, δ)`` is then
+    the one for any zCDP mechanism (AIM's and MST's selections are not Gaussian), otherwise the
+    exact one for Gaussian measurements alone."""
     domain = [a.cells for a in binned(attributes, request.wide)]
     tree = junction_tree(domain, [*measured, *((a,) for a in range(len(attributes)))])
     rounds = None
@@ -1409,10 +1412,12 @@ def _plan_aim(private: PrivateTable, attributes: Sequence[Attribute], request: _
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
         reservation = private.reserve(cost, f"AIM: rho={rho!r}, T={rounds.rounds}", "aim", rho=rho)
         try:
-            start = None if rounds.tree is None else first_measurement(private, attributes, rho, reservation,
-                                                                       rounds.rounds, rounds.share, request.wide)
-            learned, ran = (start and rounds.instead(private, attributes, request, rho, reservation, bar, start)) or \
-                rounds.run(private, attributes, request, rho, reservation, bar, start)
+            start, small = None, None
+            if rounds.tree is not None:  # measured here, so that a table too small for the rounds gets MST
+                start = first_measurement(private, attributes, rho, reservation, rounds.rounds, rounds.share,
+                                          request.wide)
+                small = rounds.instead(private, attributes, request, rho, reservation, bar, start)
+            learned, ran = small or rounds.run(private, attributes, request, rho, reservation, bar, start)
         finally:
             reservation.close()
         return (*ran.table(learned, request, attributes, rng), {}, cost)
@@ -1574,7 +1579,7 @@ def _plan_mst(private: PrivateTable, attributes: Sequence[Attribute], request: _
 @dataclass(frozen=True)
 class _MstTree:
     """MST as planned before the spend (:func:`_mst_tree`), for mst and for AIM's rounds on a table too
-    small for them (:meth:`_AimRounds.run`): the candidate ``pairs`` and the ``count`` of picks, the
+    small for them (:meth:`_AimRounds.instead`): the candidate ``pairs`` and the ``count`` of picks, the
     model's options, the compression's ``threshold``, and the ``budget`` (``name``: ``rho`` or a pure
     ``epsilon``) with its ``cost`` in the ledger."""
 
