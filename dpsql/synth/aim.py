@@ -95,15 +95,19 @@ AIM_ITERATIONS = 1000
 #: :func:`round_noise`, per privacy unit) is at most this share of the noisy row count; past it, a
 #: table is too small for the budget, and a spanning tree of pairs, selected and measured as MST
 #: does (:mod:`dpsql.synth.mst`), has less error (:func:`too_noisy`). Max error / mean TV on 64
-#: random triples at ε = 0.1 (δ = 1/n²), MST (dpsql's; where marked, 30 runs of pgm switching to
-#: it) against pgm's default before, the same triples, 10 runs each: at 37% of the rows 0.181 / 0.648 against 0.184 / 0.658 (1,309
-#: passengers, 30), at 12.7% 0.061 / 0.373 against 0.068 / 0.399 (4,000 rows), at 8% 0.060 / 0.385
-#: against 0.067 / 0.397 (8,000 rows, 30), at 4.9% 0.040 / 0.327 against 0.045 / 0.351 (12,000
-#: rows); at 3.6% 0.048 / 0.259 against 0.041 / 0.257 (20,000 rows), at 2.1% 0.024 / 0.289
-#: against 0.025 / 0.266 (30,000 rows), and below, on ADULT (1.8%) and a 136,000-row table
-#: (0.48%), pgm's max error and mean TV are lower (3 and 5 runs); at ε = 1, the passengers' 4.2%
-#: kept pgm's max error lower (0.036 against 0.047, 3 runs). So the line falls between 4.2% and
-#: 4.9% (benchmarks/results/synthetic_issue42.txt, sessions 16 and 17).
+#: random triples at ε = 0.1 (δ = 1/n²), MST against pgm's default before, on the same triples,
+#: 10 runs each (on 1,309 passengers and 8,000 rows, 30 runs of pgm switching to MST):
+#:
+#: * past the line: at 37% of the rows (the passengers) 0.181 / 0.648 against 0.184 / 0.658; at
+#:   12.7% (4,000 rows) 0.061 / 0.373 against 0.068 / 0.399; at 8% (8,000 rows) 0.060 / 0.385
+#:   against 0.067 / 0.397; at 4.9% (12,000 rows) 0.040 / 0.327 against 0.045 / 0.351;
+#: * below it: at 3.6% (20,000 rows) 0.048 / 0.259 against 0.041 / 0.257; at 2.1% (30,000 rows)
+#:   0.024 / 0.289 against 0.025 / 0.266; on ADULT (1.8%) and a 136,000-row table (0.48%) pgm's
+#:   max error and mean TV are both lower (3 and 5 runs); at ε = 1 the passengers' 4.2% kept pgm's
+#:   max error lower (0.036 against 0.047, 3 runs).
+#:
+#: So the line falls between 4.2% and 4.9% (benchmarks/results/synthetic_issue42.txt, sessions 16
+#: and 17).
 TREE_NOISE = 0.045
 
 

@@ -437,7 +437,7 @@ class Rounds:
 
     share: float
     run: Callable[[list[Observation], list[Observation]], PGMResult]
-    small: Callable[[list[Observation], list[Observation]], PGMResult | None] = lambda raw, bins: None
+    small: Callable[[list[Observation], list[Observation]], PGMResult | None]
 
 
 def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], marginals: Sequence[tuple[int, ...]],
