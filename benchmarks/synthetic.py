@@ -37,6 +37,8 @@ samples a round, T the most rounds the budget allows) with the exponential mecha
 bounded-range accounting (ε₀²/8-zCDP a selection; ``--paper-accounting`` runs the paper's
 T instead: each selection charged ε₀²/2 and T the most rounds Bun & Steinke's conversion
 allows, :func:`paper_fem_options`). DualQuery uses η = 0.4, s = 35; MWEM 15 rounds with 10 replays.
+``--sample N`` keeps a seeded random sample of ``N`` rows of each data set (a real table at a
+size no default was chosen on; without the peers), named ``adult-N`` in the output.
 ``--datasets kdd99`` adds the high-dimensional case: KDD Cup 1999's 494,021 rows of 42
 attributes (3·10^40 cells), coded by public rules (``kdd99.py``); ``--peers`` alone leaves dpmm's
 peers out, which run on one core and take far longer there.
@@ -212,6 +214,14 @@ class Data:
         self.con.execute(f"DELETE FROM {self.name} WHERE age IS NULL OR fnlwgt > 999999")
         self.columns = names
         self.schema = {"table": self.name, "columns": columns}
+        self.n = int(self.con.execute(f"SELECT count(*) FROM {self.name}").fetchall()[0][0])
+
+    def sample(self, rows: int) -> None:
+        """Keep a seeded random sample of ``rows`` of the table's rows (reservoir sampling, seed 7):
+        a smaller table of the same shape and relations, whose size no default was chosen on."""
+        self.con.execute(f"CREATE TABLE kept AS SELECT * FROM {self.name} USING SAMPLE {int(rows)} ROWS (reservoir, 7)")
+        self.con.execute(f"DROP TABLE {self.name}")
+        self.con.execute(f"ALTER TABLE kept RENAME TO {self.name}")
         self.n = int(self.con.execute(f"SELECT count(*) FROM {self.name}").fetchall()[0][0])
 
     def narrow(self, most: int) -> list[int]:
@@ -399,9 +409,14 @@ def main(argv=None) -> int:
                     help="run FEM with the paper's T: eps0^2/2-zCDP a selection, Bun & Steinke's conversion")
     ap.add_argument("--pure", action="store_true",
                     help="dpsql's methods spend a pure epsilon (delta = 0: Laplace noise; pgm and mst take it)")
+    ap.add_argument("--sample", type=int, help="keep a seeded random sample of this many rows of each data set "
+                    "(without dpmm's peers, which read the whole file)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     args.evaluate = args.evaluate or ("all" if args.workload == "all" else "random")
+    if args.sample is not None and (args.sample < 1 or args.peers):
+        ap.error("--sample takes a row count >= 1, and runs without dpmm's peers (they read the whole file): "
+                 "add --peers alone")
     if args.paper_accounting:
         OPTIONS["fem"] = ("fem", paper_fem_options)
     missing = [d for d in args.datasets if not Data.available(d)]
@@ -412,6 +427,9 @@ def main(argv=None) -> int:
     rows = []
     for name in args.datasets:
         data = Data(name)
+        if args.sample is not None:
+            data.sample(args.sample)
+            name = f"{name}-{data.n}"
         d = len(data.columns)
         print(f"\n{name.upper()}: {data.n:,} rows, {d} attributes, delta = {'0 (dpsql)' if args.pure else '1/n^2'}, "
               f"{args.runs} run(s) per epsilon")
