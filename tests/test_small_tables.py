@@ -4,7 +4,10 @@ from those one-way counts, within the same reservation; aim by name never switch
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -106,19 +109,10 @@ def test_pgms_default_target_switches_too(table, monkeypatch):
     assert "MST pick" in str(reservation.drawn) and "result" in seen
 
 
-class _no_warning:
-    """A context in which no warning matching ``text`` may be given."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __enter__(self):
-        import warnings
-
-        self.caught = warnings.catch_warnings(record=True)
-        self.seen = self.caught.__enter__()
+@contextlib.contextmanager
+def _no_warning(text: str) -> Iterator[None]:
+    """A context in which no warning holding ``text`` may be given."""
+    with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-
-    def __exit__(self, *exc):
-        self.caught.__exit__(*exc)
-        assert not [w for w in self.seen if self.text in str(w.message)]
+        yield
+    assert not [w for w in seen if text in str(w.message)]
