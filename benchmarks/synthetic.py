@@ -38,7 +38,7 @@ bounded-range accounting (ε₀²/8-zCDP a selection; ``--paper-accounting`` run
 T instead: each selection charged ε₀²/2 and T the most rounds Bun & Steinke's conversion
 allows, :func:`paper_fem_options`). DualQuery uses η = 0.4, s = 35; MWEM 15 rounds with 10 replays.
 ``--sample N`` keeps a seeded random sample of ``N`` rows of each data set (a real table at a
-size no default was chosen on; without the peers), named ``adult-N`` in the output.
+size no default was chosen on; the peers read the same sample), named ``adult-N`` in the output.
 ``--datasets kdd99`` adds the high-dimensional case: KDD Cup 1999's 494,021 rows of 42
 attributes (3·10^40 cells), coded by public rules (``kdd99.py``); ``--peers`` alone leaves dpmm's
 peers out, which run on one core and take far longer there.
@@ -218,11 +218,20 @@ class Data:
 
     def sample(self, rows: int) -> None:
         """Keep a seeded random sample of ``rows`` of the table's rows (reservoir sampling, seed 7):
-        a smaller table of the same shape and relations, whose size no default was chosen on."""
+        a smaller table of the same shape and relations, whose size no default was chosen on. The
+        sample is also written as a CSV with the original header in a temporary folder (never
+        committed), which dpmm's peers read."""
         self.con.execute(f"CREATE TABLE kept AS SELECT * FROM {self.name} USING SAMPLE {int(rows)} ROWS (reservoir, 7)")
         self.con.execute(f"DROP TABLE {self.name}")
         self.con.execute(f"ALTER TABLE kept RENAME TO {self.name}")
         self.n = int(self.con.execute(f"SELECT count(*) FROM {self.name}").fetchall()[0][0])
+        folder = os.path.join(tempfile.gettempdir(), "dpsql_samples")
+        os.makedirs(folder, exist_ok=True)
+        csv = os.path.join(folder, f"{self.name}-{self.n}.csv")
+        columns = ", ".join(f'{s} AS "{c}"' for s, c in zip(self.schema["columns"], self.columns))
+        self.con.execute(f"COPY (SELECT {columns} FROM {self.name}) TO '{csv}.tmp' (HEADER, DELIMITER ',')")
+        os.replace(csv + ".tmp", csv)
+        self.csv = csv
 
     def narrow(self, most: int) -> list[int]:
         """The positions of the columns of at most ``most`` values (whose marginals can be evaluated)."""
@@ -410,13 +419,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pure", action="store_true",
                     help="dpsql's methods spend a pure epsilon (delta = 0: Laplace noise; pgm and mst take it)")
     ap.add_argument("--sample", type=int, help="keep a seeded random sample of this many rows of each data set "
-                    "(without dpmm's peers, which read the whole file)")
+                    "(dpmm's peers read the same sample)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     args.evaluate = args.evaluate or ("all" if args.workload == "all" else "random")
-    if args.sample is not None and (args.sample < 1 or args.peers):
-        ap.error("--sample takes a row count >= 1, and runs without dpmm's peers (they read the whole file): "
-                 "add --peers alone")
+    if args.sample is not None and (args.sample < 1 or "adult-raw" in args.datasets):
+        ap.error("--sample takes a row count >= 1, of the coded data sets (not adult-raw)")
     if args.paper_accounting:
         OPTIONS["fem"] = ("fem", paper_fem_options)
     missing = [d for d in args.datasets if not Data.available(d)]

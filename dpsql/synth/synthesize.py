@@ -376,8 +376,8 @@ class NameTakenError(WorkloadError):
 #:   marginals are too large for one model on the compressed domain, AIM's rounds select among
 #:   them with the rest of the budget, and on a table too small for them
 #:   (:func:`~dpsql.synth.aim.too_noisy`) MST's tree of pairs, :func:`_plan_pgm_two`; False:
-#:   measured all at once, and a greedy model fitted). Gaussian noise under a zCDP or an ``(ε, δ)`` spend (through
-#:   ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
+#:   measured all at once, and a greedy model fitted). Gaussian noise under a zCDP or an
+#:   ``(ε, δ)`` spend (through ``ρ``-zCDP when compressing), Laplace under a pure ``ε`` one.
 #: * ``aim``: ``rounds`` (int >= 1, ``16d`` for ``d`` attributes: the shares the budget starts in;
 #:   a default that does not fit in ``max_seconds`` is cut to the most that do, down to ``2d``),
 #:   ``iterations`` (of the last fit, warm-started, 1,000), and ``max_model_size``, ``sweeps``,
