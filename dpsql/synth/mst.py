@@ -55,7 +55,15 @@ from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.schema import Attribute
 from dpsql.synth.coarsen import shrink
 from dpsql.synth.estimate import Observation, estimate_total, pool
-from dpsql.synth.pgm import PGM_ITERATIONS, PGMResult, first_counts, fit_model, unit_weights, weighted_counts
+from dpsql.synth.pgm import (
+    PGM_ITERATIONS,
+    PGMResult,
+    counts_again,
+    first_counts,
+    fit_model,
+    unit_weights,
+    weighted_counts,
+)
 
 __all__ = ["candidate_pairs", "picks", "mst"]
 
@@ -140,9 +148,8 @@ def mst(table: PrivateTable, attributes: Sequence[Attribute], pairs: Sequence[tu
     else:
         first, bins = start
         if one_way > reservation.used:
-            more, more_bins = first_counts(table, attributes, binned, noise, one_way - reservation.used, reservation,
-                                           "MST, the one-way marginals again")
-            first, bins = pool(first + more), pool(bins + more_bins)
+            first, bins = counts_again(table, attributes, binned, noise, one_way - reservation.used, reservation,
+                                       "MST, the one-way marginals again", start)
     compression = shrink(full, first, threshold, binned, compressible, laplace=pure)
     if compression is not None:
         first = [compression.observe(o) for o in first]

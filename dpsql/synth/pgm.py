@@ -59,7 +59,8 @@ from dpsql.synth.refine import refine
 
 __all__ = ["GAIN_THRESHOLD", "GREEDY_CELLS", "RETRY_CANDIDATES", "LAPLACE_SEARCH_ATTRIBUTES", "PGM_ITERATIONS", "PGMResult",
            "ONE_WAY_NOISE", "RELATIVE_TOLERANCE",
-           "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "first_counts", "full_share", "Rounds",
+           "marginal_weights", "measurement", "model_limit", "model_structure", "one_way_counts", "first_counts",
+           "counts_again", "full_share", "Rounds",
            "planned_model", "fit_cells", "greedy_trials", "one_way_top_up", "one_way_weights", "pgm",
            "pgm_compressed", "unit_weights", "weighted_counts", "fit_model"]
 
@@ -504,8 +505,7 @@ def pgm_compressed(table: PrivateTable, attributes: Sequence[Attribute], margina
 
     def again(part: float, description: str) -> tuple[list[Observation], list[Observation]]:
         """The one-way marginals measured again with ``part`` of ``rho``, pooled with those before."""
-        more, more_bins = first_counts(table, attributes, binned, gaussian, part * rho, reservation, description)
-        return pool(raw + more), pool(bins + more_bins)
+        return counts_again(table, attributes, binned, gaussian, part * rho, reservation, description, (raw, bins))
 
     if adaptive is not None:
         tree = adaptive.small(raw, bins)
@@ -590,6 +590,16 @@ def first_counts(table: PrivateTable, attributes: Sequence[Attribute], binned: d
     return full, one_way_counts(table, [a.grouped(binned[i]) if i in binned else a for i, a in enumerate(attributes)],
                                 sorted(binned), noise(budget - part), reservation,
                                 f"{description}: the wide columns' one-way marginals in their bins")
+
+
+def counts_again(table: PrivateTable, attributes: Sequence[Attribute], binned: dict[int, np.ndarray],
+                 noise: Callable[[float], NoiseModel], budget: float, reservation: Reservation, description: str,
+                 before: tuple[list[Observation], list[Observation]]) -> tuple[list[Observation], list[Observation]]:
+    """:func:`first_counts` measured again with ``budget`` and pooled with those ``before`` (full
+    resolution, and the ``binned`` ones in bins): each one-way marginal's precision-weighted mean
+    (:func:`~dpsql.synth.estimate.pool`), as precise as one measurement of both budgets."""
+    more, more_bins = first_counts(table, attributes, binned, noise, budget, reservation, description)
+    return pool(before[0] + more), pool(before[1] + more_bins)
 
 
 def one_way_counts(table: PrivateTable, attributes: Sequence[Attribute], which: Sequence[int], noise: NoiseModel,
