@@ -116,3 +116,13 @@ def _no_warning(text: str) -> Iterator[None]:
         warnings.simplefilter("always")
         yield
     assert not [w for w in seen if text in str(w.message)]
+
+
+def test_the_switch_shows_its_fit_on_pgms_bar(table, capsys):
+    """MST's fit after the switch advances pgm's own fit bar (one bar, described once), not a second
+    one nested in it."""
+    db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=True)
+    with pytest.warns(UserWarning, match=SWITCHED):
+        db.synthesize("pgm", workload=3, rho=rho_for(0.2), seed=1, name="s", max_model_size=TINY)
+    shown = capsys.readouterr().err.replace("\r", "\n")
+    assert "pgm fit:" in shown and "fit fit" not in shown

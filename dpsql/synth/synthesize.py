@@ -1363,7 +1363,7 @@ def _plan_pgm_two(private: PrivateTable, attributes: Sequence[Attribute], reques
             return rounds.run(private, attributes, request, rho, reservation, bar, start=(raw, bins))[0]
 
         def small(raw: list[Observation], bins: list[Observation]) -> PGMResult | None:
-            tree = rounds.instead(private, attributes, request, rho, reservation, bar, (raw, bins))
+            tree = rounds.instead(private, attributes, request, rho, reservation, bar, (raw, bins), advance)
             if tree is None:
                 return None
             ran[0] = tree[1]
@@ -1455,13 +1455,14 @@ class _AimRounds:
                    warn=lambda note: warnings.warn(note, stacklevel=_caller()), start=start), self.model
 
     def instead(self, private: PrivateTable, attributes: Sequence[Attribute], request: _Request, rho: float,
-                reservation: Reservation, bar: tqdm,
-                start: tuple[list[Observation], list[Observation]]) -> tuple[PGMResult, _ModelOptions] | None:
+                reservation: Reservation, bar: tqdm, start: tuple[list[Observation], list[Observation]],
+                advance: Callable[[int, float], None] | None = None) -> tuple[PGMResult, _ModelOptions] | None:
         """With a ``tree``, on a table whose noisy row count (from the one-way marginals ``start``,
         drawn from ``reservation``) makes the rounds' noise too large
         (:func:`~dpsql.synth.aim.too_noisy`, released counts only): MST from ``start``, drawing the
-        rest of ``rho``, its fit on ``bar``, with a warning, and the options it was fitted with.
-        Otherwise None, having drawn nothing."""
+        rest of ``rho``, its fit on ``bar`` (through ``advance`` when the caller shows it there
+        already), with a warning, and the options it was fitted with. Otherwise None, having drawn
+        nothing."""
         if self.tree is None:
             return None
         noise, rows = private.rows_per_unit * round_noise(self.rounds, rho), estimate_total(start[0])
@@ -1471,9 +1472,11 @@ class _AimRounds:
                 f"{noise / rows:.1%} of the noisy row count ({rows:,.0f}), past {TREE_NOISE:.1%} "
                 "(dpsql.synth.aim.TREE_NOISE): MST's spanning tree of pairs is measured instead")
         warnings.warn(note, stacklevel=_caller())
-        taken: list[int] = []
-        with _fit_progress(bar, self.tree.model.iterations, taken) as advance:
+        if advance is not None:
             learned = self.tree.learn(private, attributes, request, reservation, advance, start)
+        else:
+            with _fit_progress(bar, self.tree.model.iterations, []) as shown:
+                learned = self.tree.learn(private, attributes, request, reservation, shown, start)
         return learned, dataclasses.replace(self.tree.model, estimate=f"{note}; {self.tree.model.estimate}")
 
     def announce(self) -> None:
