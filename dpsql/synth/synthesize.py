@@ -199,11 +199,11 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
         if unknown:  # a bare word is a column name, never a statement
             raise _unknown_column(unknown[0].strip(), "the workload", attributes)
         listed = next((w for w in texts if w.lower() not in names and
-                       all(c.strip().strip('"').lower() in names for c in w.split(","))), None)
-        if listed is not None:  # "age, sex": a marginal spelt as the command line's --workload spells it
-            marginal = tuple(c.strip().strip('"') for c in listed.split(","))
+                       all(c.strip().strip('"').lower() in names for g in w.split(";") for c in g.split(","))), None)
+        if listed is not None:  # "age, sex" or "age,sex;race": marginals spelt as the command line's --workload
+            marginals = ", ".join(repr(tuple(c.strip().strip('"') for c in g.split(","))) for g in listed.split(";"))
             raise WorkloadError(f"{listed!r:.80} names columns, not a statement: give a marginal as a tuple of "
-                                f"names, workload=[{marginal!r:.80}]")
+                                f"names, workload=[{marginals:.120}]")
         known = [w for w in texts if w.lower() in names]
         if known:
             raise WorkloadError(f"this workload mixes column names ({known[0]!r}) with SQL: give names alone, "
