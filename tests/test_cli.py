@@ -549,6 +549,27 @@ def test_synth_defaults_to_pgm(data, tmp_path, capsys):
     assert len(pd.read_csv(out)) > 0
 
 
+def test_synth_without_a_workload_makes_pythons_default_choice(data, tmp_path, capsys):
+    """No --workload is Python's workload=None (every triple as the target, under a delta), not all
+    pairs: the same ledger entry and the same measured marginals as db.synthesize() charges."""
+    ledger, out = tmp_path / "l.ledger", tmp_path / "syn.csv"
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--budget-epsilon", "2", "--budget-delta", "1e-5", "--epsilon", "1", "--delta", "1e-6",
+                          "--out", str(out))
+    assert rc == 0, err
+    (entry,) = entries(ledger)
+    db = dpsql.connect(data["con"], schema=SCHEMA, budget=dpsql.Budget(epsilon=2, delta=1e-5), cache=False,
+                       progress=False)
+    syn = db.synthesize(epsilon=1, delta=1e-6, name="s")
+    (python,) = db.ledger.entries()
+    assert (entry.mechanism, entry.description, entry.cost) == (python.mechanism, python.description, python.cost)
+    def triples(names) -> set[frozenset[str]]:  # the YAML schema lists the columns in another order
+        return {frozenset(m.split(" x ")) for m in names if m.count(" x ") == 2}
+
+    shown = [re.split(r"\s{2,}", line.strip())[0] for line in stdout.splitlines() if " x " in line]
+    assert triples(syn.report.marginal) and triples(shown) == triples(syn.report.marginal)
+
+
 def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, capsys):
     db_file = tmp_path / "people.duckdb"
     with duckdb.connect(str(db_file)) as c:

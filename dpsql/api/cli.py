@@ -160,8 +160,10 @@ def parser() -> argparse.ArgumentParser:
     _add_source(y)
     y.add_argument("--delta", type=float, help="delta to spend (DualQuery, FEM, PGM, AIM); default 0, pure DP")
     y.add_argument("--method", choices=METHODS, default="pgm", help="default pgm")
-    y.add_argument("--workload", default="2",
-                   help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file")
+    y.add_argument("--workload",
+                   help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file "
+                        "(default: as in Python, every triple as the target, selected adaptively under a "
+                        "--delta; every pair under a pure epsilon)")
     y.add_argument("--rounds", type=int,
                    help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
                         "given, the spend sets DualQuery's eta and FEM's eps0; AIM: the shares its "
@@ -274,7 +276,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.command == "batch":
         args.sql_text = _read_text(args.file, "the batch file")
     if args.command == "synth":
-        args.workload_value = _workload(args.workload)
+        args.workload_value = None if args.workload is None else _workload(args.workload)
     if getattr(args, "out", None):
         args.out_paths = _checked_out_paths(args, Path(args.out))
 
