@@ -98,6 +98,7 @@ from dpsql.synth.pgm import (
 )
 from dpsql.synth.work import (
     CELL,
+    FEM_QUERY,
     FEM_ROUND,
     LOCAL_SEARCH,
     MIN_FIT_STEPS,
@@ -107,6 +108,7 @@ from dpsql.synth.work import (
     SOLVE,
     STEP,
     Work,
+    fem_seconds,
     fit_seconds,
     fitting,
     max_seconds,
@@ -957,12 +959,17 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
     elif max_rounds < 1:
         check_synthetic_cells(samples, request.columns, f"FEM makes samples records a round: samples={samples}")
     cells = _check_cells("FEM", request.marginals, attributes)
-    # a round: the selection over every cell query and its negation, samples perturbed best responses
+    # a round: the selection over every cell query and its negation, samples perturbed best responses,
+    # which the local search finds in time growing with the cells selected before (FEM_QUERY)
     round_seconds = FEM_ROUND + CELL * (2 * cells.size + samples * width) + \
         samples * (STEP if oracle == "heuristic" else min(time_limit, SOLVE) / processes)  # batched local search
+
+    def seconds(t: int) -> float:
+        return fem_seconds(t, round_seconds, samples, cells.size, FEM_QUERY if oracle == "heuristic" else 0.0)
+
     if rounds is not None:
-        Work("FEM", [(f"rounds={rounds} with samples={samples}", rounds * round_seconds)]).check(limit)
-    in_time = fitting(limit, 0.0, round_seconds, max(max_rounds, 1))
+        Work("FEM", [(f"rounds={rounds} with samples={samples}", seconds(rounds))]).check(limit)
+    in_time = largest_integer(lambda t: t <= max(max_rounds, 1) and (t == 1 or seconds(t) <= limit), "FEM rounds")
     zcdp = request.zcdp
     rho = total.rho if zcdp else (zcdp_rho(total.epsilon, total.delta) if total.delta else None)
     if rounds is not None and eps0 is None:  # exponential_rho(eps0) = rho / rounds, rounded down
@@ -983,7 +990,7 @@ def _plan_fem(private: PrivateTable, attributes: Sequence[Attribute], request: _
             rounds = max_rounds
         if rounds > in_time:
             warnings.warn(f"FEM at eps0={eps0:g} fits {rounds:,} rounds of {samples} records, more than it has time "
-                          f"for within max_seconds={limit:g} (about {round_seconds:.3g} s a round); running {in_time:,} "
+                          f"for within max_seconds={limit:g} (about {seconds(rounds):,.0f} s); running {in_time:,} "
                           "rounds, which spends less", stacklevel=_caller())
             rounds = in_time
     if not math.isfinite(noise * math.sqrt(rounds)):

@@ -21,6 +21,9 @@ unit                       seconds     measured
 :data:`READ`               0.25        MWEM, 1 replay: 10 rounds (2 reads each) 1.76 s, 16 rounds 7.8 s
 :data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
 :data:`FEM_ROUND`          0.1         FEM: 320 rounds of 10 records: 11.6 s; 90 of 50: 4.1 to 13.3 s
+:data:`FEM_QUERY`          6e-6        FEM, local search: 1,200 rounds of 50 records over every triple of
+                                       7 attributes, 294 s (load 3); a round's search took 23 ms with 24
+                                       cells selected before, 50 ms with 440, 430 ms with 700 to 900
 :data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
 :data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
 :data:`CELL`               2e-8        MWEM: 5 rounds, 2,283 replays on a group of 31,680 cells
@@ -46,7 +49,8 @@ What each method counts (``T`` rounds, ``s`` records or draws a round):
   replays ``r`` measurements, each on the group of attributes the measurements merged: at most the
   ``r·k`` largest attributes of the workload's ``k``-way marginals, and
   :data:`~dpsql.synth.factored.MAX_GROUP_CELLS`);
-* ``fem``: ``rounds`` with ``samples`` (a round: :data:`FEM_ROUND`, every cell query, ``s`` records);
+* ``fem``: ``rounds`` with ``samples`` (a round: :data:`FEM_ROUND`, every cell query, ``s`` records, each
+  searched against the cells selected before, :func:`fem_seconds`);
 * ``dualquery``: ``rounds`` with ``samples`` (a round: a read, one oracle solve, :data:`QUERY`
   more per earlier round with the local search);
 * ``pgm``: ``iterations`` (fit steps over the model's cells: the measured marginals' and the
@@ -85,9 +89,9 @@ from dpsql.errors import ResourceLimitError
 from dpsql.synth.options import option, real
 
 __all__ = ["DEFAULT_MAX_SECONDS", "MAX_SECONDS",
-           "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "REFINE_STEP", "REFINE_ROW",
+           "MIN_FIT_STEPS", "READ", "STEP", "FEM_ROUND", "FEM_QUERY", "REFINE_STEP", "REFINE_ROW",
            "CELL", "SOLVE", "LOCAL_SEARCH", "QUERY", "TRIAL", "AIM_TRIAL", "ELIMINATION", "Work", "max_seconds", "fitting",
-           "refine_seconds", "fit_seconds", "structure_seconds", "estimate_seconds", "scoring_seconds"]
+           "refine_seconds", "fit_seconds", "fem_seconds", "structure_seconds", "estimate_seconds", "scoring_seconds"]
 
 #: The time a synthesis run may take by default, in seconds (10 minutes).
 DEFAULT_MAX_SECONDS = 600.0
@@ -103,8 +107,12 @@ READ = 0.25
 #: One step of an iterative update, besides its cells: MWEM's multiplicative weights (one measurement
 #: replayed once), a mirror-descent step of a graphical model's fit.
 STEP = 1e-4
-#: One FEM round: the private selection and the oracle's batch of records, besides its cells.
+#: One FEM round: the private selection and the oracle's batch of records, besides its cells...
 FEM_ROUND = 0.1
+#: ...and, with the local-search oracle, per record and per cell selected in an earlier round (the
+#: leader's loss the search climbs): 2,911 rounds priced at their first round's cost, 291 s, took
+#: about 1,300 s (:func:`fem_seconds`).
+FEM_QUERY = 6e-6
 #: One refinement step (one measured marginal in one sweep, :mod:`dpsql.synth.refine`), besides its rows...
 REFINE_STEP = 2e-4
 #: ...and per record it moves among.
@@ -163,6 +171,20 @@ def fitting(limit: float, fixed: float, each: float, most: int) -> int:
     if each <= 0:
         return most
     return max(1, min(most, int((limit - fixed) / each)))
+
+
+def fem_seconds(rounds: int, each: float, samples: int, cells: int, growth: float = FEM_QUERY) -> float:
+    """``rounds`` FEM rounds of ``each`` seconds besides their search, ``samples`` records each
+    searched against every cell the earlier rounds selected, at most ``cells`` distinct ones:
+    ``growth`` seconds per record and cell (:data:`FEM_QUERY`; 0 for an oracle whose solves a
+    time limit caps).
+
+    >>> round(fem_seconds(1200, 0.1, 50, 10_000)), round(fem_seconds(1200, 0.1, 50, 100))
+    (336, 154)
+    """
+    full = max(rounds - 1 - cells, 0)  # rounds after every cell was selected once
+    earlier = min(rounds, cells + 1) * (min(rounds, cells + 1) - 1) / 2 + full * cells
+    return rounds * each + growth * samples * earlier
 
 
 def structure_seconds(trials: int, attributes: int) -> float:
