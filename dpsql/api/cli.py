@@ -162,8 +162,7 @@ def parser() -> argparse.ArgumentParser:
     y.add_argument("--method", choices=METHODS, default="pgm", help="default pgm")
     y.add_argument("--workload",
                    help="k (all k-way marginals), column groups like 'age,sex;race', or a .sql file "
-                        "(default: as in Python, every triple as the target, selected adaptively under a "
-                        "--delta; every pair under a pure epsilon)")
+                        "(default: Python's workload=None, every triple as the target; docs/synthetic.md)")
     y.add_argument("--rounds", type=int,
                    help="rounds (default: MWEM 10; DualQuery and FEM as many as the spend allows; "
                         "given, the spend sets DualQuery's eta and FEM's eps0; AIM: the shares its "
