@@ -113,7 +113,7 @@ def test_an_option_named_like_an_internal_argument_is_unknown(option):
     ([("a", None)], "nonempty tuple of column names"),
     ({"a": 1}, "a workload is k .*got dict"),
     ("SELECT COUNT(*) FROM t", "no marginal to learn"),
-    (0, "needs 1 <= k <= 4"),
+    (0, "workload=0 asks for every 0-way marginal, but the table has 4 attributes: give k from 1 to 4"),
 ])
 @pytest.mark.parametrize("method", ["mwem", "dualquery", "fem", "pgm"])
 def test_bad_workloads_are_refused_before_anything_is_spent(method, workload, match):

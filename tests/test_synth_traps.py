@@ -112,7 +112,8 @@ def test_a_column_measured_only_beside_a_one_valued_column_is_reported_as_fitted
 
 
 @pytest.mark.parametrize("workload, marginal", [("a, s", "('a', 's')"), ('"a", "b"', "('a', 'b')"),
-                                                ('"s"', "('s',)"), ("a,s;b", "('a', 's'), ('b',)")])
+                                                ('"s"', "('s',)"), ("a,s;b", "('a', 's'), ('b',)"),
+                                                ("a, s;", "('a', 's')")])
 def test_column_names_in_a_workload_string_are_refused_with_the_tuple_to_write(shapes, workload, marginal):
     """``workload="a, s"`` (a marginal spelt as the command line's ``--workload a,s`` spells it) was compiled as SQL: "syntax
     error: unexpected 'a'; a statement starts with SELECT". Refused, spending nothing, with the

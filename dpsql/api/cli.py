@@ -56,7 +56,7 @@ from dpsql.private.backend import CSV
 from dpsql.private.budget import Budget, Cost
 from dpsql.private.ledger import Ledger
 from dpsql.sql.parse import explained, parse_statements
-from dpsql.synth.synthesize import METHODS
+from dpsql.synth.synthesize import METHODS, column_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -387,7 +387,7 @@ def _workload(text: str):
         return int(text)
     if text.strip().lower().endswith(".sql"):
         return _read_text(text.strip(), "the --workload file")
-    return [tuple(c.strip() for c in group.split(",") if c.strip()) for group in text.split(";") if group.strip()]
+    return column_groups(text)
 
 
 def _synth_options(given: Sequence[str], rounds: int | None) -> dict[str, Any]:

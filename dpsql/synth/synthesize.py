@@ -169,6 +169,18 @@ class SyntheticTable:
                 f"{self.report.to_string(index=False, float_format=lambda v: f'{v:,.2f}')}")
 
 
+def column_groups(text: str) -> list[tuple[str, ...]]:
+    """Marginals spelt as the command line's ``--workload`` spells them: groups of column names
+    separated by ``;``, names within a group by ``,``. Spaces and double quotes around a name
+    are dropped, and so are empty names and groups.
+
+    >>> column_groups('age, sex; "race";')
+    [('age', 'sex'), ('race',)]
+    """
+    groups = (tuple(c.strip().strip('"') for c in g.split(",") if c.strip().strip('"')) for g in text.split(";"))
+    return [g for g in groups if g]
+
+
 def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence[str]", schema: "Schema",
                        attributes: Sequence[Attribute]) -> list[tuple[int, ...]]:
     """Marginals (sorted attribute positions) from a workload description.
@@ -187,7 +199,9 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
     if isinstance(workload, numbers.Integral):
         k = int(workload)
         if not 1 <= k <= len(attributes):
-            raise WorkloadError(f"a {k}-way workload needs 1 <= k <= {len(attributes)} attributes")
+            have = f"{len(attributes)} attribute" + ("s" if len(attributes) != 1 else "")
+            raise WorkloadError(f"workload={k} asks for every {k}-way marginal, but the table has {have}: give k from "
+                                f"1 to {len(attributes)}")
         if math.comb(len(attributes), k) > MAX_MEASURED_CELLS:
             raise ResourceLimitError(f"workload={k} has {math.comb(len(attributes), k):,} marginals, more than the "
                                      f"limit of {MAX_MEASURED_CELLS:,} cells; choose a list of marginals")
@@ -200,10 +214,10 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
         unknown = [w for w in texts if w.strip().isidentifier() and w.strip().lower() not in names]
         if unknown:  # a bare word is a column name, never a statement
             raise _unknown_column(unknown[0].strip(), "the workload", attributes)
-        listed = next((w for w in texts if w.lower() not in names and
-                       all(c.strip().strip('"').lower() in names for g in w.split(";") for c in g.split(","))), None)
+        listed = next((w for w in texts if w.lower() not in names and column_groups(w) and
+                       all(c.lower() in names for g in column_groups(w) for c in g)), None)
         if listed is not None:  # "age, sex" or "age,sex;race": marginals spelt as the command line's --workload
-            marginals = ", ".join(repr(tuple(c.strip().strip('"') for c in g.split(","))) for g in listed.split(";"))
+            marginals = ", ".join(repr(g) for g in column_groups(listed))
             raise WorkloadError(f"{listed!r:.80} names columns, not a statement: give a marginal as a tuple of "
                                 f"names, workload=[{marginals:.120}]")
         known = [w for w in texts if w.lower() in names]
