@@ -169,6 +169,25 @@ def test_lines_read_as_no_row_are_reported_to_the_owner(tmp_path):
         draft_schema(path)
 
 
+def test_a_file_of_a_header_alone_is_read_as_no_rows(tmp_path):
+    """A CSV file of its header line alone made ``schema draft``, ``validate``, ``query`` and ``synth``
+    fail with "unexpected TypeError" (counting its unread lines summed no line: NULL, not 0), and the
+    draft called each column "only NULLs". Oracle: the file has no line after its header."""
+    path = tmp_path / "empty.csv"
+    path.write_text("a,b\n")
+    assert draft_schema(path).splitlines()[-2:] == ["  # a: no rows to draft it from; left out",
+                                                    "  # b: no rows to draft it from; left out"]
+    schema = {"table": "empty", "columns": {"a": {"type": "integer", "min": 0, "max": 3},
+                                            "b": {"type": "categorical", "values": ["x", "y"]}}}
+    report = validate(path, schema)
+    assert (report.rows, report.unread_lines, report.problems()) == (0, {}, 0)
+    db = dpsql.connect(path, schema=schema, budget=dpsql.Budget(epsilon=1.0), cache=False, progress=False)
+    db.query("SELECT COUNT(*) FROM empty", epsilon=0.5)
+    with pytest.warns(UserWarning, match="the table's size is mostly noise"):
+        syn = db.synthesize("pgm", workload=[("a", "b")], epsilon=0.5, name="s")
+    assert syn.df.columns.tolist() == ["a", "b"]
+
+
 def test_a_semicolon_separated_file_is_read_with_delimiter(tmp_path, capsys):
     """A European export separates fields with ``;`` (commas are decimal marks): read at commas, its
     header was one field and no line a row, and the command line had no way to give the delimiter

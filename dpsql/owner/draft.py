@@ -215,7 +215,8 @@ def _column(backend: DuckDBBackend, table: str, name: str, family: str, max_valu
     elif family == "string" and distinct:
         return f"  # {name}: {distinct:,} distinct values, too many to list: declare a public list, or leave it out"
     else:
-        why = "only NULLs" if family in ("int", "uint", "float", "decimal", "string", "null", "bool", "date") else \
+        why = "no rows to draft it from" if not rows else \
+            "only NULLs" if family in ("int", "uint", "float", "decimal", "string", "null", "bool", "date") else \
             "a type no domain holds (a time, a TIMESTAMP WITH TIME ZONE, a list...): cast it in a view"
         return f"  # {name}: {why}; left out"
     if nulls:

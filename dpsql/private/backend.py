@@ -902,7 +902,7 @@ def csv_unread_lines(con: "duckdb.DuckDBPyConnection", source: CSV, rows: int) -
                                                          exp.Literal.string(""))))
     odd = exp.EQ(this=exp.Mod(this=exp.Paren(this=quotes), expression=exp.Literal.number(2)),
                  expression=exp.Literal.number(1))
-    utf8, unclosed = (int(n) for n in con.execute(exp.select(exp.func("count_if", nonempty), exp.func("count_if", odd))
+    utf8, unclosed = (int(n or 0) for n in con.execute(exp.select(exp.func("count_if", nonempty), exp.func("count_if", odd))
                                                   .from_(read).sql("duckdb")).fetchone())
     lines = _count_lines(source.path) - (source.names is None)
     unread = {reason: n for reason, n in (("not_utf8", lines - utf8), ("fields", utf8 - rows)) if n > 0}
