@@ -66,7 +66,11 @@ from dpsql.errors import ArgumentError, Error, WorkloadError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ReleasedData", "Slot", "locked_database"]
+__all__ = ["ReleasedData", "SYNTH_SCHEMA", "Slot", "locked_database"]
+
+#: The schema on the analyst's DuckDB where each private table's latest synthetic table is a view
+#: under the private table's own name (``synth.adult``).
+SYNTH_SCHEMA = "synth"
 
 
 def locked_database(*setup: str) -> duckdb.DuckDBPyConnection:

@@ -396,6 +396,18 @@ def test_qualified_table_names_are_refused(sql, construct):
     assert (info.value.line, info.value.column) == (1, sql.index("FROM") + 6)
 
 
+@pytest.mark.parametrize("sql, name", [("SELECT COUNT(*) FROM synth.t", "synth.t"),
+                                       ('SELECT COUNT(*) FROM "Synth"."t" AS s', "synth.t")])
+def test_a_synthetic_table_in_a_private_statement_is_pointed_to_released_data(sql, name):
+    """``FROM synth.t`` (a synthetic table, as the docs name it) was told to "write FROM t": the private
+    table, which spends budget on what was free."""
+    with pytest.raises(E.UnsupportedSQLError) as info:
+        compile_batch(sql, SCHEMA)
+    assert str(info.value).startswith(f"{name} is a synthetic table, released data: query it free with "
+                                      "db.released.sql(...) in Python, or the file dpsql synth --out wrote; FROM t "
+                                      "reads the private table and spends budget")
+
+
 @pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM t WHERE main.t.age > 3",
                                  "SELECT COUNT(*) FROM t WHERE memory.main.t.age > 3",
                                  "SELECT COUNT(*) FROM t AS x(a, b) WHERE a = 1"])

@@ -45,6 +45,7 @@ from sqlglot import exp
 
 from dpsql import limits
 from dpsql.errors import DomainError, GroupingError, SQLError, UnknownColumnError, UnsupportedSQLError, did_you_mean
+from dpsql.released import SYNTH_SCHEMA
 from dpsql.schema import Binned, DateRange, Schema
 from dpsql.sql import sandbox
 from dpsql.sql.affine import affine_aggregates
@@ -676,9 +677,7 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
         if allowed is None or (type(node) is exp.Distinct and not _plain_distinct(tree, node)):
             _refuse_node(node, ctx)
         if type(node) is exp.Table and (node.args.get("db") or node.args.get("catalog")):
-            name = node.sql(dialect="duckdb")
-            ctx.fail(UnsupportedSQLError, f"a qualified table name ({name}) is not supported: write FROM "
-                     f"{schema.table}", name, node)
+            ctx.fail(UnsupportedSQLError, _qualified(node, schema), node.sql(dialect="duckdb"), node)
         for key in set_args(node):
             if key not in allowed or (type(node) is exp.Ordered and key == "nulls_first"
                                       and node.args[key] is True):
@@ -699,6 +698,17 @@ def _check_supported(tree: exp.Expression, schema: Schema, ctx: "_Context") -> N
             except ValueError:
                 ctx.fail(UnsupportedSQLError, f"cannot read the number {node.this[:40]!r}", f"number {node.this[:40]}",
                          node)
+
+
+def _qualified(table: exp.Table, schema: Schema) -> str:
+    """Why a private statement may not name ``table`` with a schema or a catalog. ``synth.t``, a
+    synthetic table (:data:`~dpsql.released.SYNTH_SCHEMA`), is released data, queried free elsewhere:
+    the generic fix, the private table's name, would spend budget on the private table instead."""
+    name = table.sql(dialect="duckdb")
+    if table.text("db").lower() == SYNTH_SCHEMA and not table.args.get("catalog"):
+        return (f"{SYNTH_SCHEMA}.{table.name} is a synthetic table, released data: query it free with db.released.sql(...) in Python, "
+                f"or the file dpsql synth --out wrote; FROM {schema.table} reads the private table and spends budget")
+    return f"a qualified table name ({name}) is not supported: write FROM {schema.table}"
 
 
 def _refuse_node(node: exp.Expression, ctx: "_Context") -> None:
@@ -740,8 +750,7 @@ def _check_from(tree: exp.Select, schema: Schema, ctx: _Context) -> tuple[str, s
         ctx.fail(UnsupportedSQLError, f"FROM must name the table {schema.table!r}",
                  construct_name(src), src)
     if src.args.get("db") or src.args.get("catalog"):
-        ctx.fail(UnsupportedSQLError, f"a qualified table name ({src.sql(dialect='duckdb')}) is not supported: "
-                 f"write FROM {schema.table}", src.sql(dialect="duckdb"), src)
+        ctx.fail(UnsupportedSQLError, _qualified(src, schema), src.sql(dialect="duckdb"), src)
     if src.name.lower() != schema.table.lower():
         ctx.fail(UnknownColumnError, f"unknown table {src.name!r}{did_you_mean(src.name, [schema.table])}; the "
                  f"schema declares {schema.table!r}", f"table {src.name!r}", src)

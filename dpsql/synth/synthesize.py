@@ -38,6 +38,7 @@ from dpsql.privacy import Gaussian, Laplace, NoiseModel
 from dpsql.private.budget import MIN_EPSILON, ZCDP, Budget, Cost
 from dpsql.private.kernel import PrivateTable, Reservation
 from dpsql.private.measure import MAX_GROUPING_SETS
+from dpsql.released import SYNTH_SCHEMA
 from dpsql.schema import Attribute, Binned
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import lone_surrogate
@@ -124,9 +125,6 @@ if TYPE_CHECKING:
     from dpsql.schema import Schema
 
 METHODS = ("mwem", "dualquery", "fem", "pgm", "aim", "mst")
-#: The schema on the analyst's DuckDB where each private table's latest synthetic table is a view
-#: under the private table's own name (``synth.adult``).
-SYNTH_SCHEMA = "synth"
 #: With no workload given, every marginal of this many attributes is the target (AIM's default).
 DEFAULT_WAY = 3
 
@@ -158,7 +156,7 @@ class SyntheticTable:
         """``query``, SQL written for the private table, run unchanged (and free) on this synthetic
         table: the private table's name, unqualified, is this table there (DuckDB's SQL on
         released data only). The latest synthetic table of a private table ``t`` is also
-        ``synth.t`` on :attr:`dpsql.Connection.released` (:data:`SYNTH_SCHEMA`)."""
+        ``synth.t`` on :attr:`dpsql.Connection.released` (:data:`~dpsql.released.SYNTH_SCHEMA`)."""
         return self._released.under(self.private_table, self.name).sql(query)
 
     def __repr__(self) -> str:
