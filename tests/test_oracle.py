@@ -320,3 +320,29 @@ def test_the_mip_oracle_prints_nothing():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout == ""
+
+
+def test_the_local_search_runs_its_small_products_in_one_blas_thread(monkeypatch):
+    """OpenBLAS split the search's records × queries by queries × values products over its threads
+    once about 25 queries were active; on two cores shared with other work FEM's rounds took 20 to 50
+    times as long, past the time they were priced at. Oracle: the thread count BLAS reports inside
+    the search, with two threads allowed outside it."""
+    from threadpoolctl import ThreadpoolController
+
+    from dpsql.hdmm.optimize.threads import blas_threads
+    from dpsql.synth import perturbed_responses
+    from dpsql.synth.oracle import heuristic
+
+    seen = []
+    real = heuristic.allows_many
+
+    def counting(*args):
+        seen.append({p["num_threads"] for p in ThreadpoolController().select(user_api="blas").info()})
+        return real(*args)
+
+    monkeypatch.setattr(heuristic, "allows_many", counting)
+    queries = [Conjunction.from_cell((0, 1), (v, w)) for v in range(3) for w in range(4)]
+    with blas_threads(2):
+        perturbed_responses((3, 4), queries, np.ones(len(queries)), np.zeros((5, 7)), seed=0)
+        assert {p["num_threads"] for p in ThreadpoolController().select(user_api="blas").info()} == {2}
+    assert seen and all(s == {1} for s in seen)

@@ -8,6 +8,12 @@ starts and random perturbations ("heuristic" and the first stage of "auto" in
 batched over many linear perturbations of one objective, for FEM. It finds
 good records fast but proves nothing; the MIP (:mod:`dpsql.synth.oracle.mip`)
 certifies.
+
+Those products are small (records × queries by queries × values), and BLAS runs them in one
+thread each (:func:`~dpsql.hdmm.optimize.threads.blas_threads`): left to start one thread per
+core, OpenBLAS split them once about 25 queries were active, and on two cores shared with other
+work FEM's rounds took 20 to 50 times as long (0.5 s a round against 0.02 s, 2,000 rows of six
+columns, one with 400 values), past the time it was priced at.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from dpsql.errors import WorkloadError
+from dpsql.hdmm.optimize.threads import blas_threads
 from dpsql.synth.oracle.compiled import CompiledProblem, allows_many, unsatisfied_many, values_many
 from dpsql.synth.oracle.problem import Response, Seed
 from dpsql.synth.oracle.queries import Conjunction
@@ -77,32 +84,33 @@ def _climb_batch(problem: CompiledProblem, linear: np.ndarray, records: np.ndarr
     whose literal on ``i`` allows ``v``: one small matrix product per
     attribute. A move is taken only when it strictly improves, so the loop ends.
     """
-    unsat = unsatisfied_many(problem, records)
-    changed = True
-    while changed and time.monotonic() < deadline:
-        changed = False
-        for i in rng.permutation(len(problem.domain)):
-            if problem.domain[i] == 1:
-                continue
-            lo, hi = problem.offsets[i], problem.offsets[i + 1]
-            score = linear[:, lo:hi].copy()
-            qs, mask = problem.attr_queries[i], problem.attr_masks[i]
-            if len(qs):
-                current = allows_many(problem, i, records[:, i])
-                others_hold = (unsat[:, qs] - ~current) == 0
-                score += np.asarray((others_hold * problem.weights[qs]) @ mask)
-            rows = np.arange(len(records))
-            best = np.argmax(score, axis=1)
-            now = score[rows, records[:, i]]
-            better = score[rows, best] > now + 1e-12 * (1.0 + np.abs(now))
-            if not better.any():
-                continue
-            if len(qs):
-                moved = rows[better]
-                unsat[np.ix_(moved, qs)] += (current[better].astype(np.int64)
-                                             - allows_many(problem, i, best[better]))
-            records[better, i] = best[better]
-            changed = True
+    with blas_threads(1):  # small products: threads only add their overhead (see the module docstring)
+        unsat = unsatisfied_many(problem, records)
+        changed = True
+        while changed and time.monotonic() < deadline:
+            changed = False
+            for i in rng.permutation(len(problem.domain)):
+                if problem.domain[i] == 1:
+                    continue
+                lo, hi = problem.offsets[i], problem.offsets[i + 1]
+                score = linear[:, lo:hi].copy()
+                qs, mask = problem.attr_queries[i], problem.attr_masks[i]
+                if len(qs):
+                    current = allows_many(problem, i, records[:, i])
+                    others_hold = (unsat[:, qs] - ~current) == 0
+                    score += np.asarray((others_hold * problem.weights[qs]) @ mask)
+                rows = np.arange(len(records))
+                best = np.argmax(score, axis=1)
+                now = score[rows, records[:, i]]
+                better = score[rows, best] > now + 1e-12 * (1.0 + np.abs(now))
+                if not better.any():
+                    continue
+                if len(qs):
+                    moved = rows[better]
+                    unsat[np.ix_(moved, qs)] += (current[better].astype(np.int64)
+                                                 - allows_many(problem, i, best[better]))
+                records[better, i] = best[better]
+                changed = True
 
 
 def perturbed_responses(domain: Sequence[int], queries: Sequence[Conjunction], weights: Sequence[float] | np.ndarray,
