@@ -570,6 +570,21 @@ def test_synth_without_a_workload_makes_pythons_default_choice(data, tmp_path, c
     assert triples(syn.report.marginal) and triples(shown) == triples(syn.report.marginal)
 
 
+def test_a_warning_is_one_line_in_the_command_lines_words(data, tmp_path, capsys):
+    """A synthesis warning was Python's display: the ``dpsql`` script's file and line, ``UserWarning``,
+    then ``sys.exit(main())``, mid progress bar, with Python's advice ("pass rows= to choose it").
+    Now it is one ``dpsql: warning:`` line naming the flag."""
+    ledger, out = tmp_path / "l.ledger", tmp_path / "syn.csv"
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--budget-epsilon", "2", "--epsilon", "0.001", "--workload", "region,sex", "--out", str(out))
+    assert rc == 0, err
+    lines = err.replace("\r", "\n").splitlines()
+    (warned,) = [line for line in lines if "mostly noise" in line]
+    assert warned.startswith("dpsql: warning: the noisy row count is ") and warned.endswith(
+        ": at this spend the table's size is mostly noise (give --rows to choose it)")
+    assert not any("UserWarning" in line or "sys.exit" in line for line in lines)
+
+
 def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, capsys):
     db_file = tmp_path / "people.duckdb"
     with duckdb.connect(str(db_file)) as c:

@@ -344,5 +344,5 @@ def test_the_local_search_runs_its_small_products_in_one_blas_thread(monkeypatch
     queries = [Conjunction.from_cell((0, 1), (v, w)) for v in range(3) for w in range(4)]
     with blas_threads(2):
         perturbed_responses((3, 4), queries, np.ones(len(queries)), np.zeros((5, 7)), seed=0)
-        assert {p["num_threads"] for p in ThreadpoolController().select(user_api="blas").info()} == {2}
+        assert 2 in {p["num_threads"] for p in ThreadpoolController().select(user_api="blas").info()}
     assert seen and all(s == {1} for s in seen)

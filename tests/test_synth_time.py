@@ -77,13 +77,13 @@ def test_the_defaults_fit_the_default_limit(method, kwargs):
 def test_fems_rounds_are_priced_growing_with_the_cells_selected_before():
     """FEM's local search climbs the leader's loss over every cell selected before, so its rounds
     grow longer (the default spend on every triple of 7 columns planned 2,911 rounds as 291 s and
-    ran about 1,300). 600 rounds priced alike were 60 s; with the growth they pass 75 s: refused,
+    ran about 1,300). 600 rounds priced alike were 60 s; with the growth they pass 90 s: refused,
     nothing spent."""
     db = _db()
     with pytest.raises(ResourceLimitError, match=r"FEM with rounds=600 with samples=50 would run for about "
-                                                 r"[\d,]+ s.*, more than max_seconds=75") as e:
-        db.synthesize("fem", workload=3, epsilon=1.0, delta=1e-6, rounds=600, max_seconds=75, name="s")
-    assert int(re.search(r"about ([\d,]+) s", str(e.value)).group(1).replace(",", "")) > 80
+                                                 r"[\d,]+ s.*, more than max_seconds=90") as e:
+        db.synthesize("fem", workload=3, epsilon=1.0, delta=1e-6, rounds=600, max_seconds=90, name="s")
+    assert int(re.search(r"about ([\d,]+) s", str(e.value)).group(1).replace(",", "")) > 100
     assert db.ledger.entries() == []
 
 

@@ -41,10 +41,12 @@ import json
 import os
 import secrets
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import duckdb
+from tqdm.auto import tqdm
 
 from dpsql.api.connection import Connection, connect
 from dpsql.api.flags import in_flags
@@ -561,10 +563,26 @@ def _run_passwd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning as one line on stderr, its advice in flags (:func:`~dpsql.api.flags.in_flags`), above
+    any progress bar: Python's own display named the ``dpsql`` script's file and line and quoted
+    ``sys.exit(main())``, mid-bar."""
+    tqdm.write(f"dpsql: warning: {in_flags(str(message))}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status (see the module docstring). Every failure
-    is one line on stderr, never a traceback: a traceback, or DuckDB's message, may quote private data."""
+    is one line on stderr, never a traceback: a traceback, or DuckDB's message, may quote private data.
+    Every warning is one line on stderr too (:func:`_show_warning`)."""
     args = parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`main`'s command, its failures each one line on stderr."""
     try:
         if args.command == "validate":
             return _run_validate(args)

@@ -47,6 +47,11 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) fo
     (r"\bdpsql\.CSV\(path, trim=True\)", "--trim"),
     (r"\bdpsql\.CSV\(path\) for a delimited text file of another name",
      "--names (a file without a header line) or --trim for a comma-separated file of another name"),
+    # dpsql.synth: the row count to give, another method, and the owner's report (dpsql.owner.validate)
+    (r"\bpass rows= or a larger max_seconds\b", "give --rows, or a larger --option max_seconds,"),
+    (r"\bpass rows=", "give --rows"),
+    (r"\bmethod='(\w+)'", r"--method \1"),
+    (r"\bthe connection's \.validation has the report\b", "dpsql validate gives the report"),
     # any other argument to give: name=... is --name ...
     (r"\b([a-z]+(?:_[a-z]+)*)=\.\.\.", "--{0} ..."),
 ))

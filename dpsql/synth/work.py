@@ -21,10 +21,13 @@ unit                       seconds     measured
 :data:`READ`               0.25        MWEM, 1 replay: 10 rounds (2 reads each) 1.76 s, 16 rounds 7.8 s
 :data:`STEP`               1e-4        MWEM: 40 rounds, 400 replays (328,000 updates): 36.6 s
 :data:`FEM_ROUND`          0.1         FEM: 320 rounds of 10 records: 11.6 s; 90 of 50: 4.1 to 13.3 s
-:data:`FEM_QUERY`          3e-6        FEM, local search: 1,200 rounds of 50 records over every triple of
-                                       7 attributes, 92 s (load 2): a round took 21 ms and 83 µs more
-                                       per cell selected before (294 s at load 3 while BLAS split the
-                                       search's small products over threads: :mod:`~dpsql.synth.oracle`)
+:data:`FEM_QUERY`          6e-6        FEM, local search: 1,200 rounds of 50 records over every triple of
+                                       7 attributes, 294 s (load 3); a round's search took 23 ms with 24
+                                       cells selected before, 50 ms with 440, 430 ms with 700 to 900. With
+                                       the search in one BLAS thread (:mod:`dpsql.synth.oracle.heuristic`)
+                                       they took 92 s (load 2), 21 ms a round and 83 µs more per cell
+                                       selected; priced at 3e-6, the default on that table planned 2,212
+                                       rounds and ran 692 s of its 600 at load 4, so the price stays
 :data:`REFINE_STEP`        2e-4        PGM: 3,000 sweeps of 6 marginals, 1,000 rows: 2.68 s
 :data:`REFINE_ROW`         1e-7        PGM: 300 sweeps of 6 marginals, 100,000 rows: 9.2 s
 :data:`CELL`               2e-8        MWEM: 5 rounds, 2,283 replays on a group of 31,680 cells
@@ -113,7 +116,7 @@ FEM_ROUND = 0.1
 #: ...and, with the local-search oracle, per record and per cell selected in an earlier round (the
 #: leader's loss the search climbs): 2,911 rounds priced at their first round's cost, 291 s, took
 #: about 1,300 s (:func:`fem_seconds`).
-FEM_QUERY = 3e-6
+FEM_QUERY = 6e-6
 #: One refinement step (one measured marginal in one sweep, :mod:`dpsql.synth.refine`), besides its rows...
 REFINE_STEP = 2e-4
 #: ...and per record it moves among.
@@ -181,7 +184,7 @@ def fem_seconds(rounds: int, each: float, samples: int, cells: int, growth: floa
     time limit caps).
 
     >>> round(fem_seconds(1200, 0.1, 50, 10_000)), round(fem_seconds(1200, 0.1, 50, 100))
-    (228, 137)
+    (336, 154)
     """
     full = max(rounds - 1 - cells, 0)  # rounds after every cell was selected once
     earlier = min(rounds, cells + 1) * (min(rounds, cells + 1) - 1) / 2 + full * cells
