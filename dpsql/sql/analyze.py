@@ -234,7 +234,7 @@ def _analyze(stmt: Statement, schema: Schema) -> QueryPlan:
     where = _check_where(tree, schema, ctx)
     keys, key_exprs, sets = _read_group_by(tree, items, select_aliases, schema, ctx)
     grouped = tree.args.get("group") is not None or tree.args.get("distinct") is not None
-    key_of_item = _match_items_to_keys(items, key_exprs, grouped, ctx)
+    key_of_item = _match_items_to_keys(items, key_exprs, grouped, schema, ctx)
     names, refusal = _duckdb_names(stmt, schema, len(items))
     outputs, aggregates, used_names, computed = _name_outputs(items, keys, key_of_item, schema, ctx, names)
     set_column = _unique("grouping_set", used_names) if sets is not None else None
@@ -482,9 +482,10 @@ def _expand_sets(g: exp.Expression, key: Callable[[exp.Expression], int], ctx: _
     return [(key(g),)]
 
 
-def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], grouped: bool,
+def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], grouped: bool, schema: Schema,
                          ctx: _Context) -> dict[int, int]:
-    """Map each non-aggregate select item to its group key, refusing an item that is not a key."""
+    """Map each non-aggregate select item to its group key, refusing an item that is not a key (an
+    unknown column in it first: ``SELECT oops FROM t`` was told about GROUP BY)."""
     key_of_item: dict[int, int] = {}
     for i, (alias, body, is_agg) in enumerate(items):
         if is_agg:
@@ -496,6 +497,7 @@ def _match_items_to_keys(items: list[_Item], key_exprs: list[exp.Expression], gr
             continue
         match = next((k for k, e in enumerate(key_exprs) if _same(body, e)), None)
         if match is None:
+            _check_known(body, schema, ctx)
             construct = f"column {body.name!r}" if isinstance(body, exp.Column) else construct_name(body)
             if not grouped and _first_aggregate_in_items(items):
                 msg = "a non-aggregate select item needs GROUP BY"

@@ -76,8 +76,14 @@ class MarginalCells:
 
 
 def marginal_name(attributes: Sequence, subset: Sequence[int]) -> str:
-    """How reports name a marginal: its attributes' names joined by `` x ``."""
-    return " x ".join(attributes[a].name for a in subset)
+    """How reports name a marginal: its attributes' names joined by `` x ``; the row count, the
+    marginal of no attribute, is ``(rows)`` (a report showed it as a blank name).
+
+    >>> from types import SimpleNamespace as A
+    >>> marginal_name([A(name="age"), A(name="sex")], (0, 1)), marginal_name([A(name="age")], ())
+    ('age x sex', '(rows)')
+    """
+    return " x ".join(attributes[a].name for a in subset) or "(rows)"
 
 
 def random_marginals(attributes: int, k: int, count: int | None = None, seed: int | None = None) -> list[tuple[int, ...]]:

@@ -163,10 +163,20 @@ class Work:
         if self.seconds <= limit:
             return
         what, seconds = max(self.terms, key=lambda t: t[1])
-        others = f" ({self.seconds:,.0f} s in all)" if seconds < self.seconds else ""
-        raise ResourceLimitError(f"{self.method} with {what} would run for about {seconds:,.0f} s{others}, more "
+        others = f" ({_shown(self.seconds)} s in all)" if seconds < self.seconds else ""
+        raise ResourceLimitError(f"{self.method} with {what} would run for about {_shown(seconds)} s{others}, more "
                                  f"than max_seconds={limit:g}; choose smaller options, or raise max_seconds "
                                  "(estimates: dpsql.synth.work)")
+
+
+def _shown(seconds: float) -> str:
+    """Seconds as an estimate reads: whole seconds, or two significant digits below 10 ("about 0 s,
+    more than max_seconds=0.01" told nothing).
+
+    >>> _shown(1234.5), _shown(0.0123), _shown(2.5)
+    ('1,234', '0.012', '2.5')
+    """
+    return f"{seconds:,.0f}" if seconds >= 10 else f"{seconds:.2g}"
 
 
 def fitting(limit: float, fixed: float, each: float, most: int) -> int:
