@@ -244,8 +244,8 @@ def test_a_comment_over_two_lines_is_named_as_the_cause(tmp_path):
     assert (unclosed, report.rows, report.unread_lines) == (40, 20, {"fields": 30})
     assert report.unread_note.endswith(
         "; 40 lines of the file hold an unclosed double quote: a quoted value holding a line break is read a line at "
-        "a time (its first line, up to the break, is a row with that value cut short), so replace the line breaks "
-        "inside values)")
+        "a time (a line of it with the header's number of fields, the first or the last, is a row holding part of "
+        "that value), so replace the line breaks inside values)")
 
 
 def test_a_column_name_in_another_case_of_a_non_ascii_letter_is_refused_with_duckdbs_candidate():

@@ -946,8 +946,9 @@ def _unread_note(source: CSV, unread: dict[str, int], unclosed: int) -> str:
                    f"--delimiter {other!r} or dpsql.CSV(path, delimiter={other!r})")
     if unclosed:
         fields += (f"; {unclosed:,} line{'' if unclosed == 1 else 's'} of the file hold an unclosed double quote: a "
-                   "quoted value holding a line break is read a line at a time (its first line, up to the break, is "
-                   "a row with that value cut short), so replace the line breaks inside values")
+                   "quoted value holding a line break is read a line at a time (a line of it with the header's number "
+                   "of fields, the first or the last, is a row holding part of that value), so replace the line "
+                   "breaks inside values")
     fixes = {"not_utf8": "not UTF-8 or too long (save the file as UTF-8)",
              "fields": f"with another number of fields than the header or text after a closing quote ({fields})"}
     total = sum(unread.values())
