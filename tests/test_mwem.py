@@ -379,8 +379,8 @@ def test_workload_descriptions():
     # a list of names alone is their one-way marginals (it was compiled as SQL, and refused)
     assert workload_marginals(["b", "D"], schema, attrs) == [(1,), (3,)] == workload_marginals("b;d".split(";"),
                                                                                               schema, attrs)
-    with pytest.raises(WorkloadError, match="^workload=7 asks for every 7-way marginal, but the table has 4 attributes: "
-                                            "give k from 1 to 4$"):
+    with pytest.raises(WorkloadError, match="^workload=7 asks for every 7-way marginal, but the table has 4 "
+                                            "attributes: give k from 1 to 4$"):
         workload_marginals(7, schema, attrs)
     with pytest.raises(WorkloadError, match="group keys alone, as in SELECT DISTINCT"):
         workload_marginals("SELECT DISTINCT a FROM t", schema, attrs)

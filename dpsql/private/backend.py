@@ -902,8 +902,9 @@ def csv_unread_lines(con: "duckdb.DuckDBPyConnection", source: CSV, rows: int) -
                                                          exp.Literal.string(""))))
     odd = exp.EQ(this=exp.Mod(this=exp.Paren(this=quotes), expression=exp.Literal.number(2)),
                  expression=exp.Literal.number(1))
-    utf8, unclosed = (int(n or 0) for n in con.execute(exp.select(exp.func("count_if", nonempty), exp.func("count_if", odd))
-                                                  .from_(read).sql("duckdb")).fetchone())
+    counts = con.execute(exp.select(exp.func("count_if", nonempty), exp.func("count_if", odd)).from_(read)
+                         .sql("duckdb")).fetchone()
+    utf8, unclosed = (int(n or 0) for n in counts)  # NULL for a file of its header alone
     lines = _count_lines(source.path) - (source.names is None)
     unread = {reason: n for reason, n in (("not_utf8", lines - utf8), ("fields", utf8 - rows)) if n > 0}
     return unread, _unread_note(source, unread, unclosed) if unread else None

@@ -708,8 +708,9 @@ def _qualified(table: exp.Table, schema: Schema) -> str:
     the generic fix, the private table's name, would spend budget on the private table instead."""
     name = table.sql(dialect="duckdb")
     if table.text("db").lower() == SYNTH_SCHEMA and not table.args.get("catalog"):
-        return (f"{SYNTH_SCHEMA}.{table.name} is a synthetic table, released data: query it free with db.released.sql(...) in Python, "
-                f"or the file dpsql synth --out wrote; FROM {schema.table} reads the private table and spends budget")
+        return (f"{SYNTH_SCHEMA}.{table.name} is a synthetic table, released data: query it free with "
+                "db.released.sql(...) in Python, or the file dpsql synth --out wrote; FROM "
+                f"{schema.table} reads the private table and spends budget")
     return f"a qualified table name ({name}) is not supported: write FROM {schema.table}"
 
 
