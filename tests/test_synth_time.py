@@ -103,3 +103,18 @@ def test_rounds_the_spend_sets_are_capped_to_max_seconds_spending_less(method, k
     assert time.perf_counter() - started < 15.0  # 3 s and fixed costs, on a loaded machine (it ran 545 s)
     assert match is None or any(re.search(match, str(w.message)) for w in caught)
     assert syn.epsilon < 100.0 and db.spent().epsilon == syn.epsilon
+
+
+def test_mwems_default_replays_are_fewer_where_they_may_not_fit():
+    """MWEM's default ``replays=100`` is priced as if its measurements merged the largest attributes;
+    past ``max_seconds`` the defaults were refused (a 2,000-row table of 6 columns: about 605 s
+    against 600, though the run took 5 s). Replays are post-processing of the same measurements,
+    so the default now takes the most that fit, with a warning; ``replays=100`` given is refused."""
+    db = _db()
+    with pytest.raises(ResourceLimitError, match=r"MWEM with rounds=10 would run for about \S+ s \(8\.8 s in all\)"):
+        db.synthesize("mwem", workload=2, epsilon=1.0, replays=100, max_seconds=7, name="s")
+    assert db.ledger.entries() == []
+    with pytest.warns(UserWarning, match=r"MWEM's default of replays=100 may not fit in max_seconds=7 \(about 9 s if "
+                                         r"its measurements merge the largest attributes\): running replays=(\d+),"):
+        syn = db.synthesize("mwem", workload=2, epsilon=1.0, max_seconds=7, name="s", seed=0)
+    assert db.spent().epsilon == pytest.approx(1.0) and len(syn.df) > 0

@@ -51,6 +51,7 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) fo
     (r"\bpass rows= or a larger max_seconds\b", "give --rows, or a larger --option max_seconds,"),
     (r"\bpass rows=", "give --rows"),
     (r"\bmethod='(\w+)'", r"--method \1"),
+    (r"\bgive replays= to choose\b", "give --option replays=N to choose"),
     (r"\bthe connection's \.validation has the report\b", "dpsql validate gives the report"),
     # any other argument to give: name=... is --name ...
     (r"\b([a-z]+(?:_[a-z]+)*)=\.\.\.", "--{0} ..."),

@@ -451,6 +451,9 @@ AIM_MIN_ROUNDS = 2
 #: Most rounds and replays MWEM takes: each round reads the private table once and each replay
 #: passes over every measurement so far, so more would run for days.
 MWEM_MAX_ROUNDS = MWEM_MAX_REPLAYS = 10_000
+#: MWEM's replays of its measurements a round (multiplicative-weights updates; post-processing) when
+#: none are given: fewer when these may not fit in ``max_seconds``.
+MWEM_REPLAYS = 100
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0
@@ -757,7 +760,7 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         raise PrivacyError(f"MWEM is pure epsilon-DP and would never use delta={total.delta!r}: leave delta out "
                            "(dualquery and fem use a delta)")
     rounds = integer("rounds", option(options, "rounds", 10), high=MWEM_MAX_ROUNDS)
-    replays = integer("replays", option(options, "replays", 100), high=MWEM_MAX_REPLAYS)
+    replays = integer("replays", option(options, "replays", MWEM_REPLAYS), high=MWEM_MAX_REPLAYS)
     init = choice("init", option(options, "init", "uniform"), INITS)
     average = flag("average", option(options, "average", False))
     limit = max_seconds(options)
@@ -779,9 +782,16 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
     def group(r: int) -> int:  # ...each on the group of attributes they merged: at most the r·k largest
         return min(MAX_GROUP_CELLS, math.prod(touched[:r * k]))
 
-    Work("MWEM", [(f"rounds={rounds}", rounds * (2 * READ + CELL * sum(sizes))),
-                  (f"rounds={rounds} and replays={replays} ({updates:,} updates)",
-                   replays * sum(r * (STEP + CELL * group(r)) for r in range(1, rounds + 1)))]).check(limit)
+    reads = rounds * (2 * READ + CELL * sum(sizes))
+    replay = sum(r * (STEP + CELL * group(r)) for r in range(1, rounds + 1))  # seconds of one replay of each round
+    if "replays" not in options and reads + replays * replay > limit and reads + replay <= limit:
+        fit = largest_integer(lambda m: reads + m * replay <= limit, "MWEM replays", upper=replays)
+        warnings.warn(f"MWEM's default of replays={replays} may not fit in max_seconds={limit:g} (about "
+                      f"{reads + replays * replay:,.0f} s if its measurements merge the largest attributes): running "
+                      f"replays={fit}, post-processing of the same measurements (give replays= to choose)")
+        replays, updates = fit, fit * rounds * (rounds + 1) // 2
+    Work("MWEM", [(f"rounds={rounds}", reads),
+                  (f"rounds={rounds} and replays={replays} ({updates:,} updates)", replays * replay)]).check(limit)
     cost = Cost(step_cost.epsilon * steps, 0.0, step_cost.rho * steps)
 
     def execute(bar: tqdm, rng: np.random.Generator) -> Outcome:
