@@ -585,6 +585,18 @@ def test_a_warning_is_one_line_in_the_command_lines_words(data, tmp_path, capsys
     assert not any("UserWarning" in line or "sys.exit" in line for line in lines)
 
 
+def test_the_reports_warnings_are_in_the_command_lines_words(data, tmp_path, capsys):
+    """The report's warnings, printed after the table, kept Python's advice ("use method='pgm'")."""
+    ledger, out = tmp_path / "l.ledger", tmp_path / "syn.csv"
+    rc, stdout, err = run(capsys, "synth", "--data", data["parquet"], "--schema", data["yaml"], "--ledger", str(ledger),
+                          "--budget-epsilon", "2", "--budget-delta", "1e-5", "--epsilon", "1", "--delta", "1e-6",
+                          "--method", "fem", "--rounds", "2", "--workload", "region,sex", "--out", str(out))
+    assert rc == 0, err
+    (warned,) = [line for line in stdout.splitlines() if "expect a table near uniform" in line]
+    assert warned.startswith("-- warning: FEM finds a cell off by 5% of the rows only on tables of more than about ")
+    assert warned.endswith("--method pgm measures the marginals instead")
+
+
 def test_public_table_marked_by_the_owner_on_the_command_line(data, tmp_path, capsys):
     db_file = tmp_path / "people.duckdb"
     with duckdb.connect(str(db_file)) as c:

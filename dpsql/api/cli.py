@@ -430,7 +430,7 @@ def _run_synth(args: argparse.Namespace) -> int:
     try:
         syn = db.synthesize(args.method, workload=args.workload_value, epsilon=args.epsilon, delta=args.delta,
                             rho=args.rho, rows=args.rows, seed=args.seed, **options)
-        print(syn)
+        print("\n".join(in_flags(line) if line.startswith("-- warning: ") else line for line in repr(syn).splitlines()))
         if args.out:
             _write_atomic(syn.df, Path(args.out))
             print(f"-- wrote {len(syn.df):,} rows to {args.out}")
