@@ -212,11 +212,12 @@ def workload_marginals(workload: "int | Sequence[Sequence[str]] | str | Sequence
         unknown = [w for w in texts if w.strip().isidentifier() and w.strip().lower() not in names]
         if unknown:  # a bare word is a column name, never a statement
             raise _unknown_column(unknown[0].strip(), "the workload", attributes)
-        listed = next((w for w in texts if w.lower() not in names and column_groups(w) and
-                       all(c.lower() in names for g in column_groups(w) for c in g)), None)
+        listed = next(((w, groups) for w, groups in ((w, column_groups(w)) for w in texts if w.lower() not in names)
+                       if groups and all(c.lower() in names for g in groups for c in g)), None)
         if listed is not None:  # "age, sex" or "age,sex;race": marginals spelt as the command line's --workload
-            marginals = ", ".join(repr(g) for g in column_groups(listed))
-            raise WorkloadError(f"{listed!r:.80} names columns, not a statement: give a marginal as a tuple of "
+            text, groups = listed
+            marginals = ", ".join(repr(g) for g in groups)
+            raise WorkloadError(f"{text!r:.80} names columns, not a statement: give a marginal as a tuple of "
                                 f"names, workload=[{marginals:.120}]")
         known = [w for w in texts if w.lower() in names]
         if known:
@@ -775,21 +776,23 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         raise _refine(e, f"MWEM with rounds={rounds} splits {budget.describe(total)} into {steps} steps of "
                          f"epsilon={step_eps!r}, too small to measure; spend more or use fewer rounds") from None
     sizes = [math.prod(a.cells for a in (attributes[i] for i in m)) for m in request.marginals]
-    updates = replays * rounds * (rounds + 1) // 2  # round r replays its r measurements...
     touched = sorted((attributes[a].cells for a in set().union(*request.marginals)), reverse=True)
     k = max(len(m) for m in request.marginals)
 
-    def group(r: int) -> int:  # ...each on the group of attributes they merged: at most the r·k largest
+    def group(r: int) -> int:
+        """Cells of a replay in round ``r``: its ``r`` measurements, each on the group of attributes
+        they merged, at most the ``r·k`` largest."""
         return min(MAX_GROUP_CELLS, math.prod(touched[:r * k]))
 
     reads = rounds * (2 * READ + CELL * sum(sizes))
     replay = sum(r * (STEP + CELL * group(r)) for r in range(1, rounds + 1))  # seconds of one replay of each round
     if "replays" not in options and reads + replays * replay > limit and reads + replay <= limit:
-        fit = largest_integer(lambda m: reads + m * replay <= limit, "MWEM replays", upper=replays)
+        fit = fitting(limit, reads, replay, replays)
         warnings.warn(f"MWEM's default of replays={replays} may not fit in max_seconds={limit:g} (about "
                       f"{reads + replays * replay:,.0f} s if its measurements merge the largest attributes): running "
                       f"replays={fit}, post-processing of the same measurements (give replays= to choose)")
-        replays, updates = fit, fit * rounds * (rounds + 1) // 2
+        replays = fit
+    updates = replays * rounds * (rounds + 1) // 2
     Work("MWEM", [(f"rounds={rounds}", reads),
                   (f"rounds={rounds} and replays={replays} ({updates:,} updates)", replays * replay)]).check(limit)
     cost = Cost(step_cost.epsilon * steps, 0.0, step_cost.rho * steps)
