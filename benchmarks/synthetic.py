@@ -73,6 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -122,20 +123,29 @@ PROXIES = {"passengers": (1_309, [3, 2, 81, 9, 7, 513, 3, 2]),
            # shapes no default was chosen on: they check the defaults (sessions 15 and 16)
            "mixed20k": (20_000, [60, 2, 2, 9, 14, 5, 3, 25, 7, 2, 11]),
            "small8k": (8_000, [40, 12, 8, 5, 3, 2, 30, 7, 4, 16])}
+#: A proxy with the relations real tables have and the Dirichlet networks above lack, in the shape
+#: of loan records (the FEM paper's LOANS columns, ../shared/data/loans-domain.json): functional
+#: dependencies (state → region, sub-grade → grade), a near-copy (the funded amount is the loan
+#: amount in 90% of rows, one bin off otherwise) and ordered relations (the rate by sub-grade, the
+#: income by amount). Rows by name; drawn by :func:`loan_records` (session 20).
+LOANS = {"loans20k": 20_000}
 
 
-def generate_proxy(name: str, seed: int = 42) -> tuple[str, str]:
-    """A proxy table (:data:`PROXIES`) drawn from a seeded random Bayesian network, written as an
-    integer-coded CSV and its domain file in a temporary folder (never committed): each column
-    depends on one or two earlier ones (two when their values' pairs are at most 200) through
-    conditional distributions drawn from a Dirichlet(0.5), so that its 3-way marginals carry
-    dependence a model must learn. Returns the two paths."""
-    rows, sizes = PROXIES[name]
-    folder = os.path.join(tempfile.gettempdir(), "dpsql_proxies")
-    csv, domain = os.path.join(folder, f"{name}.csv"), os.path.join(folder, f"{name}-domain.json")
-    if os.path.exists(csv) and os.path.exists(domain):
-        return csv, domain
-    rng = np.random.default_rng(seed)
+def _conditional(rng: np.random.Generator, parent: np.ndarray, values: int, alpha: float) -> np.ndarray:
+    """A column drawn given ``parent``'s value from a Dirichlet(``alpha``) distribution over
+    ``values`` values for each of the parent's values."""
+    out = np.zeros(parent.size, dtype=np.int64)
+    for value in np.unique(parent):
+        at = np.flatnonzero(parent == value)
+        out[at] = rng.choice(values, size=at.size, p=rng.dirichlet(np.full(values, alpha)))
+    return out
+
+
+def bayesian_records(rows: int, sizes: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """``rows`` records of a seeded random Bayesian network over columns of ``sizes`` values: each
+    column depends on one or two earlier ones (two when their values' pairs are at most 200)
+    through conditional distributions drawn from a Dirichlet(0.5), so that its 3-way marginals
+    carry dependence a model must learn."""
     data = np.zeros((rows, len(sizes)), dtype=np.int64)
     for j, k in enumerate(sizes):
         parents = sorted(rng.choice(j, size=min(j, 2), replace=False).tolist()) if j else []
@@ -143,11 +153,55 @@ def generate_proxy(name: str, seed: int = 42) -> tuple[str, str]:
             parents = parents[:1]
         key = np.ravel_multi_index(tuple(data[:, p] for p in parents), [sizes[p] for p in parents]) if parents \
             else np.zeros(rows, dtype=np.int64)
-        for value in np.unique(key):
-            at = np.flatnonzero(key == value)
-            data[at, j] = rng.choice(k, size=at.size, p=rng.dirichlet(np.full(k, 0.5)))
+        data[:, j] = _conditional(rng, key, k, 0.5)
+    return data
+
+
+def loan_records(rows: int, rng: np.random.Generator) -> tuple[list[str], list[int], np.ndarray]:
+    """``rows`` loan records (:data:`LOANS`): the columns' names, their numbers of values and the
+    integer-coded records."""
+    def near(parent: np.ndarray, of: int, values: int, spread: float) -> np.ndarray:
+        """An ordered column near a monotone map of an ordered ``parent`` of ``of`` values."""
+        centre = np.round(parent * (values - 1) / (of - 1)).astype(np.int64)
+        return np.clip(centre + np.round(rng.normal(0, spread, parent.size)).astype(np.int64), 0, values - 1)
+
+    def free(values: int, alpha: float) -> np.ndarray:
+        return rng.choice(values, size=rows, p=rng.dirichlet(np.full(values, alpha)))
+
+    c: dict[str, tuple[int, np.ndarray]] = {}
+    c["state"] = 51, free(51, 0.7)
+    c["region"] = 4, rng.integers(0, 4, 51)[c["state"][1]]
+    c["grade"] = 7, free(7, 2.0)
+    c["sub_grade"] = 35, 5 * c["grade"][1] + _conditional(rng, c["grade"][1], 5, 1.0)
+    c["int_rate"] = 33, near(c["sub_grade"][1], 35, 33, 1.0)
+    c["term"] = 2, _conditional(rng, c["grade"][1], 2, 1.0)
+    c["loan_amnt"] = 33, free(33, 0.8)
+    off = np.clip(c["loan_amnt"][1] + rng.choice([-1, 1], rows), 0, 32)
+    c["funded_amnt"] = 33, np.where(rng.random(rows) < 0.9, c["loan_amnt"][1], off)
+    c["annual_inc"] = 33, near(c["loan_amnt"][1], 33, 33, 4.0)
+    c["home_ownership"] = 5, _conditional(rng, c["annual_inc"][1] // 4, 5, 0.5)
+    c["purpose"] = 14, free(14, 0.5)
+    c["emp_length"] = 12, free(12, 1.0)
+    c["loan_status"] = 5, _conditional(rng, c["grade"][1], 5, 0.5)
+    c["verification"] = 3, _conditional(rng, c["annual_inc"][1] // 11, 3, 0.5)
+    return list(c), [k for k, _ in c.values()], np.column_stack([v for _, v in c.values()])
+
+
+def generate_proxy(name: str, seed: int = 42) -> tuple[str, str]:
+    """A proxy table (:data:`PROXIES`: :func:`bayesian_records`; :data:`LOANS`: :func:`loan_records`),
+    seeded, written as an integer-coded CSV and its domain file in a temporary folder (never
+    committed). Returns the two paths."""
+    folder = os.path.join(tempfile.gettempdir(), "dpsql_proxies")
+    csv, domain = os.path.join(folder, f"{name}.csv"), os.path.join(folder, f"{name}-domain.json")
+    if os.path.exists(csv) and os.path.exists(domain):
+        return csv, domain
+    rng = np.random.default_rng(seed)
+    if name in LOANS:
+        columns, sizes, data = loan_records(LOANS[name], rng)
+    else:
+        rows, sizes = PROXIES[name]
+        columns, data = [f"c{j}" for j in range(len(sizes))], bayesian_records(rows, sizes, rng)
     os.makedirs(folder, exist_ok=True)
-    columns = [f"c{j}" for j in range(len(sizes))]
     np.savetxt(csv + ".tmp", data, fmt="%d", delimiter=",", header=",".join(columns), comments="")
     with open(domain + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(dict(zip(columns, sizes)), fh)
@@ -166,7 +220,7 @@ class Data:
             return
         if name == "kdd99":  # coded from the shared archive once, by public rules
             self.csv, self.domain_file = kdd99.prepare()
-        elif name in PROXIES:  # generated, in a temporary folder: never in the repository
+        elif name in PROXIES or name in LOANS:  # generated, in a temporary folder: never in the repository
             self.csv, self.domain_file = generate_proxy(name)
         else:
             folder = os.path.join(DATA, name)
@@ -240,7 +294,7 @@ class Data:
 
     @staticmethod
     def available(name: str) -> bool:
-        if name in PROXIES:
+        if name in PROXIES or name in LOANS:
             return True
         if name == "adult-raw":
             return os.path.exists(os.path.join(DATA, "adult", "adult.data"))
@@ -393,7 +447,7 @@ def write_rows(path: str, rows: list[dict]) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["adult", "nltcs"],
-                    choices=["adult", "nltcs", "kdd99", "adult-raw", *PROXIES])
+                    choices=["adult", "nltcs", "kdd99", "adult-raw", *PROXIES, *LOANS])
     ap.add_argument("--workload", default="random", choices=["random", "all", "pairs", "default"],
                     help="random: 64 random triples (the peers get them too); all: every triple (NLTCS: 560), given "
                          "to every method and AIM alike; pairs: workload=2; default: no workload (issue 42). The "
