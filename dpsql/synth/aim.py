@@ -194,7 +194,7 @@ def too_noisy(noise: float, one_way: Sequence[Observation]) -> bool:
     (:func:`~dpsql.synth.estimate.estimate_total`). Reads released counts only.
 
     >>> counts = [Observation((0,), np.array([600.0, 400.0]), 10.0)]
-    >>> too_noisy(40.0, counts), too_noisy(50.0, counts)
+    >>> too_noisy(35.0, counts), too_noisy(40.0, counts)
     (False, True)
     """
     return noise > TREE_NOISE * estimate_total(one_way)
