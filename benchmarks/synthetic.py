@@ -129,6 +129,8 @@ PROXIES = {"passengers": (1_309, [3, 2, 81, 9, 7, 513, 3, 2]),
 #: amount in 90% of rows, one bin off otherwise) and ordered relations (the rate by sub-grade, the
 #: income by amount). Rows by name; drawn by :func:`loan_records` (session 20).
 LOANS = {"loans20k": 20_000}
+#: The tables :func:`generate_proxy` draws, by name.
+GENERATED = (*PROXIES, *LOANS)
 
 
 def _conditional(rng: np.random.Generator, parent: np.ndarray, values: int, alpha: float) -> np.ndarray:
@@ -220,7 +222,7 @@ class Data:
             return
         if name == "kdd99":  # coded from the shared archive once, by public rules
             self.csv, self.domain_file = kdd99.prepare()
-        elif name in PROXIES or name in LOANS:  # generated, in a temporary folder: never in the repository
+        elif name in GENERATED:  # generated, in a temporary folder: never in the repository
             self.csv, self.domain_file = generate_proxy(name)
         else:
             folder = os.path.join(DATA, name)
@@ -294,7 +296,7 @@ class Data:
 
     @staticmethod
     def available(name: str) -> bool:
-        if name in PROXIES or name in LOANS:
+        if name in GENERATED:
             return True
         if name == "adult-raw":
             return os.path.exists(os.path.join(DATA, "adult", "adult.data"))
@@ -447,7 +449,7 @@ def write_rows(path: str, rows: list[dict]) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["adult", "nltcs"],
-                    choices=["adult", "nltcs", "kdd99", "adult-raw", *PROXIES, *LOANS])
+                    choices=["adult", "nltcs", "kdd99", "adult-raw", *GENERATED])
     ap.add_argument("--workload", default="random", choices=["random", "all", "pairs", "default"],
                     help="random: 64 random triples (the peers get them too); all: every triple (NLTCS: 560), given "
                          "to every method and AIM alike; pairs: workload=2; default: no workload (issue 42). The "
