@@ -380,7 +380,6 @@ def test_tablesample_is_refused(sql, marker):
     assert info.value.line == 1 and info.value.column <= at(sql, marker)[1]
 
 
-
 @pytest.mark.parametrize("sql", ["SELECT oops FROM t", "SELECT sex, oops, COUNT(*) FROM t GROUP BY sex"])
 def test_an_unknown_select_item_is_named_before_grouping(sql):
     """``SELECT oops FROM t`` said "this select item is not a GROUP BY key and not inside an aggregate",
@@ -388,6 +387,7 @@ def test_an_unknown_select_item_is_named_before_grouping(sql):
     with pytest.raises(E.UnknownColumnError, match="^unknown column 'oops'") as info:
         compile_batch(sql, SCHEMA)
     assert (info.value.line, info.value.column) == (1, sql.index("oops") + 1)
+
 
 # -- 4. qualified names -------------------------------------------------------------------------
 
