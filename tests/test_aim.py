@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import math
 
+import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 from test_pgm import (
     FAMILIES,
@@ -25,6 +27,7 @@ from dpsql.errors import ArgumentError, PrivacyError, ResourceLimitError
 from dpsql.private.budget import Budget
 from dpsql.synth import aim as aim_module
 from dpsql.synth.aim import ALPHA, candidates
+from dpsql.synth.estimate import Observation
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import junction_tree
 
@@ -200,3 +203,84 @@ def test_refusals_spend_nothing(table):
     with pytest.raises(ArgumentError, match="rounds must be at most 1,000,000"):
         db.synthesize("aim", workload=2, epsilon=0.5, delta=1e-7, rounds=10**310)   # beyond a float, too
     assert db.ledger.entries() == [] and db.spent().epsilon == 0
+
+
+def _wide_table(n: int = 8000):
+    """``n`` rows: x of 40 values, z whether x >= 8 (about half the rows), w of 3 free, y of 30 near
+    3x/4: the pairs with x too noisy for AIM's rounds at a small budget on all 40 values."""
+    rng = np.random.default_rng(11)
+    x = np.minimum(rng.geometric(0.08, n) - 1, 39)
+    frame = pd.DataFrame({"z": (x >= 8).astype(int), "x": x, "w": rng.integers(0, 3, n),
+                          "y": np.minimum(3 * x // 4 + rng.integers(0, 2, n), 29)})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    schema = {"table": "t", "columns": {"z": {"type": "integer", "min": 0, "max": 1},
+                                        "x": {"type": "integer", "min": 0, "max": 39},
+                                        "w": {"type": "integer", "min": 0, "max": 2},
+                                        "y": {"type": "integer", "min": 0, "max": 29}}}
+    return con, schema, frame
+
+
+def _aim_run(monkeypatch, rho: float):
+    con, schema, frame = _wide_table()
+    db = dpsql.connect(con, schema=schema, budget=Budget(rho=rho), cache=False, progress=False)
+    seen = spy_result(monkeypatch, db, "aim")
+    syn = db.synthesize("aim", workload=[("z", "x", "y"), ("x", "w", "y")], rho=rho, seed=3, name="s")
+    return syn, seen["result"], seen["reservation"], frame
+
+
+def test_while_the_rounds_are_noisy_coarse_candidates_count_grouped_values_at_the_noise_paid_for(monkeypatch):
+    """At rho = 0.004 the rounds' noise (sigma = sqrt(64 / (2 * 0.9 * rho)) = 94) is past 1% of the
+    8,000 rows, so coarse candidates are offered, and (x, z) on x's 16 runs, 32 cells whose
+    dependence is nearly all of it, scores far above the 80 cells of (x, z) itself. Each coarse
+    observation's counts are the data's exact counts grouped by its cells (numpy here) within 6
+    standard deviations of the noise its charge pays for, 1/(2 sigma^2) = rho_i; the charges add up
+    to rho."""
+    syn, result, reservation, frame = _aim_run(monkeypatch, 0.004)
+    assert math.fsum(r for _, r in reservation.drawn) == pytest.approx(0.004, rel=1e-12)
+    coarse = [o for o in result.observations if o.cells is not None]
+    assert coarse and any("(grouped)" in name for name in syn.report.marginal)
+    paid = [r for m, r in reservation.drawn if m.endswith("(grouped)")]
+    assert len(paid) == len(coarse)
+    values = frame[["z", "x", "w", "y"]].to_numpy()
+    if result.compression is not None:
+        values = np.column_stack([result.compression.labels[a][values[:, a]] for a in range(4)])
+    for o, rho_i in zip(coarse, paid):
+        cell = np.ravel_multi_index(tuple(values[:, a] for a in o.subset),
+                                    [result.model.tree.domain[a] for a in o.subset])
+        exact = np.bincount(o.cells[cell], minlength=o.values.size)
+        assert float(np.max(o.std)) == pytest.approx(1 / math.sqrt(2 * rho_i), rel=1e-6)
+        assert np.max(np.abs(o.values - exact)) < 6 * float(np.max(o.std)), o.subset
+
+
+def test_with_little_noise_the_rounds_measure_full_marginals_only(monkeypatch):
+    """At rho = 1 the rounds' noise is 6 rows, 0.08% of the rows: AIM as published, no coarse candidate."""
+    syn, result, _, _ = _aim_run(monkeypatch, 1.0)
+    assert all(o.cells is None for o in result.observations)
+    assert not any("(grouped)" in name for name in syn.report.marginal)
+
+
+def test_coarse_cells_follow_the_order_the_kernel_counts_in():
+    """Attributes not grouped first, then the grouped ones, each in order: checked against a dense
+    grouping of every cell."""
+    groups = {1: np.array([0, 0, 1, 2, 2]), 3: np.array([1, 0, 1])}
+    domain, subset = (2, 5, 4, 3), (1, 2, 3)
+    cells = aim_module.coarse_cells(domain, subset, groups)
+    for flat, (i, j, k) in enumerate(itertools.product(range(5), range(4), range(3))):
+        assert cells[flat] == np.ravel_multi_index((j, groups[1][i], groups[3][k]), (4, 3, 2))
+
+
+def test_coarsened_counts_sum_each_cell_into_the_coarse_cell_it_maps_to():
+    """coarsened (runs summed along each axis, no map of every cell) against a dense bincount over
+    coarse_cells, on random counts and the runs coarse_groups makes of random one-way counts."""
+    rng = np.random.default_rng(5)
+    domain = (20, 3, 18, 2)
+    groups = aim_module.coarse_groups(domain, [Observation((a,), rng.exponential(50, n), 2.0)
+                                               for a, n in enumerate(domain)], 6)
+    assert sorted(groups) == [0, 2] and all(int(g.max()) + 1 <= 6 for g in groups.values())
+    for subset in [(0, 1), (0, 2), (1, 2, 3), (0, 1, 2, 3), (2,)]:
+        counts = rng.poisson(5, math.prod(domain[a] for a in subset)).astype(float)
+        cells = aim_module.coarse_cells(domain, subset, {a: groups[a] for a in subset if a in groups})
+        np.testing.assert_allclose(aim_module.coarsened(domain, subset, groups, counts),
+                                   np.bincount(cells, counts, int(cells.max()) + 1))

@@ -15,7 +15,7 @@ import pytest
 import dpsql
 from dpsql.errors import BudgetExceededError, ResourceLimitError
 from dpsql.private.budget import Budget
-from dpsql.synth.estimate import Observation, estimate, estimate_total
+from dpsql.synth.estimate import Observation, estimate, estimate_total, pool
 from dpsql.synth.graphical import GraphicalModel
 from dpsql.synth.junction import junction_tree
 from dpsql.synth.pgm import marginal_weights, model_structure
@@ -114,6 +114,33 @@ def test_estimation_without_noise_recovers_the_marginals_and_is_the_maximum_entr
               / dense_marginal(p, (1,)).reshape(1, 2, 1, 1) / dense_marginal(p, (2,)).reshape(1, 1, 4, 1))
     np.testing.assert_allclose(dense_joint(model), maxent, rtol=1e-6)
     assert model.total == pytest.approx(5000)
+
+
+def test_a_coarse_observation_is_fitted_through_the_marginal_it_groups():
+    """Exact one-way counts and exact counts of a grouping of the pair's cells (AIM's coarse
+    candidates): the fit matches all three, and its joint is the maximum-entropy one under them,
+    found here by iterative proportional fitting on the dense table (the I-projection of the
+    uniform). Two measurements of one grouping pool into one, apart from the pair's own counts."""
+    rng = np.random.default_rng(8)
+    domain = (4, 3)
+    p = rng.dirichlet(np.full(12, 0.8)).reshape(domain) * 1000
+    cells = np.array([0, 1, 1, 0, 1, 1, 2, 3, 3, 2, 3, 3])  # x in {0, 1} or {2, 3}, y 0 or {1, 2}
+    grouped = np.bincount(cells, p.ravel())
+    obs = [Observation((0,), p.sum(1), 1.0), Observation((1,), p.sum(0), 1.0), Observation((0, 1), grouped, 1.0, cells)]
+    model = estimate(domain, obs, iterations=5000, tolerance=1e-15)
+    joint = dense_joint(model)
+    np.testing.assert_allclose(np.bincount(cells, joint.ravel()), grouped, atol=1e-5)
+    np.testing.assert_allclose(joint.sum(1), p.sum(1), atol=1e-5)
+    np.testing.assert_allclose(joint.sum(0), p.sum(0), atol=1e-5)
+    ipf = np.full(domain, p.sum() / 12)
+    for _ in range(2000):
+        ipf *= (p.sum(1) / ipf.sum(1))[:, None]
+        ipf *= (p.sum(0) / ipf.sum(0))[None, :]
+        ipf = (ipf.ravel() * (grouped / np.bincount(cells, ipf.ravel()))[cells]).reshape(domain)
+    np.testing.assert_allclose(joint, ipf, rtol=1e-4)
+    pooled = pool([obs[2], Observation((0, 1), grouped + 4, 1.0, cells), Observation((0, 1), p.ravel(), 1.0)])
+    assert [(o.subset, o.cells is None) for o in pooled] == [((0, 1), False), ((0, 1), True)]
+    np.testing.assert_allclose(pooled[0].values, grouped + 2)
 
 
 def test_estimation_weighs_each_measurement_by_its_noise():

@@ -44,11 +44,19 @@ class Observation:
     """Noisy counts on the attribute set ``subset`` (sorted positions): ``values`` flat in C order,
     with independent noise of standard deviation ``std``: one for every cell, or one per cell
     (a cell that sums several noisy counts, as a merged value of a compressed domain does,
-    is less precise than the others)."""
+    is less precise than the others). ``cells``, for counts of a coarser grouping of the
+    marginal on ``subset``: the counted cell of each of its cells (flat, C order), as AIM's
+    coarse candidates measure them (:func:`~dpsql.synth.aim.coarse_cells`)."""
 
     subset: tuple[int, ...]
     values: np.ndarray
     std: float | np.ndarray
+    cells: np.ndarray | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What identifies the counts observed: the attribute set, and the grouping of its cells."""
+        return self.subset, None if self.cells is None else self.cells.tobytes()
 
     @property
     def variances(self) -> np.ndarray:
@@ -87,12 +95,13 @@ def pool(observations: Sequence[Observation]) -> list[Observation]:
     ...                                             Observation((0,), np.array([4.0]), 1.0)])]
     [([2.5], 0.7071067811865476)]
     """
-    sums: dict[tuple[int, ...], list] = {}
+    sums: dict[tuple, list] = {}
     for o in observations:
-        acc = sums.setdefault(o.subset, [0.0, 0.0])
+        acc = sums.setdefault(o.key, [0.0, 0.0, o])
         acc[0] = acc[0] + 1.0 / o.variances
         acc[1] = acc[1] + np.asarray(o.values, dtype=float) / o.variances
-    return [Observation(t, total / precision, uniform_std(precision**-0.5)) for t, (precision, total) in sums.items()]
+    return [Observation(o.subset, total / precision, uniform_std(precision**-0.5), o.cells)
+            for precision, total, o in sums.values()]
 
 
 def uniform_std(std: np.ndarray) -> float | np.ndarray:
@@ -163,7 +172,11 @@ class _Lattice:
     and gradients pushed back up them, instead of every set being summed from its clique."""
 
     def __init__(self, domain: tuple[int, ...], tree: JunctionTree, observations: Sequence[Observation]) -> None:
-        pooled = {o.subset: o for o in pool(observations)}
+        pooled = {o.subset: o for o in pool(observations) if o.cells is None}
+        self.coarse = [o for o in pool(observations) if o.cells is not None]
+        self.shapes = {o.subset: [domain[a] for a in o.subset] for o in self.coarse}
+        if any(tree.home(o.subset) < 0 for o in self.coarse):
+            raise ValueError("every observed attribute set must lie in a clique of the junction tree")
         self.tree = tree
         self.precision = {t: (1.0 / o.variances).reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.target = {t: o.values.reshape([domain[a] for a in t]) for t, o in pooled.items()}
@@ -187,6 +200,13 @@ class _Lattice:
         grad = {t: self.precision[t] * (marginal[t] - self.target[t]) for t in self.order}
         loss = sum(0.5 * float(np.sum(g * (marginal[t] - self.target[t]))) for t, g in grad.items())
         grads = [np.zeros(b.shape) for b in beliefs]
+        for o in self.coarse:  # a coarser grouping: its cells summed from the set's, the gradient spread back
+            home = self.tree.home(o.subset)
+            full = marginal[o.subset] if o.subset in marginal else project(beliefs[home], cliques[home], o.subset)
+            miss = np.bincount(o.cells, weights=full.ravel(), minlength=o.values.size) - o.values
+            loss += 0.5 * float(np.sum(miss * miss / o.variances))
+            grads[home] += expand((miss / o.variances)[o.cells].reshape(self.shapes[o.subset]), o.subset,
+                                  cliques[home])
         for t in reversed(self.order):  # subsets first: each gradient joins its parent's
             up = self.parent[t]
             if up is not None:

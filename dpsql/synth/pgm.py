@@ -139,6 +139,8 @@ class PGMResult:
         scale = n / self.model.total if self.model.total > 0 else 0.0
         targets = []
         for o in pool(self.observations):
+            if o.cells is not None:  # a coarser grouping of a set the model holds (AIM's rounds)
+                continue
             if held(o.subset) >= 0:
                 counts = scale * self.model.marginal(o.subset)
                 targets.append((o.subset, counts, _drawn(counts)))

@@ -804,7 +804,8 @@ def _plan_mwem(private: PrivateTable, attributes: Sequence[Attribute], request: 
         n = request.rows if request.rows is not None else request.default_rows(
             learned.distribution.total, "noisy row count", math.sqrt(Laplace(step_eps).variance(private.rows_per_unit)))
         records = learned.distribution.sample(n, rng)
-        report = _report(learned.measurements, learned.distribution.total, records, attributes, n)
+        report = _report([(t, m, None) for t, m in learned.measurements], learned.distribution.total, records,
+                         attributes, n)
         return records, report, {}, cost
 
     return _Run(cost, execute)
@@ -1228,7 +1229,7 @@ class _ModelOptions:
         c = learned.compression  # the report compares on the domain the measurements counted
         counted, axes = (records, attributes) if c is None else (c.apply(records), c.attributes(attributes))
         # one row a measured set: its measurements' precision-weighted mean (aim re-measures sets)
-        report = _report([(o.subset, o.values) for o in pool(learned.observations)], total, counted, axes, n)
+        report = _report([(o.subset, o.values, o.cells) for o in pool(learned.observations)], total, counted, axes, n)
         # joined: measured with another column of more than one value (one of a single value, which
         # OPT_M's Laplace weights add to a marginal for free, relates nothing)
         varied = [{a for a in o.subset if attributes[a].size > 1} for o in learned.observations]
@@ -1691,18 +1692,23 @@ def _game_report(learned: GameResult, marginals: Sequence[tuple[int, ...]],
                          "cells": np.diff(cells.offsets), "times_selected": picked})
 
 
-def _report(measurements: Sequence[tuple[tuple[int, ...], np.ndarray]], total: float, records: np.ndarray,
-            attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
+def _report(measurements: Sequence[tuple[tuple[int, ...], np.ndarray, np.ndarray | None]], total: float,
+            records: np.ndarray, attributes: Sequence[Attribute], rows: int) -> "pd.DataFrame":
     """Synthetic counts (rescaled from ``rows`` to the learned ``total``) against each noisy
-    measurement ``(subset, counts)`` (released numbers only)."""
+    measurement ``(subset, counts, cells)`` (released numbers only): ``cells`` None, or each of the
+    marginal's cells' counted cell, for counts of a coarser grouping (AIM's coarse candidates,
+    named with ``(grouped)``)."""
     import pandas as pd
 
     domain = [a.cells for a in attributes]
     scale = rows / max(total, 1e-12) if rows else 1.0  # no rows: every count is 0
     out = []
-    for subset, measured in measurements:
+    for subset, measured, cells in measurements:
         synth = MarginalCells(domain, [subset]).counts(records) / scale
+        if cells is not None:
+            synth = np.bincount(cells, synth, len(measured))
         err = np.abs(synth - measured)
-        out.append({"marginal": marginal_name(attributes, subset), "cells": len(measured),
+        name = marginal_name(attributes, subset) + ("" if cells is None else " (grouped)")
+        out.append({"marginal": name, "cells": len(measured),
                     "max_abs_error_vs_noisy": float(err.max()), "mean_abs_error_vs_noisy": float(err.mean())})
     return pd.DataFrame(out)
