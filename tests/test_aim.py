@@ -213,12 +213,9 @@ def _wide_table(n: int = 8000):
     frame = pd.DataFrame({"z": (x >= 8).astype(int), "x": x, "w": rng.integers(0, 3, n),
                           "y": np.minimum(3 * x // 4 + rng.integers(0, 2, n), 29)})
     con = duckdb.connect()
-    con.register("frame", frame)
     con.execute("CREATE TABLE t AS SELECT * FROM frame")
-    schema = {"table": "t", "columns": {"z": {"type": "integer", "min": 0, "max": 1},
-                                        "x": {"type": "integer", "min": 0, "max": 39},
-                                        "w": {"type": "integer", "min": 0, "max": 2},
-                                        "y": {"type": "integer", "min": 0, "max": 29}}}
+    schema = {"table": "t", "columns": {c: {"type": "integer", "min": 0, "max": n - 1}
+                                        for c, n in {"z": 2, "x": 40, "w": 3, "y": 30}.items()}}
     return con, schema, frame
 
 

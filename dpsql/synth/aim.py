@@ -26,10 +26,11 @@ of more than :data:`COARSE_VALUES` (16) values, on that attribute's values group
 neighbouring values of about equal noisy one-way counts (:func:`coarse_groups`), scored the same
 way on its fewer cells. At such noise AIM's score charges a marginal with a 60-value column the
 noise of every cell, so it is measured late or never, and the column's relations with it; on 16
-runs it is measured sooner (ADULT and a 20,000-row table at ε = 0.1: max error 12% and 23% lower,
-mean TV within 1%). The model stays on the full domain: a coarse measurement is a linear function
-of the marginal on ``r`` (:class:`~dpsql.synth.estimate.Observation`'s ``cells``), fitted through
-the clique that holds ``r``, as ``r`` itself would be.
+runs it is measured sooner (a 20,000-row table at ε = 0.1: max error 13% lower, mean TV 8%). The
+model stays on the full domain: a coarse measurement is a linear function of the marginal on ``r``
+(:class:`~dpsql.synth.estimate.Observation`'s ``cells``), fitted through the clique that holds
+``r``, as ``r`` itself would be; once ``r`` is measured either way, its coarse version is no longer
+offered.
 
 It starts from ``T = 16d`` rounds' shares (``σ = √(T/(2αρ))``, ``ε = √(8(1−α)ρ/T)``,
 ``α = 0.9``: 90% of each round's budget measures, 10% selects), and the round that would
@@ -58,13 +59,14 @@ first read, as one :class:`~dpsql.private.kernel.Reservation`; each step draws o
 refused once it would exceed it. A measurement of one marginal (a coarse one too: each row still
 counts once) has L2 sensitivity ``k`` and noise ``kσ``: ``1/(2σ²)``-zCDP (Bun & Steinke 2016,
 Prop. 1.6); a selection has scores of sensitivity ``k·max w_r`` and is ``ε``-DP, hence
-``ε²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021); zCDP composes adaptively (Bun & Steinke, Lemma 2.3), so
-the steps sum to at most ``ρ`` (the one-way marginals, ``d`` of sensitivity ``k`` each, are one
-measurement of L2 sensitivity ``k√d``, and the ``b`` wide columns' in their bins another, of
-``k√b``, the two splitting the one-way share ``d : b``). Which candidates are kept, the
-compression, the coarse groupings (from the released one-way counts), the noise scales, the
-annealing and the rounds' priced time depend only on released values (never a clock, which
-reads of the private table would move). Fitting and sampling are post-processing.
+``ε²/8``-zCDP as the exponential mechanism is ε-bounded-range (Cesar & Rogers 2021); zCDP
+composes adaptively (Bun & Steinke, Lemma 2.3), so the steps sum to at most ``ρ`` (the one-way
+marginals, ``d`` of sensitivity ``k`` each, are one measurement of L2 sensitivity ``k√d``, and the
+``b`` wide columns' in their bins another, of ``k√b``, the two splitting the one-way share
+``d : b``). Which candidates are kept, the compression, the coarse groupings (from the released
+one-way counts), the noise scales, the annealing and the rounds' priced time depend only on
+released values (never a clock, which reads of the private table would move). Fitting and
+sampling are post-processing.
 """
 
 from __future__ import annotations
@@ -137,12 +139,14 @@ COARSE_VALUES = 16
 #: Coarse candidates are offered while a round's noise (per privacy unit, times the rows a unit may
 #: hold) is past this share of the noisy row count. Below it, the rounds afford the full-resolution
 #: marginals once they anneal, and coarse versions, cheaper to score well, take their rounds: on a
-#: 136,000-row table at ε = 1 (0.05%) the mean TV rose from 0.182 to 0.216, on 20,000 loan records
+#: 136,000-row table at ε = 1 (0.05%) the mean TV rose from 0.182 to 0.210, on 20,000 loan records
 #: with ordered relations at ε = 1 (0.44%) the max error from 0.0060 to 0.0076 (8 runs), and on
-#: ADULT at ε = 1 (0.2%) from 0.0111 to 0.0121. Past it, on ADULT (1.8%) and the Dirichlet-drawn
-#: table (3.6%) at ε = 0.1, the max error fell by 12% and 23% with the mean TV within 1%
-#: (:data:`COARSE_VALUES`); on 8,000 rows at ε = 1 (0.89%) it was unchanged (0.0175 / 0.2069
-#: against 0.0178 / 0.2029, 8 runs). The line lies between 0.5% and 1.8%.
+#: ADULT at ε = 1 (0.2%) from 0.0111 to 0.0121 (4 runs). Past it, max error / mean TV at ε = 0.1:
+#: 20,000 rows of 11 Dirichlet-drawn columns (3.6%) 0.0392 / 0.2383 against 0.0453 / 0.2578 (18
+#: runs each), ADULT as published given every pair (2.7%) 0.0425 / 0.2399 against 0.0456 / 0.2403
+#: (9 each), ADULT's 64 random triples (1.8%) 0.0361 / 0.1484 against 0.0364 / 0.1482 (18 and 16);
+#: on 8,000 rows at ε = 1 (0.89%) 0.0175 / 0.2069 against 0.0178 / 0.2029 (8 runs each). The line
+#: lies between 0.5% and 1.8%.
 COARSE_NOISE = 0.01
 
 
@@ -221,11 +225,12 @@ def coarse_groups(domain: Sequence[int], one_way: Sequence[Observation], most: i
     """Per attribute of more than ``most`` values of ``domain``, its values grouped for AIM's coarse
     candidates: into at most ``most`` runs of neighbouring values, each value in the run that holds
     the middle of its share of the noisy counts ``one_way`` (pooled, clipped at 0; full-resolution
-    one-way counts on ``domain``): runs of about equal rows, a value of more than a run's rows
-    alone. Runs, not the largest values apart and the rest as one: within a group the model is
-    uniform, and a run keeps an ordered relation's band (an interest rate by sub-grade), where one
-    group of every smaller value spread it over every cell of the group (20,000 loan records at
-    ε = 1, max error 0.0088 against 0.0059, 5 runs each). Post-processing of released counts.
+    one-way counts on ``domain``): runs of about equal rows, a value of more than two runs' share
+    alone. Runs, not the ``most − 1`` largest values apart and the rest as one: within a group the
+    model is uniform, and a run keeps an ordered relation's band (an interest rate by sub-grade),
+    which one group of every smaller value spread over all its cells (20,000 loan records at ε = 1,
+    coarse candidates offered whatever the noise: max error / mean TV 0.0099 / 0.1667 against
+    0.0059 / 0.1528, 5 runs each). Post-processing of released counts.
 
     >>> counts = Observation((0,), np.array([5.0, 90.0, 1.0, 1.0, 3.0]), 1.0)
     >>> coarse_groups((5, 2), [counts], most=3)[0].tolist()
@@ -362,7 +367,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
     groups = coarse_groups(domain, [o for o in observations if len(o.subset) == 1])
     position = {a: d + i for i, a in enumerate(sorted(groups))}
     counted = list(attributes) + [_regrouped(attributes[a], groups[a]) for a in sorted(groups)]
-    measured, taken = [(a,) for a in range(d)], set()  # and the coarse versions measured (as counted)
+    measured = [(a,) for a in range(d)]
     tree = junction_tree(domain, measured)
     model = estimate(domain, observations, tree=tree, iterations=round_iterations(refit_iterations, tree.size))
     allowed = seconds(model.total)
@@ -402,12 +407,11 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
                 trials += 1
         kept = [r for r in weights if homes[r] >= 0 or sizes[(graph, r)] <= limit]
         # each candidate (r, as counted, False), and while the noise is large its coarse version (r, as
-        # counted, True), unless r or it was measured
+        # counted, True), until r is measured either way
         noisy_rounds = k * sigma > COARSE_NOISE * model.total
         offered = [(r, r, False) for r in kept] + [
             (r, tuple(sorted(position.get(a, a) for a in r)), True) for r in kept
             if noisy_rounds and len(r) > 1 and r not in measured and any(a in groups for a in r)]
-        offered = [o for o in offered if o[1] not in taken]
         before, unread = tree, len({at for _, at, _ in offered} - read)
         read.update(at for _, at, _ in offered)
         held = {r: model.marginal(r) for r in kept}
@@ -424,8 +428,6 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         observations.append(Observation(chosen, noisy.values, noisy.noise_std,
                                         coarse_cells(domain, chosen, groups) if coarse else None))
         measured.append(chosen)
-        if coarse:
-            taken.add(at)
         if tree.home(chosen) < 0:
             tree = junction_tree(domain, measured)
             model = model.on_tree(tree)
