@@ -21,16 +21,15 @@ measuring every one-way marginal, each round
    ``√(2/π) σ n_r``, the next rounds spend four times as much each (``σ/2``, ``2ε``).
 
 Unlike the paper, while a round's noise is past :data:`COARSE_NOISE` (1%) of the noisy row count,
-the candidates also include *coarse* versions: each candidate of two or more attributes with one
-of more than :data:`COARSE_VALUES` (16) values, on that attribute's values grouped into 16 runs of
-neighbouring values of about equal noisy one-way counts (:func:`coarse_groups`), scored the same
-way on its fewer cells. At such noise AIM's score charges a marginal with a 60-value column the
-noise of every cell, so it is measured late or never, and the column's relations with it; on 16
-runs it is measured sooner (a 20,000-row table at ε = 0.1: max error 13% lower, mean TV 8%). The
-model stays on the full domain: a coarse measurement is a linear function of the marginal on ``r``
+the candidates also include *coarse* versions: each pair of attributes with one of more than
+:data:`COARSE_VALUES` (16) values, on that attribute's values grouped into 16 runs of neighbouring
+values of about equal noisy one-way counts (:func:`coarse_groups`), scored the same way on its
+fewer cells. At such noise AIM's score charges a pair with a 60-value column the noise of every
+cell, so it is measured late or never; on 16 runs it can be measured sooner. The model stays on
+the full domain: a coarse measurement is a linear function of the marginal on the pair
 (:class:`~dpsql.synth.estimate.Observation`'s ``cells``), fitted through the clique that holds
-``r``, as ``r`` itself would be; once ``r`` is measured either way, its coarse version is no longer
-offered.
+it, as the pair itself would be; once the pair is measured either way, its coarse version is no
+longer offered.
 
 It starts from ``T = 16d`` rounds' shares (``σ = √(T/(2αρ))``, ``ε = √(8(1−α)ρ/T)``,
 ``α = 0.9``: 90% of each round's budget measures, 10% selects), and the round that would
@@ -128,25 +127,27 @@ AIM_ITERATIONS = 1000
 #: So the line falls between 3.6% and 4.0% (benchmarks/results/synthetic_issue42.txt, sessions 16,
 #: 17 and 20; 4.5% before session 20).
 TREE_NOISE = 0.038
-#: AIM's rounds also offer each candidate of two or more attributes with an attribute of more than
-#: this many values (on the rounds' domain) on those attributes' values grouped into as many runs
-#: (:func:`coarse_groups`), while the rounds' noise is past :data:`COARSE_NOISE`. 16 runs, not 8
-#: nor both: max error / mean TV over 64 random triples at ε = 0.1 on ADULT 0.0348 / 0.1526 (6
+#: AIM's rounds also offer each pair of attributes with one of more than this many values (on the
+#: rounds' domain) on that attribute's values grouped into as many runs (:func:`coarse_groups`),
+#: while the rounds' noise is past :data:`COARSE_NOISE`. 16 runs, not 8 nor both: max error / mean TV
+#: over 64 random triples at ε = 0.1 (pairs and triples offered coarse) on ADULT 0.0348 / 0.1526 (6
 #: runs; 0.0397 / 0.1526 with 8, 0.0428 / 0.1551 with both, 0.0396 / 0.1509 without) and on 20,000
 #: rows of 11 Dirichlet-drawn columns 0.0343 / 0.2547 (8 runs; 0.0391 / 0.2529, 0.0404 / 0.2709,
-#: 0.0446 / 0.2514), all in one hour (benchmarks/results/synthetic_issue42.txt, session 21).
+#: 0.0446 / 0.2514), all in one hour. Pairs only: with every triple of ADULT as published as the
+#: workload (the default) at ε = 0.1, coarse triples took the mean TV from 0.2513 to 0.2629 (6 runs
+#: each), coarse pairs alone 0.2447 (3) (benchmarks/results/synthetic_issue42.txt, session 21).
 COARSE_VALUES = 16
 #: Coarse candidates are offered while a round's noise (per privacy unit, times the rows a unit may
 #: hold) is past this share of the noisy row count. Below it, the rounds afford the full-resolution
 #: marginals once they anneal, and coarse versions, cheaper to score well, take their rounds: on a
 #: 136,000-row table at ε = 1 (0.05%) the mean TV rose from 0.182 to 0.210, on 20,000 loan records
 #: with ordered relations at ε = 1 (0.44%) the max error from 0.0060 to 0.0076 (8 runs), and on
-#: ADULT at ε = 1 (0.2%) from 0.0111 to 0.0121 (4 runs). Past it, max error / mean TV at ε = 0.1:
-#: 20,000 rows of 11 Dirichlet-drawn columns (3.6%) 0.0392 / 0.2383 against 0.0453 / 0.2578 (18
-#: runs each), ADULT as published given every pair (2.7%) 0.0425 / 0.2399 against 0.0456 / 0.2403
-#: (9 each), ADULT's 64 random triples (1.8%) 0.0361 / 0.1484 against 0.0364 / 0.1482 (18 and 16);
-#: on 8,000 rows at ε = 1 (0.89%) 0.0175 / 0.2069 against 0.0178 / 0.2029 (8 runs each). The line
-#: lies between 0.5% and 1.8%.
+#: ADULT at ε = 1 (0.2%) from 0.0111 to 0.0121 (4 runs). Past it, at ε = 0.1, the change is within
+#: the runs' spread but for the mean TV on 20,000 rows of 11 Dirichlet-drawn columns (3.6%): 0.0427 /
+#: 0.2414 against 0.0433 / 0.2529 (20 and 28 runs); ADULT's 64 random triples (1.8%) 0.0375 / 0.1502
+#: against 0.0352 / 0.1488 (20 and 26), ADULT as published given every pair (2.7%) 0.0425 / 0.2399
+#: against 0.0456 / 0.2403 (9 each); on 8,000 rows at ε = 1 (0.89%), pairs and triples offered,
+#: 0.0175 / 0.2069 against 0.0178 / 0.2029 (8 runs each). The line lies between 0.5% and 1.8%.
 COARSE_NOISE = 0.01
 
 
@@ -411,7 +412,7 @@ def aim(table: PrivateTable, attributes: Sequence[Attribute], workload: Sequence
         noisy_rounds = k * sigma > COARSE_NOISE * model.total
         offered = [(r, r, False) for r in kept] + [
             (r, tuple(sorted(position.get(a, a) for a in r)), True) for r in kept
-            if noisy_rounds and len(r) > 1 and r not in measured and any(a in groups for a in r)]
+            if noisy_rounds and len(r) == 2 and r not in measured and any(a in groups for a in r)]
         before, unread = tree, len({at for _, at, _ in offered} - read)
         read.update(at for _, at, _ in offered)
         held = {r: model.marginal(r) for r in kept}
