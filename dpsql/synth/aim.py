@@ -90,9 +90,9 @@ from dpsql.synth.mwem import marginal_strategy
 from dpsql.synth.pgm import PGMResult, first_counts, fit_cells
 from dpsql.synth.work import READ, fit_seconds, scoring_seconds
 
-__all__ = ["AIM_ITERATIONS", "ALPHA", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS", "TREE_NOISE", "candidates", "aim",
-           "rounds_domain", "first_measurement", "first_share", "round_iterations", "round_noise", "round_seconds",
-           "too_noisy"]
+__all__ = ["AIM_ITERATIONS", "ALPHA", "COARSE_NOISE", "COARSE_VALUES", "ROUND_CELL_STEPS", "MIN_ROUND_ITERATIONS",
+           "TREE_NOISE", "candidates", "aim", "coarse_cells", "coarse_groups", "coarsened", "rounds_domain",
+           "first_measurement", "first_share", "round_iterations", "round_noise", "round_seconds", "too_noisy"]
 
 #: The share of each round's budget that measures (the rest selects).
 ALPHA = 0.9
