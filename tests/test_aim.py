@@ -145,7 +145,7 @@ def test_the_rounds_end_within_the_seconds_they_price_spending_all_that_is_left(
         return result
 
     monkeypatch.setattr(aim_module, "round_seconds", spy_price)
-    monkeypatch.setattr("dpsql.synth.synthesize.aim", short_aim)
+    monkeypatch.setattr("dpsql.synth.plan.rounds.aim", short_aim)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.5), cache=False, progress=False)
     with pytest.warns(UserWarning, match=r"AIM's rounds took about \d s, priced .* round (\d+) is the last, spending "
                                          r"the \d+% of rho left, so that the run ends within max_seconds"):
@@ -170,7 +170,7 @@ def test_the_rounds_time_leaves_room_to_sample_the_noisy_row_count(table, monkey
         given.setdefault("seconds", []).append(kwargs["seconds"])
         return run(*args, **kwargs)
 
-    monkeypatch.setattr("dpsql.synth.synthesize.aim", spy_aim)
+    monkeypatch.setattr("dpsql.synth.plan.rounds.aim", spy_aim)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=0.5), cache=False, progress=False)
     for name, rows in (("s", None), ("s2", 100)):
         db.synthesize("aim", workload=[("a", "b")], rho=0.1, seed=1, name=name, rows=rows, max_seconds=100)

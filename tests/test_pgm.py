@@ -353,17 +353,20 @@ ZCDP_SPENDS = [(Budget(rho=0.5), {"rho": 0.2}), (Budget(epsilon=2.0, delta=1e-6)
 
 def spy_result(monkeypatch, db, method: str) -> dict:
     """:func:`spy_kernel`'s record, and under ``"result"`` what the function ``method`` that
-    synthesize runs (``"aim"``, ``"mst"``) returned."""
-    import dpsql.synth.synthesize as synthesize
+    synthesize runs (``"aim"``, ``"mst"``, ``"pgm_compressed"``) returned."""
+    import dpsql.synth.plan.pgm as pgm_plan
+    import dpsql.synth.plan.rounds as rounds
+    import dpsql.synth.plan.tree as tree
 
+    planner = {"aim": rounds, "mst": tree, "pgm_compressed": pgm_plan}[method]  # the module that calls it
     seen = spy_kernel(monkeypatch, db)
-    run = getattr(synthesize, method)
+    run = getattr(planner, method)
 
     def spy(*args, **kwargs):
         seen["result"] = run(*args, **kwargs)
         return seen["result"]
 
-    monkeypatch.setattr(synthesize, method, spy)
+    monkeypatch.setattr(planner, method, spy)
     return seen
 
 
@@ -560,9 +563,9 @@ def test_laplace_weights_are_searched_for_on_at_most_laplace_search_attributes()
 
 
 def test_too_many_cells_are_refused_before_the_weights_are_searched_for(monkeypatch):
-    import dpsql.synth.synthesize as synthesize
+    import dpsql.synth.plan.pgm as planner
 
-    monkeypatch.setattr(synthesize, "marginal_weights", lambda *a: pytest.fail("searched first"))
+    monkeypatch.setattr(planner, "marginal_weights", lambda *a: pytest.fail("searched first"))
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT range % 1000 AS c0, range % 999 AS c1, range % 998 AS c2 FROM range(10)")
     schema = {"table": "t", "columns": {f"c{i}": {"type": "categorical", "values": list(range(10_000))}
@@ -979,9 +982,9 @@ def test_aims_rounds_merge_only_the_rare_values_that_hold_few_rows(monkeypatch, 
 def test_when_aims_rounds_cannot_be_planned_pgm_measures_every_marginal(table, monkeypatch):
     """AIM's rounds refused before the charge (here: more candidates than AIM_MAX_CANDIDATES): pgm
     measures every workload marginal at once and fits its greedy model, as without adaptive."""
-    import dpsql.synth.synthesize as synthesize
+    import dpsql.synth.plan.rounds as rounds
 
-    monkeypatch.setattr(synthesize, "AIM_MAX_CANDIDATES", 3)
+    monkeypatch.setattr(rounds, "AIM_MAX_CANDIDATES", 3)
     db = dpsql.connect(table, schema=SCHEMA, budget=Budget(rho=1.0), cache=False, progress=False)
     seen = spy_kernel(monkeypatch, db)
     db.synthesize("pgm", workload=3, rho=0.5, seed=1, name="s", max_model_size=TOO_LARGE)

@@ -264,7 +264,7 @@ def test_fem_spends_its_formula_and_learns_the_marginals(tmp_path):
 
 
 def test_fem_warns_up_front_of_its_error_floor_and_of_wide_columns_from_public_values_only(tmp_path):
-    from dpsql.synth.synthesize import fem_warnings
+    from dpsql.synth.plan.games import fem_warnings
 
     con, _ = make_table(500)
     db = _db(con, tmp_path, Budget(rho=1.0))

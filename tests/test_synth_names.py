@@ -111,16 +111,16 @@ def test_no_workload_measures_every_three_way_marginal_when_one_model_holds_ever
 @pytest.fixture()
 def targets(monkeypatch):
     """The marginals each pure-epsilon pgm run searches its Laplace measurement's weights for: its target."""
-    import dpsql.synth.synthesize as synthesize
+    import dpsql.synth.plan.pgm as planner
 
     seen = []
-    weights = synthesize.marginal_weights
+    weights = planner.marginal_weights
 
     def spy(domain, marginals, noise):
         seen.append(sorted(marginals))
         return weights(domain, marginals, noise)
 
-    monkeypatch.setattr(synthesize, "marginal_weights", spy)
+    monkeypatch.setattr(planner, "marginal_weights", spy)
     return seen
 
 

@@ -251,6 +251,7 @@ def test_two_requests_for_one_synthetic_name_spend_once(owner, monkeypatch):
 def _run_after_the_spend(monkeypatch, action):
     """Make ``action()`` run inside every synthesis run, right after its spend is recorded."""
     import dpsql.synth.synthesize as synthesize
+    from dpsql.synth.plan.request import Run
 
     plan = synthesize._plan
 
@@ -261,7 +262,7 @@ def _run_after_the_spend(monkeypatch, action):
             outcome = run.execute(bar, rng)
             action()
             return outcome
-        return synthesize._Run(run.cost, execute)
+        return Run(run.cost, execute)
 
     monkeypatch.setattr(synthesize, "_plan", plan_then_act)
 

@@ -102,7 +102,7 @@ DEFAULT_MAX_SECONDS = 600.0
 #: The most ``max_seconds`` may be (a day).
 MAX_SECONDS = 86_400.0
 
-#: The fewest steps a model's fit is planned for (:meth:`dpsql.synth.synthesize._ModelOptions.fit_plan`):
+#: The fewest steps a model's fit is planned for (:meth:`dpsql.synth.plan.model.ModelOptions.fit_plan`):
 #: on NLTCS's 560 triples at ε = 1, 100 steps left the max error at 0.009, 200 at 0.006.
 MIN_FIT_STEPS = 200
 
