@@ -62,16 +62,13 @@ from dpsql.synth.work import (
 #: (:func:`plan_count`).
 COUNT_SHARE = 0.05
 
-
 #: Most rounds and replays MWEM takes: each round reads the private table once and each replay
 #: passes over every measurement so far, so more would run for days.
 MWEM_MAX_ROUNDS = MWEM_MAX_REPLAYS = 10_000
 
-
 #: MWEM's replays of its measurements a round (multiplicative-weights updates; post-processing) when
 #: none are given: fewer when these may not fit in ``max_seconds``.
 MWEM_REPLAYS = 100
-
 
 #: Longest ``time_limit`` an oracle call may be given, in seconds (a day).
 MAX_TIME_LIMIT = 86_400.0

@@ -43,7 +43,6 @@ from dpsql.synth.work import refine_seconds
 #: What pgm measures: the workload's marginals, or only their two-way marginals.
 PGM_MEASURES = ("workload", "pairs")
 
-
 #: The least share of pgm's budget for every one-way marginal, measured always (about AIM's: its
 #: ``d`` first rounds of ``16d`` take 0.9/16 of its budget).
 MIN_ONE_WAY_SHARE = 0.05

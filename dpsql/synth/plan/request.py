@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 #: alone makes one that large with probability 0.1% (Gaussian) or 0.7% (Laplace).
 NOISY_COUNT = 3.0
 
-
 #: What a run yields: the records, the quality report, the oracle summary and the cost charged.
 Outcome = tuple[np.ndarray, "pd.DataFrame", dict, Cost]
 

@@ -43,7 +43,6 @@ from dpsql.synth.work import READ, fit_seconds, fitting, refine_seconds
 #: Most shares AIM's budget may start in (each round spends at least one).
 AIM_MAX_ROUNDS = 1_000_000
 
-
 #: The most candidate marginals AIM scores (every marginal within a workload marginal): each round
 #: builds each one's model and estimates its marginal, 1 to 16 ms each on 30 to 80 columns. The
 #: 4,525 candidates of 30 columns' triples (20,000 rows, 2 to 5 values) took 384 to 441 s at
@@ -51,7 +50,6 @@ AIM_MAX_ROUNDS = 1_000_000
 #: With no workload on a wider table, mst picks a spanning tree of pairs instead
 #: (:func:`~dpsql.synth.synthesize._default_target`).
 AIM_MAX_CANDIDATES = 5_000
-
 
 #: The fewest rounds per column AIM's default is cut to when 16 a column do not fit in
 #: ``max_seconds`` (below it the one-way marginals would take more than half the budget).
