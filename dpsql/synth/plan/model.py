@@ -47,7 +47,7 @@ ONE_WAY_SHARE = 0.3
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """The graphical model's options, shared by pgm and aim: fit ``iterations``, refinement
+    """The graphical model's options, shared by pgm, aim and mst: fit ``iterations``, refinement
     ``sweeps``, the model's size limit, ``megabytes`` of float64 cells, and ``max_seconds``;
     ``fit`` is the estimated seconds of the run before the sampling (:mod:`dpsql.synth.work`)."""
 
