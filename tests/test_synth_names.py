@@ -150,4 +150,6 @@ def test_under_a_pure_epsilon_no_workload_on_a_wide_table_picks_a_spanning_tree_
         syn = db.synthesize(epsilon=1.0, seed=0, name="s")
     assert syn.method == "mst" and targets == [] and [e.cost for e in db.ledger.entries()] == [Cost(epsilon=1.0)]
     measured, links = chain_links(syn)
-    assert len(measured) == 32 and links >= 28
+    # the picks' noise is unseeded: 28 to 32 of the 32 links over 30 runs, 27 once in CI; a spanning
+    # tree picked at random among the 528 pairs holds about 2 of them
+    assert len(measured) == 32 and links >= 24
