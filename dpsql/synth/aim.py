@@ -258,7 +258,7 @@ def coarse_cells(domain: Sequence[int], subset: tuple[int, ...], groups: dict[in
     [0, 2, 1, 3, 1, 3]
     """
     grid = np.indices([domain[a] for a in subset]).reshape(len(subset), -1)
-    order = [i for i, a in enumerate(subset) if a not in groups] + [i for i, a in enumerate(subset) if a in groups]
+    order = _counted_order(subset, groups)
     coords = [groups[subset[i]][grid[i]] if subset[i] in groups else grid[i] for i in order]
     sizes = [int(groups[subset[i]].max()) + 1 if subset[i] in groups else domain[subset[i]] for i in order]
     return np.ravel_multi_index(coords, sizes)
@@ -278,8 +278,13 @@ def coarsened(domain: Sequence[int], subset: tuple[int, ...], groups: dict[int, 
     for i, a in enumerate(subset):
         if a in groups:
             values = np.add.reduceat(values, np.flatnonzero(np.diff(groups[a], prepend=-1)), axis=i)
-    order = [i for i, a in enumerate(subset) if a not in groups] + [i for i, a in enumerate(subset) if a in groups]
-    return np.transpose(values, order).ravel()
+    return np.transpose(values, _counted_order(subset, groups)).ravel()
+
+
+def _counted_order(subset: tuple[int, ...], groups: dict[int, np.ndarray]) -> list[int]:
+    """The positions in ``subset`` in the order the kernel counts a coarse candidate: its attributes
+    not in ``groups``, then those grouped, each in order."""
+    return [i for i, a in enumerate(subset) if a not in groups] + [i for i, a in enumerate(subset) if a in groups]
 
 
 def _regrouped(attribute: Attribute, labels: np.ndarray) -> Attribute:

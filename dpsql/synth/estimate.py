@@ -172,16 +172,15 @@ class _Lattice:
     and gradients pushed back up them, instead of every set being summed from its clique."""
 
     def __init__(self, domain: tuple[int, ...], tree: JunctionTree, observations: Sequence[Observation]) -> None:
-        pooled = {o.subset: o for o in pool(observations) if o.cells is None}
-        self.coarse = [o for o in pool(observations) if o.cells is not None]
+        every = pool(observations)
+        pooled = {o.subset: o for o in every if o.cells is None}
+        self.coarse = [o for o in every if o.cells is not None]
         self.shapes = {o.subset: [domain[a] for a in o.subset] for o in self.coarse}
-        if any(tree.home(o.subset) < 0 for o in self.coarse):
-            raise ValueError("every observed attribute set must lie in a clique of the junction tree")
         self.tree = tree
         self.precision = {t: (1.0 / o.variances).reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.target = {t: o.values.reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.home = {t: tree.home(t) for t in pooled}
-        if any(h < 0 for h in self.home.values()):
+        if any(h < 0 for h in self.home.values()) or any(tree.home(o.subset) < 0 for o in self.coarse):
             raise ValueError("every observed attribute set must lie in a clique of the junction tree")
         cells = {t: math.prod(domain[a] for a in t) for t in pooled}
         self.order = sorted(pooled, key=lambda t: (-cells[t], t))  # supersets first
