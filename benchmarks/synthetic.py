@@ -52,7 +52,9 @@ workload: pgm then runs AIM-style selection, i.e. dpsql's ``aim`` over every tri
 capital_loss, whose triples have 10^7 to 10^12 cells), and ``--datasets adult-raw``. Each
 finished run is printed as it ends with the load average then (``--log`` appends it to a
 JSON-lines file), so an invocation cut short keeps its runs; the table gives each setting's
-mean and, over several runs, the standard deviation (``sd``).
+mean and, over several runs, the standard deviation (``sd``). ``--first-run K`` numbers the
+runs from ``K`` (run ``K`` has the seed and the random workload run ``K`` has in any
+invocation), so that later invocations add runs to a log rather than repeat its first ones.
 
     python benchmarks/synthetic.py --datasets nltcs --workload all --methods pgm aim --peers aim \
         --peer-runs 1 --peer-timeout 1500 --log runs.jsonl
@@ -461,6 +463,8 @@ def main(argv=None) -> int:
                          "fnlwgt, capital_gain and capital_loss are left out)")
     ap.add_argument("--log", help="append each finished run (errors, seconds, the load average) to this JSON-lines file")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--first-run", type=int, default=1,
+                    help="number the runs from this one (its seed and workload), to add runs to earlier ones")
     ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     ap.add_argument("--peers", nargs="*", default=list(PEERS.values()), choices=list(PEERS.values()),
@@ -503,29 +507,30 @@ def main(argv=None) -> int:
         WORKLOAD["pure"] = "yes" if args.pure else ""
         fit = data.narrow(args.eval_max_values)  # the columns whose triples are evaluated
         every = [tuple(fit[i] for i in m) for m in itertools.combinations(range(len(fit)), 3)]
-        workloads = [every if args.evaluate == "all" else
+        runs = range(args.first_run - 1, args.first_run - 1 + args.runs)
+        workloads = {r: every if args.evaluate == "all" else
                      [tuple(fit[i] for i in m) for m in random_marginals(len(fit), 3, 64, seed=1000 + r)]
-                     for r in range(args.runs)]
+                     for r in runs}
         if len(fit) < d:
             print(f"      errors over triples of the {len(fit)} columns of at most {args.eval_max_values:,} values "
                   f"(left out: {', '.join(data.columns[i] for i in range(d) if i not in fit)})")
         print(f"      errors over {'all ' + str(len(every)) if args.evaluate == 'all' else '64 random'} triples")
-        zeros = np.mean([data.errors(np.zeros((0, d), dtype=np.int64), w)[0] for w in workloads])
+        zeros = np.mean([data.errors(np.zeros((0, d), dtype=np.int64), w)[0] for w in workloads.values()])
         print(f"{'':>5} {'zeros':>10} {zeros:>8.4f} {0.5:>8.4f}   (the all-zeros table: the trivial baseline)")
         # the peers run in a subprocess each, one at a time, while dpsql's methods run here: two cores
         peers = [label for label, peer in PEERS.items() if peer in args.peers]
-        peer_runs = min(args.peer_runs or args.runs, args.runs)
+        peer_runs = runs[:args.peer_runs or args.runs]
         if peers and not args.fresh_peers:
             cached = sum(os.path.exists(peer_cache(data, PEERS[label], eps, workloads[r], r, args.aim_model_size))
-                         for eps in args.epsilons for label in peers for r in range(peer_runs))
-            print(f"      {cached} of {len(args.epsilons) * len(peers) * peer_runs} peer runs read from {PEER_CACHE}, "
+                         for eps in args.epsilons for label in peers for r in peer_runs)
+            print(f"      {cached} of {len(args.epsilons) * len(peers) * len(peer_runs)} peer runs read from {PEER_CACHE}, "
                   "finished by an earlier invocation (their seconds as measured then)")
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = {(eps, label, r): pool.submit(run_peer, data, PEERS[label], eps, workloads[r], r,
                                                     args.aim_model_size, args.peer_timeout, not args.fresh_peers)
-                       for eps in args.epsilons for label in peers for r in range(peer_runs)}
+                       for eps in args.epsilons for label in peers for r in peer_runs}
             outcome = {}
-            for r, w in enumerate(workloads):  # run by run, each printed as it ends, so a cut-short run keeps its runs
+            for r, w in workloads.items():  # run by run, each printed as it ends, so a cut-short run keeps its runs
                 for eps in args.epsilons:
                     for who in args.methods:
                         outcome[(eps, who, r)] = run(data, who, eps, w, seed=r)
@@ -538,15 +543,15 @@ def main(argv=None) -> int:
                 except TimeoutError:
                     print(f"{key[0]:>5g} {key[1]:>10} did not finish in {args.peer_timeout:g} s (run {key[2] + 1})")
         for eps in args.epsilons:
-            def mean(who: str, runs: range = range(args.runs)) -> tuple[float, ...] | None:
+            def mean(who: str, runs: range = runs) -> tuple[float, ...] | None:
                 """``who``'s mean (max error, mean TV, seconds) over those of ``runs`` it has."""
                 have = [outcome[(eps, who, r)] for r in runs if (eps, who, r) in outcome]
                 return tuple(float(np.mean(col)) for col in zip(*have)) if have else None
 
             def ratio(who: str, peer: str, i: int) -> float | None:
                 """``who``'s mean over ``peer``'s mean, over the runs both have."""
-                both = range(args.runs) if peer not in peers else \
-                    [r for r in range(args.runs) if (eps, who, r) in outcome and (eps, peer, r) in outcome]
+                both = runs if peer not in peers else \
+                    [r for r in runs if (eps, who, r) in outcome and (eps, peer, r) in outcome]
                 a, b = mean(who, both), mean(peer, both)
                 return a[i] / b[i] if a and b and math.isfinite(a[i]) else None
 
@@ -557,20 +562,20 @@ def main(argv=None) -> int:
                           for i, m in ((0, "max"), (1, "tv")) for p in PEERS}
                 tv = tv if math.isfinite(tv) else None  # hdmm's answers are no table: no TV
                 tv_text = f"{tv:.4f}" if tv is not None else "n/a"
-                runs = sum((eps, who, r) in outcome for r in range(args.runs))
-                spread = {f"{m}_sd": float(np.std([outcome[(eps, who, r)][i] for r in range(args.runs)
-                                                   if (eps, who, r) in outcome], ddof=1)) if runs > 1 else None
+                count = sum((eps, who, r) in outcome for r in runs)
+                spread = {f"{m}_sd": float(np.std([outcome[(eps, who, r)][i] for r in runs
+                                                   if (eps, who, r) in outcome], ddof=1)) if count > 1 else None
                           for i, m in ((0, "max_error"), (1, "mean_tv"), (2, "seconds"))}
                 pure = who == "mwem" or args.pure and not who.startswith("dpmm")
                 rows.append({"data": name, "epsilon": eps, "delta": 0.0 if pure else 1.0 / data.n ** 2,
-                             "method": who, "runs": runs, "max_error": max_err, "mean_tv": tv,
+                             "method": who, "runs": count, "max_error": max_err, "mean_tv": tv,
                              "seconds": seconds, **spread, "published_fem": published, **ratios,
                              "aim_model_size_mb": args.aim_model_size if who in ("dpmm-aim", "aim") else None})
                 shown = " ".join(f"{ratios[k]:>{w}.3f}" if ratios[k] is not None else " " * w
                                  for k, w in (("max_mst", 8), ("max_aim", 8), ("tv_mst", 7), ("tv_aim", 7)))
-                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {runs:>4} "
+                print(f"{eps:>5g} {who:>10} {max_err:>8.4f} {tv_text:>8} {seconds:>8.1f} {shown} {count:>4} "
                       f"{published or '':>9}", flush=True)
-                if runs > 1:
+                if count > 1:
                     print(f"{'':>5} {'sd':>10} {spread['max_error_sd']:>8.4f} {spread['mean_tv_sd'] or math.nan:>8.4f} "
                           f"{spread['seconds_sd']:>8.1f}")
             for who in ("aim", "pgm", "pgm-pairs"):
