@@ -483,6 +483,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     args.evaluate = args.evaluate or ("all" if args.workload == "all" else "random")
+    if args.first_run < 1:
+        ap.error("--first-run takes a run number >= 1")
     if args.sample is not None and (args.sample < 1 or "adult-raw" in args.datasets):
         ap.error("--sample takes a row count >= 1, of the coded data sets (not adult-raw)")
     if args.paper_accounting:
@@ -543,7 +545,7 @@ def main(argv=None) -> int:
                 except TimeoutError:
                     print(f"{key[0]:>5g} {key[1]:>10} did not finish in {args.peer_timeout:g} s (run {key[2] + 1})")
         for eps in args.epsilons:
-            def mean(who: str, runs: range = runs) -> tuple[float, ...] | None:
+            def mean(who: str, runs: Sequence[int] = runs) -> tuple[float, ...] | None:
                 """``who``'s mean (max error, mean TV, seconds) over those of ``runs`` it has."""
                 have = [outcome[(eps, who, r)] for r in runs if (eps, who, r) in outcome]
                 return tuple(float(np.mean(col)) for col in zip(*have)) if have else None
