@@ -179,8 +179,9 @@ class _Lattice:
         self.tree = tree
         self.precision = {t: (1.0 / o.variances).reshape([domain[a] for a in t]) for t, o in pooled.items()}
         self.target = {t: o.values.reshape([domain[a] for a in t]) for t, o in pooled.items()}
-        self.home = {t: tree.home(t) for t in pooled}
-        if any(h < 0 for h in self.home.values()) or any(tree.home(o.subset) < 0 for o in self.coarse):
+        # every observed set's clique, found once: each step of the fit reads them
+        self.home = {t: tree.home(t) for t in [*pooled, *(o.subset for o in self.coarse)]}
+        if any(h < 0 for h in self.home.values()):
             raise ValueError("every observed attribute set must lie in a clique of the junction tree")
         cells = {t: math.prod(domain[a] for a in t) for t in pooled}
         self.order = sorted(pooled, key=lambda t: (-cells[t], t))  # supersets first
@@ -200,7 +201,7 @@ class _Lattice:
         loss = sum(0.5 * float(np.sum(g * (marginal[t] - self.target[t]))) for t, g in grad.items())
         grads = [np.zeros(b.shape) for b in beliefs]
         for o in self.coarse:  # a coarser grouping: its cells summed from the set's, the gradient spread back
-            home = self.tree.home(o.subset)
+            home = self.home[o.subset]
             full = marginal[o.subset] if o.subset in marginal else project(beliefs[home], cliques[home], o.subset)
             miss = np.bincount(o.cells, weights=full.ravel(), minlength=o.values.size) - o.values
             loss += 0.5 * float(np.sum(miss * miss / o.variances))
